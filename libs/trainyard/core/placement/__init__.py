@@ -1,0 +1,13 @@
+"""Where jobs run: ``place(snapshot, requests, now) -> PlacementResult``."""
+
+from trainyard.core.placement.cycle import (
+    ClusterSnapshot,
+    NodeView,
+    Placement,
+    PlacementRequest,
+    PlacementResult,
+    Unplaced,
+    place,
+)
+
+__all__ = ["ClusterSnapshot", "NodeView", "Placement", "PlacementRequest", "PlacementResult", "Unplaced", "place"]

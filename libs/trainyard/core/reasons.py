@@ -1,0 +1,36 @@
+"""Every reason a job can be waiting or rejected, as one fixed vocabulary."""
+
+from __future__ import annotations
+
+import enum
+
+
+class PendingReason(str, enum.Enum):
+    QUEUED_BEHIND = "queued_behind"  # an earlier job of the same GPU type is waiting
+    INSUFFICIENT_GPUS = "insufficient_gpus"  # not enough free GPUs of the type right now
+    NO_CAPACITY_OF_TYPE = "no_capacity_of_type"  # the cluster has no GPUs of that type at all
+    GANG_LARGER_THAN_CLUSTER = "gang_larger_than_cluster"
+    QUOTA = "quota"
+    COHORT_EXHAUSTED = "cohort_exhausted"
+    FAIR_SHARE = "fair_share"
+    GANG_LARGER_THAN_QUOTA = "gang_larger_than_quota"
+    FRAGMENTED = "fragmented"  # enough GPUs in total, but no set of nodes holds the gang
+    TOPOLOGY = "topology"  # no domain at the required level holds the gang
+    RESERVED_FOR_LARGER_JOB = "reserved_for_larger_job"
+    BACKOFF = "backoff"
+
+
+REASON_TEXT: dict[PendingReason, str] = {
+    PendingReason.QUEUED_BEHIND: "waiting behind an earlier job for the same GPU type",
+    PendingReason.INSUFFICIENT_GPUS: "not enough free GPUs of this type; will start when running jobs finish",
+    PendingReason.NO_CAPACITY_OF_TYPE: "the cluster has no healthy nodes with this GPU type",
+    PendingReason.GANG_LARGER_THAN_CLUSTER: "the gang needs more GPUs of this type than the cluster has",
+    PendingReason.QUOTA: "the queue's quota is in use",
+    PendingReason.COHORT_EXHAUSTED: "the queue's quota and what it may borrow are in use",
+    PendingReason.FAIR_SHARE: "other tenants are below their fair share",
+    PendingReason.GANG_LARGER_THAN_QUOTA: "the gang is larger than the queue could ever borrow",
+    PendingReason.FRAGMENTED: "enough GPUs are free in total but no set of nodes holds every replica",
+    PendingReason.TOPOLOGY: "no topology domain at the required level has room for the gang",
+    PendingReason.RESERVED_FOR_LARGER_JOB: "the free GPUs are reserved for a larger job that is waiting",
+    PendingReason.BACKOFF: "waiting out a retry backoff",
+}
