@@ -27,6 +27,7 @@ class NodeHeartbeat(_NodeMessage, tag="NodeHeartbeat"):
 class NodeLost(_NodeMessage, tag="NodeLost"):
     node_id: str
     cluster: str
+    boot_id: str  # the boot that went silent; a newer boot is not lost
     last_heartbeat_at: float
     reason: str = "no heartbeat"
 

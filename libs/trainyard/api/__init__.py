@@ -1,0 +1,1 @@
+"""Job operations shared by the REST and gRPC front doors."""

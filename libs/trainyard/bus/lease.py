@@ -1,0 +1,74 @@
+"""Leader leases in a NATS KV bucket, fenced by the key's revision.
+
+One process per scheduling domain makes decisions; standbys wait for the key to
+expire (the bucket's TTL) and then take it.  A leader that fails to renew in
+time stops deciding before anyone else can take over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from nats.js.errors import KeyWrongLastSequenceError, NotFoundError, BadRequestError
+from nats.js.kv import KeyValue
+
+from trainyard.bus.connection import Bus
+
+BUCKET = "trainyard-leases"
+
+
+class Lease:
+    def __init__(self, kv: KeyValue, key: str, holder: str, ttl_s: float) -> None:
+        self.kv = kv
+        self.key = key
+        self.holder = holder
+        self.ttl_s = ttl_s
+        self.revision: int | None = None  # the fencing token while we lead
+        self._valid_until = 0.0
+
+    @classmethod
+    async def open(cls, bus: Bus, key: str, holder: str, ttl_s: float = 3.0) -> Lease:
+        try:
+            kv = await bus.js.key_value(BUCKET)
+        except (NotFoundError, BadRequestError):
+            kv = await bus.js.create_key_value(bucket=BUCKET, ttl=ttl_s, history=1)
+        return cls(kv, key, holder, ttl_s)
+
+    @property
+    def held(self) -> bool:
+        """True while we hold the lease with a safety margin before it expires."""
+        return self.revision is not None and time.monotonic() < self._valid_until
+
+    async def try_acquire(self) -> bool:
+        started = time.monotonic()
+        try:
+            if self.revision is None:
+                self.revision = await self.kv.create(self.key, self.holder.encode())
+            else:
+                self.revision = await self.kv.update(self.key, self.holder.encode(), last=self.revision)
+        except (KeyWrongLastSequenceError, BadRequestError):
+            self.revision = None
+            return False
+        self._valid_until = started + self.ttl_s * 0.6
+        return True
+
+    async def keep(self, stop: asyncio.Event) -> None:
+        """Acquire and renew until ``stop``; callers check :attr:`held`."""
+        while not stop.is_set():
+            try:
+                await self.try_acquire()
+            except Exception:  # noqa: BLE001 - NATS unavailable: we are not leader
+                self.revision = None
+            try:
+                await asyncio.wait_for(stop.wait(), self.ttl_s / 4)
+            except asyncio.TimeoutError:
+                pass
+
+    async def release(self) -> None:
+        if self.revision is not None:
+            try:
+                await self.kv.delete(self.key, last=self.revision)
+            except Exception:  # noqa: BLE001 - it will expire anyway
+                pass
+            self.revision = None

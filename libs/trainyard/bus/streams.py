@@ -1,0 +1,67 @@
+"""Stream declarations.  Every setting is explicit so that a stream created by
+one service is the stream every other service expects."""
+
+from __future__ import annotations
+
+import msgspec
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import NotFoundError
+
+from trainyard.events import subjects
+
+DAY = 24 * 3600.0
+
+
+class StreamSpec(msgspec.Struct, frozen=True):
+    name: str
+    subjects: list[str]
+    max_age_s: float  # 0 keeps messages until limits say otherwise
+    max_msgs_per_subject: int = -1
+    duplicate_window_s: float = 120.0
+    description: str = ""
+
+
+STREAMS: tuple[StreamSpec, ...] = (
+    StreamSpec("INTAKE", [subjects.INTAKE_ALL], 30 * DAY, description="SubmitJob / CancelJob from portals and the gateway"),
+    StreamSpec("JOBS", [subjects.JOBS_ALL], 365 * DAY, description="job and run lifecycle: the source of truth"),
+    StreamSpec("NODES", [subjects.NODES_ALL], 365 * DAY, description="node registration and state changes"),
+    StreamSpec(
+        "TELEMETRY",
+        [subjects.TELEMETRY_ALL],
+        3600.0,
+        max_msgs_per_subject=100,
+        duplicate_window_s=10.0,
+        description="heartbeats and GPU samples; short-lived",
+    ),
+    StreamSpec("AUDIT", [subjects.AUDIT_ALL], 400 * DAY, description="every human or automatic state change"),
+    StreamSpec("DEADLETTER", [subjects.DEADLETTER_ALL], 30 * DAY, description="poison messages with the reason"),
+)
+
+
+def stream_config(spec: StreamSpec, replicas: int = 1) -> StreamConfig:
+    return StreamConfig(
+        name=spec.name,
+        description=spec.description,
+        subjects=list(spec.subjects),
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        discard=DiscardPolicy.OLD,
+        max_age=spec.max_age_s,
+        max_msgs_per_subject=spec.max_msgs_per_subject,
+        duplicate_window=spec.duplicate_window_s,
+        num_replicas=replicas,
+        allow_direct=True,
+    )
+
+
+async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
+    """Create the streams, or bring an existing stream's settings up to date."""
+    for spec in STREAMS:
+        config = stream_config(spec, replicas)
+        try:
+            await js.stream_info(spec.name)
+        except NotFoundError:
+            await js.add_stream(config)
+        else:
+            await js.update_stream(config)

@@ -1,0 +1,162 @@
+"""Pricing: versioned rate cards and rounding money to the cent.
+
+A rate card is a list of versions.  Each version has an id, the UTC date it
+takes effect and a complete price list (price per GPU-hour by GPU type, with
+an optional ``"*"`` entry for any type not listed).  A version applies from
+00:00 UTC on its ``effective_from`` date until the next version takes effect.
+
+Money is :class:`decimal.Decimal` throughout.  Row costs are rounded with the
+largest-remainder method so that rounded rows add up exactly to the rounded
+total of their group.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
+from typing import Any
+
+import msgspec
+
+CENT = Decimal("0.01")
+ANY_GPU_TYPE = "*"
+
+
+class RateCardError(ValueError):
+    """A rate card that cannot be used, or usage it does not price."""
+
+
+class RateCardVersion(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    version: str  # id finance quotes, e.g. "2026-11-a"; SkuPriceId in exports
+    effective_from: dt.date  # applies from 00:00 UTC on this date
+    prices: dict[str, Decimal]  # GPU type (or "*") -> price per GPU-hour
+
+    @property
+    def starts_at(self) -> float:
+        """The version's first second, as a Unix timestamp."""
+        return dt.datetime.combine(self.effective_from, dt.time(), dt.timezone.utc).timestamp()
+
+    def price(self, gpu_type: str) -> Decimal:
+        price = self.prices.get(gpu_type, self.prices.get(ANY_GPU_TYPE))
+        if price is None:
+            listed = ", ".join(sorted(self.prices)) or "nothing"
+            raise RateCardError(
+                f"rate card version {self.version!r} has no price for GPU type {gpu_type!r} "
+                f"(it prices {listed}); add the type or a '*' entry"
+            )
+        return price
+
+
+class RateCard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    versions: list[RateCardVersion]
+    currency: str = "USD"  # ISO 4217; BillingCurrency in exports
+
+    def __post_init__(self) -> None:
+        problems = check_rate_card(self)
+        if problems:
+            raise RateCardError("; ".join(problems))
+
+    @property
+    def ordered(self) -> list[RateCardVersion]:
+        return sorted(self.versions, key=lambda v: v.effective_from)
+
+    def version_at(self, at: float) -> RateCardVersion | None:
+        """The version in force at Unix time ``at``; None before the first."""
+        current = None
+        for version in self.ordered:
+            if version.starts_at <= at:
+                current = version
+        return current
+
+    def slices(self, start: float, end: float) -> list[tuple[float, float, RateCardVersion]]:
+        """Split [start, end) where the version in force changes.
+
+        Raises :class:`RateCardError` when part of the span comes before the
+        first version, since that usage has no price.
+        """
+        result: list[tuple[float, float, RateCardVersion]] = []
+        if end <= start:
+            return result
+        ordered = self.ordered
+        first = ordered[0]
+        if start < first.starts_at:
+            raise RateCardError(
+                f"usage from {_iso(start)} is before the first rate card version "
+                f"({first.version!r}, effective {first.effective_from.isoformat()})"
+            )
+        for i, version in enumerate(ordered):
+            lo = max(start, version.starts_at)
+            hi = min(end, ordered[i + 1].starts_at) if i + 1 < len(ordered) else end
+            if hi > lo:
+                result.append((lo, hi, version))
+        return result
+
+
+def _iso(at: float) -> str:
+    return dt.datetime.fromtimestamp(at, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def check_rate_card(card: RateCard) -> list[str]:
+    """Every problem with a rate card; empty when it is usable."""
+    problems: list[str] = []
+    if not card.versions:
+        problems.append("a rate card needs at least one version")
+    if len(card.currency) != 3 or not card.currency.isalpha() or not card.currency.isupper():
+        problems.append(f"currency {card.currency!r} is not an ISO 4217 code such as 'USD'")
+    seen_ids: set[str] = set()
+    seen_dates: dict[dt.date, str] = {}
+    for version in card.versions:
+        if version.version in seen_ids:
+            problems.append(f"version id {version.version!r} is used twice")
+        seen_ids.add(version.version)
+        other = seen_dates.get(version.effective_from)
+        if other is not None:
+            problems.append(
+                f"versions {other!r} and {version.version!r} both take effect on "
+                f"{version.effective_from.isoformat()}"
+            )
+        seen_dates[version.effective_from] = version.version
+        if not version.prices:
+            problems.append(f"version {version.version!r} prices nothing")
+        for gpu_type, price in version.prices.items():
+            if not price.is_finite() or price < 0:
+                problems.append(f"version {version.version!r}: price for {gpu_type!r} must be 0 or more, got {price}")
+    return problems
+
+
+def load_rate_card(document: bytes | str | dict[str, Any]) -> RateCard:
+    """Read a rate card from JSON (bytes or str) or an already parsed mapping.
+
+    Prices should be written as strings ("2.45") so no binary rounding
+    creeps in.  Raises :class:`RateCardError` naming what to fix.
+    """
+    try:
+        if isinstance(document, (bytes, str)):
+            return msgspec.json.decode(document, type=RateCard)
+        return msgspec.convert(document, type=RateCard, strict=False)
+    except msgspec.ValidationError as exc:
+        raise RateCardError(f"invalid rate card: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise RateCardError(f"rate card is not valid JSON: {exc}") from exc
+
+
+def round_total(amount: Decimal) -> Decimal:
+    """Round money to the cent, halves away from zero."""
+    return amount.quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+def allocate_cents(exact: Sequence[Decimal]) -> list[Decimal]:
+    """Round each non-negative amount to the cent so the results add up to
+    the rounded sum of the exact amounts (largest-remainder method).
+
+    Rows are floored to the cent; the cents left over go one each to the rows
+    with the largest remainders, earlier rows first on a tie.
+    """
+    floors = [amount.quantize(CENT, rounding=ROUND_DOWN) for amount in exact]
+    target = round_total(sum(exact, Decimal(0)))
+    left = int((target - sum(floors, Decimal(0))) / CENT)
+    order = sorted(range(len(exact)), key=lambda i: (-(exact[i] - floors[i]), i))
+    for i in order[:left]:
+        floors[i] += CENT
+    return floors

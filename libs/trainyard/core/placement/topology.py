@@ -1,0 +1,219 @@
+"""The cluster as a tree: zone -> block -> rack -> NVLink domain -> node -> GPU.
+
+There is one tree per GPU type.  Every domain keeps aggregates of its
+subtree (free GPUs, a histogram of nodes by free-GPU count, whole free nodes),
+kept current on every take and give, so a question such as "how many 8-GPU
+replicas fit in this rack" costs a few additions instead of a scan of nodes.
+
+The tree is the placement cycle's own working copy: ``take`` and ``give``
+mutate it, and callers undo what they tried and did not keep.  Nodes that are
+not schedulable are left out entirely, so they never take work.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Iterator
+
+from trainyard.domain.job import TopologyLevel
+from trainyard.domain.node import NodeInfo
+
+
+class Level(enum.IntEnum):
+    """Tree levels, tightest first; a larger value is a wider domain."""
+
+    NODE = 0
+    NVLINK = 1
+    RACK = 2
+    BLOCK = 3
+    ZONE = 4
+    CLUSTER = 5
+
+
+LEVEL_OF: dict[TopologyLevel, Level] = {
+    TopologyLevel.NVLINK: Level.NVLINK,
+    TopologyLevel.RACK: Level.RACK,
+    TopologyLevel.BLOCK: Level.BLOCK,
+    TopologyLevel.ZONE: Level.ZONE,
+}
+
+
+class Domain:
+    """One domain of one GPU type's tree with aggregates over its subtree."""
+
+    __slots__ = ("key", "level", "parent", "children", "free", "hist", "capacity", "whole", "node_count")
+
+    def __init__(self, key: str, level: Level, parent: Domain | None, width: int) -> None:
+        self.key = key  # unique within the tree, e.g. "z1/b2/r7"
+        self.level = level
+        self.parent = parent
+        self.children: list[Domain] = []  # sorted by key once the tree is built
+        self.free = 0  # free GPUs in the subtree
+        self.hist = [0] * (width + 1)  # hist[k]: nodes in the subtree with exactly k free GPUs
+        self.capacity = 0  # GPUs of schedulable nodes in the subtree
+        self.whole = 0  # nodes in the subtree with every GPU free
+        self.node_count = 0
+
+    def slots(self, gpus: int) -> int:
+        """How many replicas of ``gpus`` GPUs fit, each on a single node."""
+        hist = self.hist
+        return sum(hist[k] * (k // gpus) for k in range(gpus, len(hist)) if hist[k])
+
+    def nodes(self) -> Iterator[Node]:
+        if isinstance(self, Node):
+            yield self
+            return
+        for child in self.children:
+            yield from child.nodes()
+
+    def __repr__(self) -> str:
+        return f"<{self.level.name} {self.key} free={self.free}/{self.capacity}>"
+
+
+class Node(Domain):
+    """A schedulable node: a leaf of the tree that holds actual GPU indices."""
+
+    __slots__ = ("info", "free_gpus", "gpus", "chain", "path")
+
+    def __init__(self, info: NodeInfo, parent: Domain, width: int, free_gpus: Iterable[int]) -> None:
+        super().__init__(info.node_id, Level.NODE, parent, width)
+        self.info = info
+        self.gpus = info.gpus
+        self.free_gpus = sorted(set(free_gpus))  # indices, ascending
+        self.chain: list[Domain] = []  # this node, then every ancestor up to the root
+        self.path: tuple[str, ...] = ()  # (zone, block, rack, nvlink, node) for rank order
+
+
+class Tree:
+    """Every schedulable node of one GPU type, with domain indexes per level."""
+
+    def __init__(self, gpu_type: str, width: int) -> None:
+        self.gpu_type = gpu_type
+        self.width = width  # the most GPUs on one node of this type
+        self.root = Domain("*", Level.CLUSTER, None, width)
+        self.levels: dict[Level, dict[str, Domain]] = {lvl: {} for lvl in Level}
+        self.levels[Level.CLUSTER]["*"] = self.root
+
+    def domain(self, level: Level, key: str, parent: Domain) -> Domain:
+        index = self.levels[level]
+        found = index.get(key)
+        if found is None:
+            found = index[key] = Domain(key, level, parent, self.width)
+            parent.children.append(found)
+        return found
+
+    def domains(self, level: Level) -> list[Domain]:
+        """Domains at ``level``; NVLink domains here are only the multi-node ones."""
+        return list(self.levels[level].values())
+
+
+def subdomains(domain: Domain, level: Level) -> list[Domain]:
+    """The domains at ``level`` inside ``domain``; a node without NVSwitch is its own NVLink domain."""
+    if domain.level <= level:
+        return [domain]
+    out: list[Domain] = []
+    for child in domain.children:
+        out.extend(subdomains(child, level))
+    return out
+
+
+def domain_key(info: NodeInfo, level: Level) -> str:
+    """The key of the domain at ``level`` that holds the node."""
+    if level is Level.CLUSTER:
+        return "*"
+    if level is Level.ZONE:
+        return info.zone
+    if level is Level.BLOCK:
+        return f"{info.zone}/{info.block}"
+    if level is Level.RACK:
+        return f"{info.zone}/{info.block}/{info.rack}"
+    if level is Level.NVLINK:
+        if info.nvlink_domain is None:
+            return info.node_id
+        return f"{info.zone}/{info.block}/{info.rack}/{info.nvlink_domain}"
+    return info.node_id
+
+
+class Topology:
+    """The per-GPU-type trees of one placement cycle."""
+
+    def __init__(self, trees: dict[str, Tree], capacity_by_type: dict[str, int]) -> None:
+        self.trees = trees
+        self.nodes: dict[str, Node] = {n.key: n for t in trees.values() for n in t.levels[Level.NODE].values()}
+        self.capacity_by_type = capacity_by_type  # GPUs of every node in the snapshot, schedulable or not
+
+    @classmethod
+    def build(cls, views: Iterable[tuple[NodeInfo, Iterable[int], bool]]) -> Topology:
+        """Build from ``(info, free GPU indices, schedulable)`` triples."""
+        views = sorted(views, key=lambda v: v[0].node_id)
+        capacity: dict[str, int] = {}
+        widths: dict[str, int] = {}
+        for info, _, schedulable in views:
+            capacity[info.gpu_type] = capacity.get(info.gpu_type, 0) + info.gpus
+            if schedulable and info.gpus > 0:
+                widths[info.gpu_type] = max(widths.get(info.gpu_type, 0), info.gpus)
+        trees = {t: Tree(t, w) for t, w in widths.items()}
+        seen: set[str] = set()
+        for info, free, schedulable in views:
+            if not schedulable or info.gpus <= 0 or info.node_id in seen:
+                continue
+            seen.add(info.node_id)
+            tree = trees[info.gpu_type]
+            parent = tree.root
+            for level in (Level.ZONE, Level.BLOCK, Level.RACK):
+                parent = tree.domain(level, domain_key(info, level), parent)
+            if info.nvlink_domain is not None:
+                parent = tree.domain(Level.NVLINK, domain_key(info, Level.NVLINK), parent)
+            gpus = [g for g in free if 0 <= g < info.gpus]
+            node = Node(info, parent, tree.width, gpus)
+            parent.children.append(node)
+            tree.levels[Level.NODE][node.key] = node
+            chain: list[Domain] = [node]
+            while chain[-1].parent is not None:
+                chain.append(chain[-1].parent)  # type: ignore[arg-type]
+            node.chain = chain
+            node.path = (info.zone, info.block, info.rack, info.nvlink, info.node_id)
+            count = len(node.free_gpus)
+            for d in chain:
+                d.capacity += info.gpus
+                d.node_count += 1
+                d.free += count
+                d.hist[count] += 1
+                if count == info.gpus:
+                    d.whole += 1
+        for tree in trees.values():
+            for index in tree.levels.values():
+                for d in index.values():
+                    d.children.sort(key=lambda c: c.key)
+        return cls(trees, capacity)
+
+    def take(self, node: Node, gpus: Iterable[int]) -> list[int]:
+        """Mark ``gpus`` on ``node`` as used; returns the ones that were free."""
+        wanted = set(gpus)
+        taken = [g for g in node.free_gpus if g in wanted]
+        if taken:
+            old = len(node.free_gpus)
+            node.free_gpus = [g for g in node.free_gpus if g not in wanted]
+            self._update(node, old, len(node.free_gpus))
+        return taken
+
+    def give(self, node: Node, gpus: Iterable[int]) -> list[int]:
+        """Mark ``gpus`` on ``node`` as free; returns the ones that were used."""
+        have = set(node.free_gpus)
+        given = sorted({g for g in gpus if g not in have and 0 <= g < node.gpus})
+        if given:
+            old = len(node.free_gpus)
+            node.free_gpus = sorted(have.union(given))
+            self._update(node, old, len(node.free_gpus))
+        return given
+
+    @staticmethod
+    def _update(node: Node, old: int, new: int) -> None:
+        delta = new - old
+        full = node.gpus
+        whole = (new == full) - (old == full)
+        for d in node.chain:
+            d.free += delta
+            d.hist[old] -= 1
+            d.hist[new] += 1
+            d.whole += whole

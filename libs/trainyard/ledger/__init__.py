@@ -1,0 +1,10 @@
+"""The accounting ledger: GPU usage per run, stored with SQLAlchemy, and the
+chargeback exports finance reads.
+
+The JetStream consumer decodes job events and hands them to
+:meth:`Ledger.apply` in batches with their stream sequences as event ids.
+"""
+
+from trainyard.ledger.ledger import GROUP_KEYS, Ledger, LedgerRun
+
+__all__ = ["GROUP_KEYS", "Ledger", "LedgerRun"]

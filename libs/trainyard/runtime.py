@@ -1,0 +1,82 @@
+"""What every Trainyard process does at start and stop: settings, logging,
+connections, streams, and a stop event set by SIGTERM / SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+
+from trainyard.bus import Bus, ensure_streams
+from trainyard.settings import ConfigurationError, Settings, load_settings
+from trainyard.store import Store
+
+log = logging.getLogger("trainyard")
+
+
+class Runtime:
+    def __init__(self, name: str, settings: Settings, bus: Bus, store: Store, stop: asyncio.Event) -> None:
+        self.name = name
+        self.settings = settings
+        self.bus = bus
+        self.store = store
+        self.stop = stop
+
+
+async def open_runtime(name: str, settings: Settings, stop: asyncio.Event | None = None) -> Runtime:
+    bus = await Bus.connect(settings.nats_url, name=f"trainyard-{name}")
+    await ensure_streams(bus.js, replicas=settings.stream_replicas)
+    store = Store.from_url(settings.redis_url, settings.redis_prefix)
+    await store.redis.ping()
+    return Runtime(name, settings, bus, store, stop or asyncio.Event())
+
+
+async def close_runtime(rt: Runtime) -> None:
+    await rt.store.close()
+    await rt.bus.close()
+
+
+def serve(name: str, main: Callable[[Runtime], Awaitable[None]]) -> None:
+    """Run ``main`` as the process ``name`` until SIGTERM or SIGINT."""
+    try:
+        settings = load_settings()
+    except ConfigurationError as err:
+        print(f"trainyard-{name}: {err}", file=sys.stderr)
+        raise SystemExit(2) from err
+    logging.basicConfig(
+        level=settings.log_level.upper(), format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s"
+    )
+
+    async def _run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        rt = await open_runtime(name, settings, stop)
+        log.info("%s started (nats %s, redis %s)", name, settings.nats_url, settings.redis_url)
+        try:
+            await main(rt)
+        finally:
+            await close_runtime(rt)
+            log.info("%s stopped", name)
+
+    asyncio.run(_run())
+
+
+async def run_tasks(stop: asyncio.Event, *coros: Awaitable[None]) -> None:
+    """Run long-lived tasks until ``stop``; if one dies, stop them all and re-raise."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            if t is not stopper and t.exception():
+                raise t.exception()  # type: ignore[misc]
+    finally:
+        stop.set()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        stopper.cancel()

@@ -1,0 +1,49 @@
+"""Settings shared by every process, read from ``TRAINYARD_*`` environment
+variables.  A bad value stops the process at start with a message saying
+which variable to fix."""
+
+from __future__ import annotations
+
+import os
+
+import msgspec
+
+
+class ConfigurationError(Exception):
+    pass
+
+
+class Settings(msgspec.Struct, frozen=True):
+    nats_url: str = "nats://127.0.0.1:4222"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_prefix: str = "ty:"
+    cluster: str = "local"
+    ledger_url: str = "sqlite:///trainyard-ledger.db"
+    stream_replicas: int = 1
+    heartbeat_interval_s: float = 1.0
+    heartbeat_timeout_s: float = 5.0
+    cycle_interval_s: float = 1.0
+    gateway_host: str = "127.0.0.1"
+    gateway_http_port: int = 8080
+    gateway_grpc_port: int = 50051
+    log_level: str = "INFO"
+
+
+def load_settings(environ: dict[str, str] | None = None) -> Settings:
+    env = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    for field in msgspec.structs.fields(Settings):
+        name = f"TRAINYARD_{field.name.upper()}"
+        if name in env:
+            values[field.name] = env[name]
+    try:
+        settings = msgspec.convert(values, Settings, strict=False)
+    except msgspec.ValidationError as err:
+        raise ConfigurationError(f"bad setting: {err} (check the TRAINYARD_* environment variables)") from err
+    if settings.heartbeat_timeout_s <= settings.heartbeat_interval_s:
+        raise ConfigurationError(
+            "TRAINYARD_HEARTBEAT_TIMEOUT_S must be larger than TRAINYARD_HEARTBEAT_INTERVAL_S"
+        )
+    if not settings.redis_prefix.endswith(":"):
+        raise ConfigurationError("TRAINYARD_REDIS_PREFIX must end with ':'")
+    return settings

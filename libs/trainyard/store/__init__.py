@@ -1,0 +1,11 @@
+"""Redis projections: fast, derived state rebuilt from the streams at will.
+
+Each projection is a fold of one stream applied by a Lua script that records
+the last stream sequence it applied, so applying an event twice (two
+projectors, a redelivery, a restart) changes nothing.
+"""
+
+from trainyard.store.projector import Projector, Store
+from trainyard.store.views import JobView, NodeRecord
+
+__all__ = ["JobView", "NodeRecord", "Projector", "Store"]

@@ -1,0 +1,126 @@
+-- Fold one JOBS-stream event into the job projection, exactly once.
+-- KEYS[1] = key prefix.  ARGV[1] = stream seq, ARGV[2] = event type,
+-- ARGV[3] = job id, ARGV[4] = event time, ARGV[5..] = per-type fields.
+-- Returns 1 if applied, 0 if already applied (seq not beyond last_seq).
+local p = KEYS[1]
+local seq = tonumber(ARGV[1])
+local last = tonumber(redis.call('HGET', p .. 'proj:jobs', 'last_seq') or '0')
+if seq <= last then return 0 end
+redis.call('HSET', p .. 'proj:jobs', 'last_seq', seq)
+
+local kind, jid, at = ARGV[2], ARGV[3], ARGV[4]
+local jk = p .. 'job:' .. jid
+local status = redis.call('HGET', jk, 'status')
+local active = {admitted = true, placed = true, running = true}
+
+local function set_status(new)
+  if status then redis.call('HINCRBY', p .. 'counts', status, -1) end
+  redis.call('HINCRBY', p .. 'counts', new, 1)
+  redis.call('HSET', jk, 'status', new)
+  status = new
+end
+
+-- Give back everything the current run holds: capacity and GPUs, once.
+local function release()
+  if not active[status] then return end
+  local by_type = cjson.decode(redis.call('HGET', jk, 'gpus_by_type'))
+  for t, n in pairs(by_type) do redis.call('HINCRBY', p .. 'inuse', t, -n) end
+  local run = redis.call('HGET', jk, 'run_id')
+  local placement = redis.call('HGET', jk, 'placement')
+  if placement and placement ~= '' then
+    for _, r in ipairs(cjson.decode(placement)) do
+      local ak = p .. 'alloc:' .. r['node_id']
+      for _, g in ipairs(r['gpus']) do
+        if redis.call('HGET', ak, g) == run then redis.call('HDEL', ak, g) end
+      end
+      redis.call('SREM', p .. 'noderuns:' .. r['node_id'], jid)
+    end
+  end
+  redis.call('ZREM', p .. 'admitted', jid)
+  redis.call('ZREM', p .. 'active', jid)
+end
+
+-- Every event on the job's subject moves the subject's last sequence.
+if status then redis.call('HSET', jk, 'last_seq', seq) end
+
+if kind == 'JobAccepted' then
+  if status then return 0 end
+  local order = tonumber(ARGV[7])
+  redis.call('HSET', jk, 'tenant', ARGV[5], 'queue', ARGV[6], 'order', order,
+    'gpus_by_type', ARGV[8], 'spec', ARGV[9], 'submitted_at', ARGV[10],
+    'priority_class', ARGV[11], 'name', ARGV[12], 'gpus', ARGV[13],
+    'accepted_at', at, 'attempt', 0, 'requeues', 0, 'last_seq', seq)
+  set_status('pending')
+  redis.call('ZADD', p .. 'pending', order, jid)
+  redis.call('ZADD', p .. 'jobs', order, jid)
+  redis.call('ZADD', p .. 'tenant:' .. ARGV[5], order, jid)
+elseif kind == 'JobRejected' then
+  if status then return 0 end
+  local order = tonumber(ARGV[7])
+  redis.call('HSET', jk, 'tenant', ARGV[5], 'errors', ARGV[6], 'order', order,
+    'finished_at', at, 'last_seq', seq, 'gpus', 0)
+  set_status('rejected')
+  redis.call('ZADD', p .. 'jobs', order, jid)
+  redis.call('ZADD', p .. 'tenant:' .. ARGV[5], order, jid)
+elseif kind == 'JobAdmitted' then
+  if status ~= 'pending' then return 0 end
+  local by_type = cjson.decode(redis.call('HGET', jk, 'gpus_by_type'))
+  for t, n in pairs(by_type) do redis.call('HINCRBY', p .. 'inuse', t, n) end
+  redis.call('HSET', jk, 'run_id', ARGV[5], 'attempt', ARGV[6], 'admitted_at', at, 'placement', '')
+  redis.call('HDEL', jk, 'reason', 'position', 'started_at')
+  set_status('admitted')
+  local order = redis.call('HGET', jk, 'order')
+  redis.call('ZREM', p .. 'pending', jid)
+  redis.call('ZADD', p .. 'admitted', order, jid)
+  redis.call('ZADD', p .. 'active', order, jid)
+elseif kind == 'JobPlaced' then
+  if status ~= 'admitted' or redis.call('HGET', jk, 'run_id') ~= ARGV[5] then return 0 end
+  local run = ARGV[5]
+  for _, r in ipairs(cjson.decode(ARGV[6])) do
+    local ak = p .. 'alloc:' .. r['node_id']
+    for _, g in ipairs(r['gpus']) do
+      local holder = redis.call('HGET', ak, g)
+      if holder and holder ~= run then
+        redis.call('RPUSH', p .. 'violations',
+          'seq ' .. seq .. ': GPU ' .. r['node_id'] .. '/' .. g .. ' given to ' .. run .. ' while held by ' .. holder)
+      end
+      redis.call('HSET', ak, g, run)
+    end
+    redis.call('SADD', p .. 'noderuns:' .. r['node_id'], jid)
+  end
+  redis.call('HSET', jk, 'placement', ARGV[6], 'cluster', ARGV[7], 'placed_at', at)
+  redis.call('ZREM', p .. 'admitted', jid)
+  set_status('placed')
+elseif kind == 'RunStarted' then
+  if status ~= 'placed' or redis.call('HGET', jk, 'run_id') ~= ARGV[5] then return 0 end
+  redis.call('HSET', jk, 'started_at', at)
+  set_status('running')
+elseif kind == 'RunSucceeded' then
+  if not active[status] or redis.call('HGET', jk, 'run_id') ~= ARGV[5] then return 0 end
+  release()
+  redis.call('HSET', jk, 'finished_at', at)
+  set_status('succeeded')
+elseif kind == 'RunFailed' then
+  if not active[status] or redis.call('HGET', jk, 'run_id') ~= ARGV[5] then return 0 end
+  release()
+  redis.call('HSET', jk, 'reason', ARGV[6], 'message', ARGV[7])
+  if ARGV[8] == '1' then
+    -- Not the job's fault: back to the head of the line, keeping its place.
+    redis.call('HINCRBY', jk, 'requeues', 1)
+    redis.call('HSET', jk, 'placement', '')
+    set_status('pending')
+    redis.call('ZADD', p .. 'pending', redis.call('HGET', jk, 'order'), jid)
+  else
+    redis.call('HSET', jk, 'finished_at', at)
+    set_status('failed')
+  end
+elseif kind == 'JobCancelled' then
+  if not status or status == 'succeeded' or status == 'failed' or status == 'cancelled' or status == 'rejected' then
+    return 0
+  end
+  release()
+  redis.call('ZREM', p .. 'pending', jid)
+  redis.call('HSET', jk, 'finished_at', at, 'reason', ARGV[6])
+  set_status('cancelled')
+end
+return 1

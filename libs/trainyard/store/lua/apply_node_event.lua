@@ -1,0 +1,44 @@
+-- Fold one NODES-stream event into the node projection, exactly once.
+-- KEYS[1] = key prefix.  ARGV[1] = stream seq, ARGV[2] = event type,
+-- ARGV[3] = node id, ARGV[4] = event time, ARGV[5..] = per-type fields.
+local p = KEYS[1]
+local seq = tonumber(ARGV[1])
+local last = tonumber(redis.call('HGET', p .. 'proj:nodes', 'last_seq') or '0')
+if seq <= last then return 0 end
+redis.call('HSET', p .. 'proj:nodes', 'last_seq', seq)
+
+local kind, nid, at = ARGV[2], ARGV[3], ARGV[4]
+local nk = p .. 'node:' .. nid
+local state = redis.call('HGET', nk, 'state')
+local schedulable = {healthy = true}
+
+-- Keep the schedulable-capacity total in step with the node's state.
+local function set_state(new, reason)
+  local t = redis.call('HGET', nk, 'gpu_type')
+  local n = tonumber(redis.call('HGET', nk, 'gpus') or '0')
+  if state and schedulable[state] then redis.call('HINCRBY', p .. 'capacity', t, -n) end
+  if schedulable[new] then redis.call('HINCRBY', p .. 'capacity', t, n) end
+  redis.call('HSET', nk, 'state', new, 'state_reason', reason, 'state_since', at)
+  state = new
+end
+
+if kind == 'NodeRegistered' then
+  if state and schedulable[state] then
+    local t = redis.call('HGET', nk, 'gpu_type')
+    local n = tonumber(redis.call('HGET', nk, 'gpus') or '0')
+    redis.call('HINCRBY', p .. 'capacity', t, -n)
+    state = 'registering'
+  end
+  redis.call('HSET', nk, 'info', ARGV[5], 'gpu_type', ARGV[6], 'gpus', ARGV[7],
+    'cluster', ARGV[8], 'boot_id', ARGV[9], 'registered_at', at)
+  redis.call('SADD', p .. 'nodes', nid)
+  -- A node that comes back keeps an operator's or health's hold on it.
+  local held = {cordoned = true, draining = true, repair = true}
+  if state and held[state] then return 1 end
+  set_state('healthy', 'registered')
+elseif kind == 'NodeLost' then
+  if not state or state == 'lost' then return 1 end
+  if redis.call('HGET', nk, 'boot_id') ~= ARGV[5] then return 1 end
+  set_state('lost', ARGV[6])
+end
+return 1

@@ -1,0 +1,196 @@
+"""Apply the JOBS and NODES streams to Redis, in order, exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from importlib import resources
+
+import msgspec
+import nats.errors
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from redis.asyncio import Redis
+
+from trainyard.bus.connection import Bus
+from trainyard.events import (
+    JobAccepted,
+    JobAdmitted,
+    JobCancelled,
+    JobPlaced,
+    JobRejected,
+    NodeLost,
+    NodeRegistered,
+    RunFailed,
+    RunStarted,
+    RunSucceeded,
+    decode_job_event,
+    decode_node_event,
+)
+from trainyard.events import subjects
+from trainyard.events.jobs import INFRASTRUCTURE_FAILURES
+
+log = logging.getLogger(__name__)
+
+_json = msgspec.json.Encoder()
+
+
+def _lua(name: str) -> str:
+    return resources.files("trainyard.store").joinpath("lua", name).read_text()
+
+
+class Store:
+    """A Redis client plus the key prefix of one Trainyard installation."""
+
+    def __init__(self, redis: Redis, prefix: str = "ty:") -> None:
+        self.redis = redis
+        self.prefix = prefix
+        self._apply_job = redis.register_script(_lua("apply_job_event.lua"))
+        self._apply_node = redis.register_script(_lua("apply_node_event.lua"))
+
+    @classmethod
+    def from_url(cls, url: str, prefix: str = "ty:") -> Store:
+        return cls(Redis.from_url(url, decode_responses=True), prefix)
+
+    def key(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    async def last_seq(self, projection: str) -> int:
+        value = await self.redis.hget(self.key("proj", projection), "last_seq")
+        return int(value or 0)
+
+    async def flush(self) -> None:
+        """Drop every key of this installation (for ``trainyard admin rebuild``)."""
+        async for key in self.redis.scan_iter(match=self.prefix + "*", count=1000):
+            await self.redis.delete(key)
+
+
+def job_event_args(seq: int, event: object) -> list[str]:
+    """The Lua arguments for one job event (see apply_job_event.lua)."""
+    head = [str(seq), type(event).__name__]
+    if isinstance(event, JobAccepted):
+        spec = event.spec
+        by_type: dict[str, int] = {}
+        for role in spec.roles:
+            by_type[role.gpu_type] = by_type.get(role.gpu_type, 0) + role.gpus
+        # Lua's cjson turns [] into {} and back; keep the spec as opaque JSON text.
+        return head + [
+            event.job_id, repr(event.at), spec.tenant, spec.queue, str(seq),
+            json.dumps(by_type), _json.encode(spec).decode(), repr(event.submitted_at),
+            spec.priority_class, spec.name, str(spec.total_gpus),
+        ]  # fmt: skip
+    if isinstance(event, JobRejected):
+        errors = _json.encode(event.errors).decode()
+        return head + [event.job_id, repr(event.at), event.tenant, errors, str(seq)]
+    if isinstance(event, JobAdmitted):
+        return head + [event.job_id, repr(event.at), event.run_id, str(event.attempt)]
+    if isinstance(event, JobPlaced):
+        replicas = _json.encode(event.replicas).decode()
+        return head + [event.job_id, repr(event.at), event.run_id, replicas, event.cluster]
+    if isinstance(event, (RunStarted, RunSucceeded)):
+        return head + [event.job_id, repr(event.at), event.run_id]
+    if isinstance(event, RunFailed):
+        requeue = "1" if event.reason in INFRASTRUCTURE_FAILURES else "0"
+        return head + [event.job_id, repr(event.at), event.run_id, event.reason, event.message, requeue]
+    if isinstance(event, JobCancelled):
+        return head + [event.job_id, repr(event.at), event.run_id or "", event.reason]
+    raise TypeError(f"no projection for {type(event).__name__}")
+
+
+def node_event_args(seq: int, event: object) -> list[str]:
+    head = [str(seq), type(event).__name__]
+    if isinstance(event, NodeRegistered):
+        node = event.node
+        info = _json.encode(node).decode()
+        return head + [node.node_id, repr(event.at), info, node.gpu_type, str(node.gpus), node.cluster, event.boot_id]
+    if isinstance(event, NodeLost):
+        return head + [event.node_id, repr(event.at), event.boot_id, event.reason]
+    return head + ["", repr(getattr(event, "at", 0.0))]  # other node events only move last_seq
+
+
+class Projector:
+    """Follows one stream with an ordered consumer and folds it into Redis.
+
+    ``position`` is the last sequence this process has seen applied (by itself
+    or by another projector); a decider that published an event with sequence
+    ``s`` waits for ``position >= s`` before it reads the projection again.
+    """
+
+    def __init__(self, bus: Bus, store: Store, stream: str) -> None:
+        if stream not in ("JOBS", "NODES"):
+            raise ValueError(f"no projection for stream {stream}")
+        self.bus = bus
+        self.store = store
+        self.stream = stream
+        self.position = 0
+        self.changed = asyncio.Event()  # set after every applied batch
+        self._advanced = asyncio.Condition()
+
+    @property
+    def projection(self) -> str:
+        return self.stream.lower()
+
+    async def apply(self, batch: list[tuple[int, bytes]]) -> int:
+        """Apply raw stream messages ``(seq, data)`` in order; returns how many changed state."""
+        pipe = self.store.redis.pipeline(transaction=False)
+        script = self.store._apply_job if self.stream == "JOBS" else self.store._apply_node
+        decode = decode_job_event if self.stream == "JOBS" else decode_node_event
+        to_args = job_event_args if self.stream == "JOBS" else node_event_args
+        for seq, data in batch:
+            try:
+                args = to_args(seq, decode(data))
+            except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as err:
+                # A message we cannot read must not stall the fold: record and move on.
+                log.error("%s seq %d cannot be projected: %s", self.stream, seq, err)
+                pipe.hset(self.store.key("proj", self.projection), "last_seq", seq)
+                continue
+            await script(keys=[self.store.prefix], args=args, client=pipe)
+        results = await pipe.execute()
+        return sum(1 for r in results if r == 1)
+
+    async def _advance(self, seq: int) -> None:
+        async with self._advanced:
+            self.position = max(self.position, seq)
+            self._advanced.notify_all()
+        self.changed.set()
+
+    async def wait_for(self, seq: int, timeout: float = 10.0) -> None:
+        async with self._advanced:
+            await asyncio.wait_for(self._advanced.wait_for(lambda: self.position >= seq), timeout)
+
+    async def run(self, stop: asyncio.Event, batch_size: int = 512) -> None:
+        start = await self.store.last_seq(self.projection)
+        await self._advance(start)
+        filter_subject = subjects.JOBS_ALL if self.stream == "JOBS" else subjects.NODES_ALL
+        while not stop.is_set():
+            try:
+                await self._follow(stop, filter_subject, batch_size)
+            except (nats.errors.Error, OSError, ConnectionError) as err:
+                log.warning("%s projector: %r; resuming", self.stream, err)
+                await asyncio.sleep(0.5)
+
+    async def _follow(self, stop: asyncio.Event, filter_subject: str, batch_size: int) -> None:
+        start = max(self.position, await self.store.last_seq(self.projection)) + 1
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
+        sub = await self.bus.js.subscribe(
+            filter_subject, stream=self.stream, ordered_consumer=True, config=config, pending_msgs_limit=200_000
+        )
+        try:
+            while not stop.is_set():
+                try:
+                    first = await sub.next_msg(timeout=0.5)
+                except nats.errors.TimeoutError:
+                    continue
+                batch = [first]
+                while len(batch) < batch_size and sub.pending_msgs > 0:
+                    batch.append(await sub.next_msg(timeout=0.1))
+                items = [(m.metadata.sequence.stream, m.data) for m in batch]
+                items = [(s, d) for s, d in items if s > self.position]
+                if items:
+                    await self.apply(items)
+                    await self._advance(items[-1][0])
+        finally:
+            await sub.unsubscribe()

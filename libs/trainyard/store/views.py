@@ -1,0 +1,181 @@
+"""Reads of the projections, for deciders, the gateway and the CLI."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+
+from trainyard.domain.job import JobSpec
+from trainyard.domain.node import NodeInfo
+from trainyard.events.jobs import ReplicaPlacement
+from trainyard.store.projector import Store
+
+_spec = msgspec.json.Decoder(JobSpec)
+_node = msgspec.json.Decoder(NodeInfo)
+_replicas = msgspec.json.Decoder(list[ReplicaPlacement])
+
+TERMINAL = frozenset({"succeeded", "failed", "cancelled", "rejected"})
+
+
+class JobView(msgspec.Struct):
+    """A job as the projection sees it, for people and deciders."""
+
+    job_id: str
+    status: str
+    tenant: str
+    queue: str | None = None
+    name: str | None = None
+    priority_class: str | None = None
+    gpus: int = 0
+    order: int = 0
+    attempt: int = 0
+    requeues: int = 0
+    run_id: str | None = None
+    last_seq: int = 0
+    submitted_at: float | None = None
+    accepted_at: float | None = None
+    admitted_at: float | None = None
+    placed_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    reason: str | None = None
+    message: str | None = None
+    position: int | None = None
+    errors: list[dict[str, str]] | None = None
+    placement: list[ReplicaPlacement] | None = None
+    spec: JobSpec | None = None
+
+    @classmethod
+    def from_hash(cls, job_id: str, h: dict[str, str], with_spec: bool = True) -> JobView:
+        def f(name: str) -> float | None:
+            return float(h[name]) if h.get(name) else None
+
+        return cls(
+            job_id=job_id,
+            status=h.get("status", "unknown"),
+            tenant=h.get("tenant", ""),
+            queue=h.get("queue"),
+            name=h.get("name"),
+            priority_class=h.get("priority_class"),
+            gpus=int(h.get("gpus") or 0),
+            order=int(h.get("order") or 0),
+            attempt=int(h.get("attempt") or 0),
+            requeues=int(h.get("requeues") or 0),
+            run_id=h.get("run_id") or None,
+            last_seq=int(h.get("last_seq") or 0),
+            submitted_at=f("submitted_at"),
+            accepted_at=f("accepted_at"),
+            admitted_at=f("admitted_at"),
+            placed_at=f("placed_at"),
+            started_at=f("started_at"),
+            finished_at=f("finished_at"),
+            reason=h.get("reason") or None,
+            message=h.get("message") or None,
+            position=int(h["position"]) if h.get("position") else None,
+            errors=json.loads(h["errors"]) if h.get("errors") else None,
+            placement=_replicas.decode(h["placement"]) if h.get("placement") else None,
+            spec=_spec.decode(h["spec"]) if with_spec and h.get("spec") else None,
+        )
+
+
+class NodeRecord(msgspec.Struct):
+    node_id: str
+    state: str
+    info: NodeInfo | None
+    free_gpus: list[int]
+    state_reason: str | None = None
+    boot_id: str | None = None
+    registered_at: float | None = None
+
+
+async def get_job(store: Store, job_id: str) -> JobView | None:
+    h = await store.redis.hgetall(store.key("job", job_id))
+    return JobView.from_hash(job_id, h) if h else None
+
+
+async def get_jobs(store: Store, job_ids: list[str], with_spec: bool = True) -> list[JobView]:
+    pipe = store.redis.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hgetall(store.key("job", job_id))
+    hashes = await pipe.execute()
+    return [JobView.from_hash(j, h, with_spec) for j, h in zip(job_ids, hashes, strict=True) if h]
+
+
+async def list_jobs(
+    store: Store, tenant: str | None = None, status: str | None = None, limit: int = 100, newest_first: bool = True
+) -> list[JobView]:
+    index = store.key("tenant", tenant) if tenant else store.key("jobs")
+    if status in ("pending", "admitted"):
+        index = store.key(status)
+    fetch = limit if status is None else max(limit * 10, 1000)
+    if newest_first:
+        ids = await store.redis.zrevrange(index, 0, fetch - 1)
+    else:
+        ids = await store.redis.zrange(index, 0, fetch - 1)
+    jobs = await get_jobs(store, ids, with_spec=False)
+    if tenant:
+        jobs = [j for j in jobs if j.tenant == tenant]
+    if status:
+        jobs = [j for j in jobs if j.status == status]
+    return jobs[:limit]
+
+
+async def ids_in(store: Store, index: str, limit: int = -1) -> list[str]:
+    return await store.redis.zrange(store.key(index), 0, limit)
+
+
+async def status_counts(store: Store) -> dict[str, int]:
+    raw = await store.redis.hgetall(store.key("counts"))
+    return {k: int(v) for k, v in raw.items() if int(v)}
+
+
+async def gpus_by_type(store: Store, name: str) -> dict[str, int]:
+    """``capacity`` (schedulable GPUs) or ``inuse`` (held by active jobs), per GPU type."""
+    raw = await store.redis.hgetall(store.key(name))
+    return {k: int(v) for k, v in raw.items()}
+
+
+async def list_nodes(store: Store) -> list[NodeRecord]:
+    node_ids = sorted(await store.redis.smembers(store.key("nodes")))
+    pipe = store.redis.pipeline(transaction=False)
+    for node_id in node_ids:
+        pipe.hgetall(store.key("node", node_id))
+        pipe.hkeys(store.key("alloc", node_id))
+    raw: list[Any] = await pipe.execute()
+    records = []
+    for i, node_id in enumerate(node_ids):
+        h, held = raw[2 * i], {int(g) for g in raw[2 * i + 1]}
+        info = _node.decode(h["info"]) if h.get("info") else None
+        total = info.gpus if info else 0
+        records.append(
+            NodeRecord(
+                node_id=node_id,
+                state=h.get("state", "unknown"),
+                info=info,
+                free_gpus=[g for g in range(total) if g not in held],
+                state_reason=h.get("state_reason"),
+                boot_id=h.get("boot_id"),
+                registered_at=float(h["registered_at"]) if h.get("registered_at") else None,
+            )
+        )
+    return records
+
+
+async def jobs_on_node(store: Store, node_id: str) -> list[str]:
+    return sorted(await store.redis.smembers(store.key("noderuns", node_id)))
+
+
+async def violations(store: Store) -> list[str]:
+    return await store.redis.lrange(store.key("violations"), 0, -1)
+
+
+async def set_pending_reasons(store: Store, reasons: dict[str, tuple[str, int]]) -> None:
+    """Record why each pending job waits and its position (written by admission)."""
+    if not reasons:
+        return
+    pipe = store.redis.pipeline(transaction=False)
+    for job_id, (reason, position) in reasons.items():
+        pipe.hset(store.key("job", job_id), mapping={"reason": reason, "position": position})
+    await pipe.execute()

@@ -1,0 +1,1 @@
+"""Trainyard accounting service."""

@@ -1,0 +1,1 @@
+"""Trainyard admission service."""

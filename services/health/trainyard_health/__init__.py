@@ -1,0 +1,1 @@
+"""Trainyard health service."""
