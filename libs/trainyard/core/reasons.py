@@ -18,6 +18,10 @@ class PendingReason(str, enum.Enum):
     TOPOLOGY = "topology"  # no domain at the required level holds the gang
     RESERVED_FOR_LARGER_JOB = "reserved_for_larger_job"
     BACKOFF = "backoff"
+    UNKNOWN_QUEUE = "unknown_queue"  # the tenant or queue is not in the tenancy configuration
+    NO_QUOTA_FOR_TYPE = "no_quota_for_type"  # the queue has no quota for the GPU type and cannot borrow any
+    PREEMPTING = "preempting"  # running jobs were told to stop to make room for this one
+    GANG_LARGER_THAN_DOMAIN = "gang_larger_than_domain"  # no domain at the required level is that large
 
 
 REASON_TEXT: dict[PendingReason, str] = {
@@ -33,4 +37,26 @@ REASON_TEXT: dict[PendingReason, str] = {
     PendingReason.TOPOLOGY: "no topology domain at the required level has room for the gang",
     PendingReason.RESERVED_FOR_LARGER_JOB: "the free GPUs are reserved for a larger job that is waiting",
     PendingReason.BACKOFF: "waiting out a retry backoff",
+    PendingReason.GANG_LARGER_THAN_DOMAIN: (
+        "no topology domain at the required level is large enough for the gang, even when empty; "
+        "relax the topology constraint or make the gang smaller"
+    ),
+    PendingReason.UNKNOWN_QUEUE: "the tenant or queue is not in the tenancy configuration",
+    PendingReason.NO_QUOTA_FOR_TYPE: "the queue has no quota for this GPU type and cannot borrow any",
+    PendingReason.PREEMPTING: "running jobs have been told to stop to make room; starts when they exit",
+}
+
+
+class PreemptionReason(str, enum.Enum):
+    """Why a running job is told to stop."""
+
+    PRIORITY = "priority"  # a higher-priority job in the same queue needs the room
+    RECLAIM = "reclaim"  # the owner of borrowed quota needs it back
+    FAIR_SHARE = "fair_share"  # the victim's tenant is above its fair share, the preemptor's below
+
+
+PREEMPTION_TEXT: dict[PreemptionReason, str] = {
+    PreemptionReason.PRIORITY: "preempted for a higher-priority job in the same queue",
+    PreemptionReason.RECLAIM: "preempted because the queue that lent the quota needs it back",
+    PreemptionReason.FAIR_SHARE: "preempted because the tenant is above its fair share and another is below",
 }

@@ -5,6 +5,30 @@ The JetStream consumer decodes job events and hands them to
 :meth:`Ledger.apply` in batches with their stream sequences as event ids.
 """
 
+from trainyard.ledger.chargeback import (
+    COLUMNS,
+    RateCard,
+    RateCardError,
+    RateCardVersion,
+    chargeback,
+    chargeback_rows,
+    chargeback_totals,
+    load_rate_card,
+    period_bounds,
+)
 from trainyard.ledger.ledger import GROUP_KEYS, Ledger, LedgerRun
 
-__all__ = ["GROUP_KEYS", "Ledger", "LedgerRun"]
+__all__ = [
+    "COLUMNS",
+    "GROUP_KEYS",
+    "Ledger",
+    "LedgerRun",
+    "RateCard",
+    "RateCardError",
+    "RateCardVersion",
+    "chargeback",
+    "chargeback_rows",
+    "chargeback_totals",
+    "load_rate_card",
+    "period_bounds",
+]

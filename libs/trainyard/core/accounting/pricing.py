@@ -146,16 +146,20 @@ def round_total(amount: Decimal) -> Decimal:
     return amount.quantize(CENT, rounding=ROUND_HALF_UP)
 
 
-def allocate_cents(exact: Sequence[Decimal]) -> list[Decimal]:
+def allocate_cents(exact: Sequence[Decimal], total: Decimal | None = None) -> list[Decimal]:
     """Round each non-negative amount to the cent so the results add up to
-    the rounded sum of the exact amounts (largest-remainder method).
+    ``total`` (by default the rounded sum of the exact amounts), using the
+    largest-remainder method.
 
     Rows are floored to the cent; the cents left over go one each to the rows
-    with the largest remainders, earlier rows first on a tie.
+    with the largest remainders, earlier rows first on a tie.  ``total`` must
+    lie between the sum of the floors and that sum plus one cent per row.
     """
     floors = [amount.quantize(CENT, rounding=ROUND_DOWN) for amount in exact]
-    target = round_total(sum(exact, Decimal(0)))
+    target = round_total(sum(exact, Decimal(0))) if total is None else total
     left = int((target - sum(floors, Decimal(0))) / CENT)
+    if not 0 <= left <= len(exact):
+        raise ValueError(f"a total of {target} cannot be shared among {len(exact)} amounts adding up to {sum(exact)}")
     order = sorted(range(len(exact)), key=lambda i: (-(exact[i] - floors[i]), i))
     for i in order[:left]:
         floors[i] += CENT

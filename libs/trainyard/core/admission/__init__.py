@@ -1,13 +1,46 @@
 """Which jobs run: ``admit(snapshot, policy, now) -> AdmissionResult``."""
 
-from trainyard.core.admission.cycle import (
+from trainyard.core.admission.cycle import admit
+from trainyard.core.admission.fairshare import decay_usage, decay_usage_table
+from trainyard.core.admission.intake import validate_against_tenancy
+from trainyard.core.admission.snapshot import (
     AdmissionPolicy,
     AdmissionResult,
     AdmissionSnapshot,
     Admit,
     PendingJob,
+    Preemption,
+    RunningJob,
     Waiting,
-    admit,
+    queue_key,
+)
+from trainyard.core.admission.tree import (
+    Cohort,
+    FlavorQuota,
+    PreemptionSettings,
+    PriorityClass,
+    QueueQuota,
+    Tenancy,
 )
 
-__all__ = ["AdmissionPolicy", "AdmissionResult", "AdmissionSnapshot", "Admit", "PendingJob", "Waiting", "admit"]
+__all__ = [
+    "AdmissionPolicy",
+    "AdmissionResult",
+    "AdmissionSnapshot",
+    "Admit",
+    "Cohort",
+    "FlavorQuota",
+    "PendingJob",
+    "Preemption",
+    "PreemptionSettings",
+    "PriorityClass",
+    "QueueQuota",
+    "RunningJob",
+    "Tenancy",
+    "Waiting",
+    "admit",
+    "decay_usage",
+    "decay_usage_table",
+    "queue_key",
+    "validate_against_tenancy",
+]

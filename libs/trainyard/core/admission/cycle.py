@@ -1,52 +1,198 @@
-"""One admission cycle.
+"""One admission cycle: ``admit(snapshot, policy, now) -> AdmissionResult``.
 
-The walking-skeleton policy: first-in-first-out per GPU type while GPUs are
-free.  A job whose GPU type is blocked by an earlier job waits behind it, so a
-large job is never overtaken by smaller ones of the same type.
+Without a tenancy (``policy.tenancy is None``) the policy is first-in-first-out
+per GPU type while GPUs are free: a job whose GPU type is blocked by an earlier
+job waits behind it, so a large job is never overtaken by smaller ones.
+
+With a tenancy, each cycle:
+
+1. indexes the quota tree and loads the usage of every running job;
+2. orders each queue by priority, then submission order;
+3. repeatedly takes the queue whose next job is best by class (within nominal
+   quota, borrowing, best effort) and then by smallest fair share, and admits
+   that job if its whole gang fits the quota tree and the free GPUs;
+4. a job that does not fit blocks the later jobs of its queue that need the
+   same GPU types, and reserves the capacity it waits for against borrowing
+   jobs of queues further along in fair-share order;
+5. lets the jobs that blocked (a bounded number) look for preemption victims;
+6. gives every job left waiting a reason and its place in its queue.
 """
 
 from __future__ import annotations
 
-import msgspec
+from heapq import heapify, heappop, heappush
 
+from trainyard.core.admission.fairshare import FairShare
+from trainyard.core.admission.ordering import (
+    BORROW_ONLY,
+    BORROWING,
+    WITHIN_NOMINAL,
+    demand_of,
+    group_pending,
+    never_fits,
+)
+from trainyard.core.admission.preemption import Blocked, Holder, preempt
+from trainyard.core.admission.quota import QuotaState
+from trainyard.core.admission.snapshot import (
+    AdmissionPolicy,
+    AdmissionResult,
+    AdmissionSnapshot,
+    Admit,
+    PendingJob,
+    Preemption,
+    RunningJob,
+    Waiting,
+    queue_key,
+)
+from trainyard.core.admission.tree import Tenancy, TreeIndex
 from trainyard.core.reasons import PendingReason
 
+__all__ = [
+    "AdmissionPolicy", "AdmissionResult", "AdmissionSnapshot", "Admit", "PendingJob", "Preemption",
+    "RunningJob", "Waiting", "admit",
+]
 
-class PendingJob(msgspec.Struct, frozen=True):
-    job_id: str
-    tenant: str
-    queue: str
-    order: int  # position in the global submission order (lower runs first)
-    gpus_by_type: dict[str, int]  # the whole gang's demand
-    priority: int = 0
-
-
-class AdmissionSnapshot(msgspec.Struct, frozen=True):
-    pending: list[PendingJob]
-    capacity: dict[str, int]  # GPUs of each type on schedulable nodes
-    in_use: dict[str, int]  # GPUs of each type held by admitted, placed and running jobs
-
-
-class AdmissionPolicy(msgspec.Struct, frozen=True):
-    max_admissions_per_cycle: int = 10_000
-
-
-class Admit(msgspec.Struct, frozen=True):
-    job_id: str
-
-
-class Waiting(msgspec.Struct, frozen=True):
-    job_id: str
-    reason: PendingReason
-    position: int  # 1-based place among pending jobs of the same GPU type
-
-
-class AdmissionResult(msgspec.Struct, frozen=True):
-    admitted: list[Admit]
-    waiting: list[Waiting]
+BACKOFF = PendingReason.BACKOFF
+QUEUED_BEHIND = PendingReason.QUEUED_BEHIND
+FAIR_SHARE = PendingReason.FAIR_SHARE
+INSUFFICIENT_GPUS = PendingReason.INSUFFICIENT_GPUS
+NOBODY = 3  # reservation level that blocks no class
 
 
 def admit(snapshot: AdmissionSnapshot, policy: AdmissionPolicy, now: float) -> AdmissionResult:
+    """Decide which pending jobs to admit now, whom to preempt, and why the rest wait."""
+    if policy.tenancy is None:
+        return _admit_fifo(snapshot, policy, now)
+    return _admit_with_tenancy(snapshot, policy, policy.tenancy, now)
+
+
+def _admit_with_tenancy(
+    snapshot: AdmissionSnapshot, policy: AdmissionPolicy, tenancy: Tenancy, now: float
+) -> AdmissionResult:
+    # 1. Index the tree; load what running jobs hold.
+    index = TreeIndex(tenancy, list(snapshot.capacity))
+    fidx, nf = index.fidx, len(index.flavors)
+    capacity = [snapshot.capacity.get(f, 0) for f in index.flavors]
+    state = QuotaState(index)
+    held = [0] * nf
+    holders: list[Holder] = []
+    for r in snapshot.running:
+        demand = [(fidx[t], n) for t, n in r.gpus_by_type.items() if n > 0 and t in fidx]
+        for i, d in demand:
+            held[i] += d
+        q = index.queue_of.get(queue_key(r.tenant, r.queue))
+        if q is not None:
+            state.take(q, demand, r.may_only_borrow)
+            holders.append(Holder(r, q, demand))
+    free = [capacity[i] - max(snapshot.in_use.get(f, 0), held[i]) for i, f in enumerate(index.flavors)]
+    shares = FairShare(index, state.usage, capacity, snapshot.usage_history, tenancy.half_life_s)
+
+    # 2. Queues in priority-then-submission order.
+    waiting: list[tuple[str, PendingReason, int]] = []
+    queue_jobs: dict[int, list[PendingJob]] = {}
+    for key, jobs in group_pending(snapshot.pending).items():
+        q = index.queue_of.get(key)
+        if q is None:
+            waiting.extend((job.job_id, PendingReason.UNKNOWN_QUEUE, p) for p, job in enumerate(jobs, 1))
+        else:
+            queue_jobs[q] = jobs
+
+    def head_class(q: int, job: PendingJob) -> int:
+        if job.may_only_borrow:
+            return BORROW_ONLY
+        demand = demand_of(job.gpus_by_type, fidx)
+        if demand is None or state.within_nominal(q, demand):
+            return WITHIN_NOMINAL
+        return BORROWING
+
+    # 3. Take the best queue, try its next job, put the queue back when a job is admitted.
+    heap = [(head_class(q, jobs[0]), shares.share[q], q) for q, jobs in queue_jobs.items()]
+    heapify(heap)
+    cursor = dict.fromkeys(queue_jobs, 0)
+    queue_blocked = {q: [False] * nf for q in queue_jobs}  # types later jobs of the queue wait behind
+    reserved = [[NOBODY] * nf for _ in index.names]  # lowest class a waiting job holds capacity against
+    admitted: list[Admit] = []
+    blocked: list[Blocked] = []  # jobs that blocked their queue: candidates to preempt for
+    limit = policy.max_admissions_per_cycle
+    while heap:
+        popped_class, _, q = heappop(heap)
+        jobs, i, n_jobs = queue_jobs[q], cursor[q], len(queue_jobs[q])
+        qblock, path, ceiling = queue_blocked[q], index.paths[q], index.ceiling[q]
+        while i < n_jobs:
+            job = jobs[i]
+            i += 1
+            if job.not_before is not None and job.not_before > now:
+                waiting.append((job.job_id, BACKOFF, i))
+                continue
+            demand = demand_of(job.gpus_by_type, fidx)
+            static = PendingReason.NO_CAPACITY_OF_TYPE if demand is None else never_fits(demand, capacity, ceiling)
+            if static is not None:
+                waiting.append((job.job_id, static, i))
+                continue
+            if any(qblock[t] for t, _ in demand):
+                waiting.append((job.job_id, QUEUED_BEHIND, i))
+                for t, _ in demand:
+                    qblock[t] = True
+                continue
+            if len(admitted) >= limit:
+                waiting.append((job.job_id, QUEUED_BEHIND, i))
+                continue
+            borrow_only = job.may_only_borrow
+            cls = BORROW_ONLY if borrow_only else WITHIN_NOMINAL if state.within_nominal(q, demand) else BORROWING
+            if cls > popped_class:
+                i -= 1  # its class is worse than the one it was chosen for: queue again
+                heappush(heap, (cls, shares.share[q], q))
+                break
+            # 4. Does the gang fit the quota tree, the reservations and the free GPUs?
+            fail = state.check(q, demand, borrow_only)
+            reason = fail[0] if fail is not None else None
+            if fail is None and any(reserved[n][t] <= cls for n in path for t, _ in demand):
+                reason = FAIR_SHARE
+            elif fail is None and any(free[t] < d for t, d in demand):
+                reason, fail = INSUFFICIENT_GPUS, (INSUFFICIENT_GPUS, 0)
+            if reason is not None:
+                for t, _ in demand:
+                    qblock[t] = True
+                if reason is not FAIR_SHARE and not borrow_only:
+                    node = fail[1]
+                    level = cls if reason is INSUFFICIENT_GPUS else max(cls, BORROWING)
+                    row = reserved[node]
+                    for t, _ in demand:
+                        if row[t] > level:
+                            row[t] = level
+                    blocked.append(Blocked(job, q, demand, cls, len(waiting)))
+                waiting.append((job.job_id, reason, i))
+                continue
+            state.take(q, demand, borrow_only)
+            for t, d in demand:
+                free[t] -= d
+            admitted.append(Admit(job.job_id))
+            share = shares.update(q)
+            if i < n_jobs:
+                heappush(heap, (head_class(q, jobs[i]), share, q))
+            break
+        cursor[q] = i
+
+    # 5. Jobs that blocked look for jobs to preempt.
+    preemptions: list[Preemption] = []
+    if blocked:
+        preemptions, preemptors = preempt(
+            tenancy.preemption, state, shares, free, holders, blocked[: policy.max_preemptors_per_cycle],
+            snapshot.recent_preemptions, now,
+        )
+        for at in preemptors:
+            job_id, _, position = waiting[at]
+            waiting[at] = (job_id, PendingReason.PREEMPTING, position)
+
+    # 6. Every job left waiting has a reason and a place.
+    return AdmissionResult(
+        admitted=admitted,
+        waiting=[Waiting(job_id, reason, position) for job_id, reason, position in waiting],
+        preemptions=preemptions,
+    )
+
+
+def _admit_fifo(snapshot: AdmissionSnapshot, policy: AdmissionPolicy, now: float) -> AdmissionResult:
     """Admit pending jobs in submission order while their GPU types have room."""
     # 1. Free GPUs per type, from our own copy of the snapshot.
     free = {t: snapshot.capacity.get(t, 0) - snapshot.in_use.get(t, 0) for t in snapshot.capacity}
@@ -60,6 +206,9 @@ def admit(snapshot: AdmissionSnapshot, policy: AdmissionPolicy, now: float) -> A
         position = max((positions.get(t, 0) for t in types), default=0) + 1
         for t in types:
             positions[t] = positions.get(t, 0) + 1
+        if job.not_before is not None and job.not_before > now:
+            waiting.append(Waiting(job.job_id, BACKOFF, position))  # backoff never holds up the line
+            continue
         reason = _blocking_reason(job, snapshot.capacity, free, blocked)
         if reason is None and len(admitted) >= policy.max_admissions_per_cycle:
             reason = PendingReason.QUEUED_BEHIND

@@ -1,105 +1,127 @@
 """One placement cycle: put each admitted gang on free GPUs, all or nothing.
 
-The walking-skeleton policy is best fit per replica (the node with the fewest
-free GPUs that still holds the replica), which keeps whole nodes free for large
-replicas.  Ranks follow node order so consecutive ranks share a node.
+Each gang goes to the tightest topology domain that holds all of it, best fit
+(see gang.py and scoring.py).  A gang that cannot start may get a
+reservation; later, smaller gangs start only if they do not delay it
+(backfill.py).  Every gang left waiting gets a reason.
 """
 
 from __future__ import annotations
 
-import msgspec
-
+from trainyard.core.placement.backfill import Backfill
+from trainyard.core.placement.gang import fit_gang, undo, why_not
+from trainyard.core.placement.snapshot import (
+    ClusterSnapshot,
+    NodeView,
+    Placement,
+    PlacementPolicy,
+    PlacementRequest,
+    PlacementResult,
+    Reservation,
+    RunningAlloc,
+    Unplaced,
+)
+from trainyard.core.placement.topology import Topology
 from trainyard.core.reasons import PendingReason
-from trainyard.domain.job import JobSpec
-from trainyard.domain.node import NodeInfo
-from trainyard.events.jobs import ReplicaPlacement
 
+__all__ = [
+    "ClusterSnapshot",
+    "Cycle",
+    "NodeView",
+    "Placement",
+    "PlacementPolicy",
+    "PlacementRequest",
+    "PlacementResult",
+    "Reservation",
+    "RunningAlloc",
+    "Unplaced",
+    "place",
+]
 
-class NodeView(msgspec.Struct, frozen=True):
-    info: NodeInfo
-    free_gpus: tuple[int, ...]  # indices of GPUs not held by any run
-    schedulable: bool = True
-
-
-class ClusterSnapshot(msgspec.Struct, frozen=True):
-    nodes: list[NodeView]
-
-
-class PlacementRequest(msgspec.Struct, frozen=True):
-    job_id: str
-    run_id: str
-    spec: JobSpec
-    order: int  # lower is placed first
-
-
-class Placement(msgspec.Struct, frozen=True):
-    job_id: str
-    run_id: str
-    replicas: list[ReplicaPlacement]
-
-
-class Unplaced(msgspec.Struct, frozen=True):
-    job_id: str
-    run_id: str
-    reason: PendingReason
-
-
-class PlacementResult(msgspec.Struct, frozen=True):
-    placements: list[Placement]
-    unplaced: list[Unplaced]
+#: Reasons after which a gang may be given a reservation: it could start once others end.
+RESERVABLE = frozenset(
+    {
+        PendingReason.INSUFFICIENT_GPUS,
+        PendingReason.FRAGMENTED,
+        PendingReason.TOPOLOGY,
+        PendingReason.RESERVED_FOR_LARGER_JOB,
+    }
+)
 
 
 def place(snapshot: ClusterSnapshot, requests: list[PlacementRequest], now: float) -> PlacementResult:
     """Place requests in order; each gang is placed whole or not at all."""
-    # 1. Our own copy of free GPUs per schedulable node.
-    free: dict[str, list[int]] = {}
-    nodes: dict[str, NodeInfo] = {}
-    for view in snapshot.nodes:
-        if view.schedulable and view.free_gpus:
-            free[view.info.node_id] = sorted(view.free_gpus)
-            nodes[view.info.node_id] = view.info
-    placements: list[Placement] = []
-    unplaced: list[Unplaced] = []
-    # 2. Gangs in order; a gang that does not fit leaves the free map untouched.
+    cycle = Cycle(snapshot, now)
     for req in sorted(requests, key=lambda r: (r.order, r.job_id)):
-        trial = {n: list(g) for n, g in free.items()}
-        replicas = _fit_gang(req.spec, trial, nodes)
-        if replicas is None:
-            unplaced.append(Unplaced(req.job_id, req.run_id, _why_not(req.spec, free, nodes)))
-            continue
-        free = trial
-        placements.append(Placement(req.job_id, req.run_id, replicas))
-    return PlacementResult(placements=placements, unplaced=unplaced)
+        cycle.place_one(req)
+    return cycle.result()
 
 
-def _fit_gang(
-    spec: JobSpec, free: dict[str, list[int]], nodes: dict[str, NodeInfo]
-) -> list[ReplicaPlacement] | None:
-    chosen: list[tuple[str, str, int, list[int]]] = []
-    # Largest replicas first, so they get whole nodes before small ones fill gaps.
-    for role in sorted(spec.roles, key=lambda r: -r.gpus_per_replica):
-        for replica in range(role.replicas):
-            candidates = [
-                n for n, g in free.items() if nodes[n].gpu_type == role.gpu_type and len(g) >= role.gpus_per_replica
-            ]
-            if not candidates:
-                return None
-            node_id = min(candidates, key=lambda n: (len(free[n]), n))
-            gpus = free[node_id][: role.gpus_per_replica]
-            free[node_id] = free[node_id][role.gpus_per_replica :]
-            chosen.append((node_id, role.name, replica, gpus))
-    # Rank order: by node, so consecutive ranks share a node.
-    chosen.sort(key=lambda c: (c[0], c[1], c[2]))
-    return [
-        ReplicaPlacement(role=role, replica=replica, rank=rank, node_id=node_id, gpus=gpus)
-        for rank, (node_id, role, replica, gpus) in enumerate(chosen)
-    ]
+def build_topology(snapshot: ClusterSnapshot) -> Topology:
+    return Topology.build((v.info, v.free_gpus, v.schedulable) for v in snapshot.nodes)
 
 
-def _why_not(spec: JobSpec, free: dict[str, list[int]], nodes: dict[str, NodeInfo]) -> PendingReason:
-    for gpu_type in spec.gpu_types:
-        total_free = sum(len(g) for n, g in free.items() if nodes[n].gpu_type == gpu_type)
-        needed = sum(r.gpus for r in spec.roles if r.gpu_type == gpu_type)
-        if total_free < needed:
-            return PendingReason.INSUFFICIENT_GPUS
-    return PendingReason.FRAGMENTED
+class Cycle:
+    """The working state of one cycle; ``place`` drives it one request at a time."""
+
+    def __init__(self, snapshot: ClusterSnapshot, now: float, topology: Topology | None = None) -> None:
+        # 1. Our own copy of the cluster: a tree per GPU type with free-GPU aggregates.
+        self.topo = topology if topology is not None else build_topology(snapshot)
+        self.policy: PlacementPolicy = snapshot.policy
+        self.now = now
+        # 2. When every running job's GPUs come back, for reservations.
+        self.backfill = Backfill(self.topo, now, snapshot.running)
+        self.placements: list[Placement] = []
+        self.unplaced: list[Unplaced] = []
+
+    def place_one(self, req: PlacementRequest) -> Placement | Unplaced:
+        spec = req.spec
+        end = self.now + spec.max_runtime_s
+        limit = self.policy.candidates_per_level
+        # 3. Keep off the GPUs reserved for earlier gangs unless this one ends first.
+        if self.backfill.reservations:
+            self.backfill.mask_for(end)
+        replicas = fit_gang(self.topo, spec, limit)
+        if replicas is not None:
+            placed = Placement(req.job_id, req.run_id, replicas, backfilled=bool(self.backfill.reservations))
+            self.placements.append(placed)
+            self.backfill.add_release(end, replicas)
+            return placed
+        # 4. Say why it waits: the cluster, its shape, or someone else's reservation.
+        reason = self._reason(req)
+        expected_start = None
+        if (
+            self.policy.backfill
+            and reason in RESERVABLE
+            and len(self.backfill.reservations) < self.policy.max_reservations
+            and spec.total_gpus >= self.policy.reserve_min_gpus
+        ):
+            # 5. Reserve the GPUs it will get when running jobs end.
+            reservation = self.backfill.reserve(req.job_id, req.run_id, spec, limit)
+            if reservation is not None:
+                expected_start = reservation.start_at
+        waiting = Unplaced(req.job_id, req.run_id, reason, expected_start)
+        self.unplaced.append(waiting)
+        return waiting
+
+    def _reason(self, req: PlacementRequest) -> PendingReason:
+        if not self.backfill.masked:
+            return why_not(self.topo, req.spec)
+        masked = self.backfill.mask_set
+        self.backfill.unmask()
+        try:
+            replicas = fit_gang(self.topo, req.spec, self.policy.candidates_per_level)
+            if replicas is not None:
+                undo(self.topo, [(0, "", self.topo.nodes[r.node_id], r.gpus) for r in replicas])
+                return PendingReason.RESERVED_FOR_LARGER_JOB
+            return why_not(self.topo, req.spec)
+        finally:
+            self.backfill.set_mask(list(masked))
+
+    def result(self) -> PlacementResult:
+        self.backfill.unmask()
+        return PlacementResult(
+            placements=list(self.placements),
+            unplaced=list(self.unplaced),
+            reservations=list(self.backfill.reservations),
+        )

@@ -1,0 +1,184 @@
+"""Placement benchmark: gang and topology-aware placement on a 4,096-node cluster.
+
+Cluster: 4 zones x 8 blocks x 8 racks x 16 nodes x 8 GPUs (32,768 GPUs; a rack
+holds 128 GPUs, a block 1,024).  A seeded stream of gangs of 1..512 GPUs
+arrives and finishes at about 90% occupancy; after every arrival or finish the
+pending queue is offered to the placement cycle in arrival order, with EASY
+backfill on.
+
+Prints: latency per gang (time of one gang's placement attempt inside a cycle,
+with the cycle's tree kept between events as a service would), the cost of a
+whole ``place()`` call from a fresh snapshot, the share of multi-node gangs
+placed inside one rack / one block against how many could have been, and the
+fragmentation figure over time.
+
+    PYTHONPATH=libs .venv/bin/python bench/placement.py [--jobs 4000] [--seed 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import random
+import statistics
+import time
+
+from trainyard.core.placement import ClusterSnapshot, NodeView, PlacementRequest, RunningAlloc, fragmentation, place
+from trainyard.core.placement.cycle import Cycle
+from trainyard.core.placement.gang import demands_of, fitting
+from trainyard.core.placement.topology import Level, Topology
+from trainyard.domain.job import JobSpec, Role
+from trainyard.domain.node import NodeInfo
+
+ZONES, BLOCKS, RACKS, NODES, GPUS = 4, 8, 8, 16, 8
+SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+WEIGHTS = [16, 8, 8, 18, 14, 12, 10, 7, 4, 3]
+MEAN_RUNTIME_S = 3600.0
+
+
+def cluster() -> list[NodeInfo]:
+    out = []
+    for z in range(ZONES):
+        for b in range(BLOCKS):
+            for r in range(RACKS):
+                for n in range(NODES):
+                    out.append(NodeInfo(f"z{z}-b{b}-r{r}-n{n:02d}", "bench", "H100", GPUS,
+                                        zone=f"z{z}", block=f"b{b}", rack=f"r{r}"))
+    return out
+
+
+def spec_of(gpus: int, runtime: float, rng: random.Random) -> JobSpec:
+    role = Role("worker", replicas=1, gpus_per_replica=gpus) if gpus < GPUS else Role(
+        "worker", replicas=gpus // GPUS, gpus_per_replica=GPUS)
+    limit = int(runtime * rng.uniform(1.0, 2.0)) + 60
+    return JobSpec(tenant="t", queue="q", roles=[role], max_runtime_s=limit, simulated_duration_s=runtime)
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+def snapshot_of(infos: list[NodeInfo], topo: Topology, running: dict[str, RunningAlloc]) -> ClusterSnapshot:
+    views = [NodeView(i, tuple(topo.nodes[i.node_id].free_gpus)) for i in infos]
+    return ClusterSnapshot(nodes=views, running=list(running.values()))
+
+
+def run(jobs: int, seed: int) -> None:
+    rng = random.Random(seed)
+    infos = cluster()
+    topo = Topology.build((i, range(i.gpus), True) for i in infos)
+    total_gpus = len(infos) * GPUS
+    mean_gpus = sum(s * w for s, w in zip(SIZES, WEIGHTS)) / sum(WEIGHTS)
+    rate = 0.93 * total_gpus / (mean_gpus * MEAN_RUNTIME_S)  # arrivals per second
+    events: list[tuple[float, int, str, str]] = []  # (time, seq, kind, job id)
+    t = 0.0
+    specs: dict[str, JobSpec] = {}
+    for j in range(jobs):
+        t += rng.expovariate(rate)
+        gpus = rng.choices(SIZES, WEIGHTS)[0]
+        runtime = min(rng.expovariate(1 / MEAN_RUNTIME_S) + 60, 6 * MEAN_RUNTIME_S)
+        specs[f"j{j:05d}"] = spec_of(gpus, runtime, rng)
+        heapq.heappush(events, (t, j, "arrive", f"j{j:05d}"))
+    pending: dict[str, int] = {}  # job id -> order
+    running: dict[str, RunningAlloc] = {}
+    latency_placed: dict[int, list[float]] = {}
+    latency_waiting: dict[int, list[float]] = {}
+    rack_could = rack_did = block_could = block_did = multi = 0
+    frag_series: list[tuple[float, dict[str, float], float]] = []
+    occupancy: list[float] = []
+    seq = jobs
+    step = 0
+    warmup = jobs // 10
+    arrived = 0
+    while events:
+        now, _, kind, job_id = heapq.heappop(events)
+        if kind == "arrive":
+            pending[job_id] = int(job_id[1:])
+            arrived += 1
+        else:
+            alloc = running.pop(job_id)
+            for r in alloc.replicas:
+                topo.give(topo.nodes[r.node_id], r.gpus)
+        # One cycle over the pending queue, in arrival order.
+        snap = ClusterSnapshot(nodes=[], running=list(running.values()))
+        cycle = Cycle(snap, now, topology=topo)
+        for jid in sorted(pending, key=pending.get):
+            spec = specs[jid]
+            req = PlacementRequest(jid, jid + "-r1", spec, pending[jid])
+            demands = demands_of(spec)
+            multi_node = spec.total_gpus > GPUS
+            could_rack = multi_node and next(fitting(topo.trees["H100"].root, Level.RACK, demands), None) is not None
+            could_block = multi_node and next(fitting(topo.trees["H100"].root, Level.BLOCK, demands), None) is not None
+            t0 = time.perf_counter()
+            out = cycle.place_one(req)
+            dt = (time.perf_counter() - t0) * 1000
+            measured = arrived > warmup
+            if hasattr(out, "replicas"):
+                if measured:
+                    latency_placed.setdefault(spec.total_gpus, []).append(dt)
+                del pending[jid]
+                running[jid] = RunningAlloc(jid, req.run_id, out.replicas, now, spec.max_runtime_s)
+                seq += 1
+                heapq.heappush(events, (now + spec.simulated_duration_s, seq, "finish", jid))
+                if multi_node and measured:
+                    multi += 1
+                    racks = {topo.nodes[r.node_id].path[:3] for r in out.replicas}
+                    blocks = {p[:2] for p in racks}
+                    rack_could += could_rack
+                    rack_did += could_rack and len(racks) == 1
+                    block_could += could_block
+                    block_did += could_block and len(blocks) == 1
+            elif measured:
+                latency_waiting.setdefault(spec.total_gpus, []).append(dt)
+        cycle.result()
+        step += 1
+        used = total_gpus - topo.trees["H100"].root.free
+        if arrived > warmup and arrived < jobs:
+            occupancy.append(used / total_gpus)
+        if step % 400 == 0 and arrived < jobs:
+            frag_series.append((now, fragmentation(snapshot_of(infos, topo, running)), used / total_gpus))
+    # Whole place() calls from a fresh snapshot, as the service makes them.
+    full_ms = []
+    snap = snapshot_of(infos, Topology.build((i, range(i.gpus), True) for i in infos), {})
+    reqs = [PlacementRequest(j, j, specs[j], n) for n, j in enumerate(sorted(specs)[:200])]
+    for _ in range(5):
+        t0 = time.perf_counter()
+        place(snap, reqs, 0.0)
+        full_ms.append((time.perf_counter() - t0) * 1000)
+
+    print(f"cluster: {len(infos)} nodes x {GPUS} GPUs, {ZONES} zones x {BLOCKS} blocks x {RACKS} racks x {NODES} nodes")
+    print(f"jobs: {jobs}, seed {seed}, mean occupancy {statistics.mean(occupancy):.1%} (after warm-up)")
+    print("\nlatency per gang attempt, ms (placed | left waiting, incl. reservation search)")
+    print(f"{'gpus':>6} {'n':>6} {'p50':>7} {'p99':>7} | {'n':>6} {'p50':>7} {'p99':>7}")
+    all_placed: list[float] = []
+    all_waiting: list[float] = []
+    for size in SIZES:
+        a, b = latency_placed.get(size, []), latency_waiting.get(size, [])
+        all_placed += a
+        all_waiting += b
+        print(f"{size:>6} {len(a):>6} {pct(a, 50):>7.3f} {pct(a, 99):>7.3f} | {len(b):>6} {pct(b, 50):>7.3f} {pct(b, 99):>7.3f}")
+    print(f"{'all':>6} {len(all_placed):>6} {pct(all_placed, 50):>7.3f} {pct(all_placed, 99):>7.3f} | "
+          f"{len(all_waiting):>6} {pct(all_waiting, 50):>7.3f} {pct(all_waiting, 99):>7.3f}")
+    print(f"\nmulti-node gangs placed: {multi}")
+    print(f"  could fit in one rack: {rack_could}, placed in one rack: {rack_did} "
+          f"({rack_did / max(rack_could, 1):.1%} of best possible)")
+    print(f"  could fit in one block: {block_could}, placed in one block: {block_did} "
+          f"({block_did / max(block_could, 1):.1%} of best possible)")
+    print("\nfragmentation over time (share of free GPUs unusable by an 8-GPU / 64-GPU gang)")
+    print(f"{'t (h)':>7} {'occupancy':>9} {'free':>6} {'by 8':>6} {'by 64':>6} {'whole racks':>11}")
+    for now, f, occ in frag_series:
+        print(f"{now / 3600:>7.1f} {occ:>9.1%} {int(f['free_gpus']):>6} {f['unusable_by_8']:>6.1%} "
+              f"{f['unusable_by_64']:>6.1%} {int(f['whole_free_racks']):>11}")
+    print(f"\nwhole place() call, fresh 4,096-node snapshot, 200 requests: "
+          f"min {min(full_ms):.1f} ms, median {statistics.median(full_ms):.1f} ms")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=4000)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    run(args.jobs, args.seed)

@@ -1,0 +1,256 @@
+"""The gRPC front door (``trainyard.v1.JobService``) over the same
+:class:`~trainyard.api.jobs.JobOperations` as REST.
+
+Errors map to status codes in one place (:meth:`JobService._serve`):
+bad input -> INVALID_ARGUMENT (details list ``field: message``; the binary
+trailing metadata ``trainyard-field-errors-bin`` carries a ``FieldErrors``),
+unknown job -> NOT_FOUND, finished job -> FAILED_PRECONDITION, another
+tenant -> PERMISSION_DENIED, NATS or Redis down -> UNAVAILABLE.
+
+The metadata key ``x-trainyard-tenant`` scopes a call to one tenant, exactly
+like the REST header.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+import msgspec
+import nats.errors
+import redis.exceptions
+
+from trainyard._pb.trainyard.v1 import jobs_pb2 as pb
+from trainyard._pb.trainyard.v1 import jobs_pb2_grpc as pb_grpc
+from trainyard.api.jobs import Conflict, InvalidRequest, JobOperations, NotFound
+from trainyard.api.metrics import JOB_STATUSES, GatewayMetrics
+from trainyard.api.rest import MAX_LIST_LIMIT, MAX_REASON_CHARS, Forbidden, check_tenant, decode_errors
+from trainyard.domain.job import JobSpec, Role, TopologyConstraint, ValidationError
+from trainyard.store.views import JobView
+
+log = logging.getLogger(__name__)
+
+TENANT_METADATA = "x-trainyard-tenant"
+FIELD_ERRORS_METADATA = "trainyard-field-errors-bin"
+_LEVEL_PREFIX = "TOPOLOGY_LEVEL_"
+
+T = TypeVar("T")
+
+
+# --- protobuf <-> domain ------------------------------------------------------------
+
+
+def _optional(message: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(message, name) for name in names if message.HasField(name)}
+
+
+def _topology_from_proto(t: pb.TopologyConstraint) -> dict[str, Any]:
+    level = pb.TopologyLevel.Name(t.level).removeprefix(_LEVEL_PREFIX).lower()
+    return {"level": level, "required": t.required}
+
+
+def _role_from_proto(r: pb.Role) -> dict[str, Any]:
+    role = {"name": r.name, **_optional(r, ("replicas", "gpus_per_replica", "gpu_type", "cpu_per_replica"))}
+    role.update(_optional(r, ("memory_gib_per_replica",)))
+    if r.HasField("topology"):
+        role["topology"] = _topology_from_proto(r.topology)
+    return role
+
+
+def spec_from_proto(s: pb.JobSpec) -> JobSpec:
+    """Build a JobSpec; unset optional fields take the JobSpec defaults."""
+    raw: dict[str, Any] = {
+        "tenant": s.tenant,
+        "queue": s.queue,
+        "roles": [_role_from_proto(r) for r in s.roles],
+        "labels": dict(s.labels),
+        "command": list(s.command),
+        **_optional(
+            s, ("name", "priority_class", "max_runtime_s", "image", "workload_ref", "simulated_duration_s")
+        ),
+    }
+    if s.HasField("topology"):
+        raw["topology"] = _topology_from_proto(s.topology)
+    try:
+        return msgspec.convert(raw, JobSpec)
+    except msgspec.ValidationError as err:
+        raise InvalidRequest(decode_errors(err, root="spec")) from err
+
+
+def _topology_to_proto(t: TopologyConstraint) -> pb.TopologyConstraint:
+    return pb.TopologyConstraint(level=pb.TopologyLevel.Value(_LEVEL_PREFIX + t.level.name), required=t.required)
+
+
+def _role_to_proto(r: Role) -> pb.Role:
+    role = pb.Role(
+        name=r.name,
+        replicas=r.replicas,
+        gpus_per_replica=r.gpus_per_replica,
+        gpu_type=r.gpu_type,
+        cpu_per_replica=r.cpu_per_replica,
+        memory_gib_per_replica=r.memory_gib_per_replica,
+    )
+    if r.topology is not None:
+        role.topology.CopyFrom(_topology_to_proto(r.topology))
+    return role
+
+
+def spec_to_proto(s: JobSpec) -> pb.JobSpec:
+    spec = pb.JobSpec(
+        tenant=s.tenant,
+        queue=s.queue,
+        roles=[_role_to_proto(r) for r in s.roles],
+        name=s.name,
+        priority_class=s.priority_class,
+        labels=s.labels,
+        max_runtime_s=s.max_runtime_s,
+        command=s.command,
+    )
+    for name in ("image", "workload_ref", "simulated_duration_s"):
+        if getattr(s, name) is not None:
+            setattr(spec, name, getattr(s, name))
+    if s.topology is not None:
+        spec.topology.CopyFrom(_topology_to_proto(s.topology))
+    return spec
+
+
+def job_to_proto(j: JobView) -> pb.Job:
+    job = pb.Job(
+        job_id=j.job_id,
+        status=j.status,
+        tenant=j.tenant,
+        queue=j.queue or "",
+        name=j.name or "",
+        priority_class=j.priority_class or "",
+        gpus=j.gpus,
+        reason=j.reason or "",
+        message=j.message or "",
+        run_id=j.run_id or "",
+        attempt=j.attempt,
+        requeues=j.requeues,
+        placement=[
+            pb.ReplicaPlacement(role=p.role, replica=p.replica, rank=p.rank, node_id=p.node_id, gpus=p.gpus)
+            for p in j.placement or []
+        ],
+        errors=[pb.FieldError(field=e.get("field", ""), message=e.get("message", "")) for e in j.errors or []],
+    )
+    for name in ("position", "submitted_at", "accepted_at", "admitted_at", "placed_at", "started_at", "finished_at"):
+        if getattr(j, name) is not None:
+            setattr(job, name, getattr(j, name))
+    if j.spec is not None:
+        job.spec.CopyFrom(spec_to_proto(j.spec))
+    return job
+
+
+# --- the service ---------------------------------------------------------------------------
+
+
+def _tenant_scope(context: grpc.aio.ServicerContext) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == TENANT_METADATA:
+            return value
+    return None
+
+
+class JobService(pb_grpc.JobServiceServicer):
+    def __init__(self, ops: JobOperations, metrics: GatewayMetrics | None = None) -> None:
+        self.ops = ops
+        self.metrics = metrics
+
+    async def _serve(self, method: str, context: grpc.aio.ServicerContext, work: Callable[[], Awaitable[T]]) -> T:
+        """Run one call and map its failure to a status code (the only place that does)."""
+        code = grpc.StatusCode.OK
+        try:
+            return await work()
+        except InvalidRequest as err:
+            code = grpc.StatusCode.INVALID_ARGUMENT
+            fields = pb.FieldErrors(errors=[pb.FieldError(field=e.field, message=e.message) for e in err.errors])
+            await context.abort(
+                code,
+                "invalid request, nothing was changed: " + "; ".join(str(e) for e in err.errors),
+                trailing_metadata=((FIELD_ERRORS_METADATA, fields.SerializeToString()),),
+            )
+        except Forbidden as err:
+            code = grpc.StatusCode.PERMISSION_DENIED
+            await context.abort(code, str(err))
+        except NotFound as err:
+            code = grpc.StatusCode.NOT_FOUND
+            await context.abort(code, f"no job {str(err)!r}")
+        except Conflict as err:
+            code = grpc.StatusCode.FAILED_PRECONDITION
+            await context.abort(code, str(err))
+        except (nats.errors.Error, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as err:
+            code = grpc.StatusCode.UNAVAILABLE
+            await context.abort(code, f"NATS or Redis is unavailable, try again: {err!r}")
+        except BaseException:
+            code = grpc.StatusCode.UNKNOWN
+            raise
+        finally:
+            if self.metrics is not None:
+                self.metrics.grpc_requests.labels(method, code.name).inc()
+        raise AssertionError("unreachable: abort raises")
+
+    async def SubmitJob(self, request: pb.SubmitJobRequest, context: grpc.aio.ServicerContext) -> pb.SubmitJobResponse:
+        async def work() -> pb.SubmitJobResponse:
+            spec = spec_from_proto(request.spec)
+            check_tenant(_tenant_scope(context), spec.tenant)
+            try:
+                job_id = await self.ops.submit(spec, request.job_id or None)
+            except ValueError as err:  # a name that validates but cannot be a subject token
+                raise InvalidRequest([ValidationError("spec.tenant", str(err))]) from err
+            return pb.SubmitJobResponse(job_id=job_id, status="submitted")
+
+        return await self._serve("SubmitJob", context, work)
+
+    async def GetJob(self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext) -> pb.Job:
+        async def work() -> pb.Job:
+            return job_to_proto(await self.ops.get(request.job_id, _tenant_scope(context)))
+
+        return await self._serve("GetJob", context, work)
+
+    async def ListJobs(self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext) -> pb.ListJobsResponse:
+        async def work() -> pb.ListJobsResponse:
+            errors = []
+            if request.status and request.status not in JOB_STATUSES:
+                errors.append(ValidationError("status", f"{request.status!r} is not one of {', '.join(JOB_STATUSES)}"))
+            if not 0 <= request.limit <= MAX_LIST_LIMIT:
+                errors.append(ValidationError("limit", f"must be between 1 and {MAX_LIST_LIMIT} (0 means 100)"))
+            if errors:
+                raise InvalidRequest(errors)
+            tenant = check_tenant(_tenant_scope(context), request.tenant or None)
+            jobs = await self.ops.list(tenant=tenant, status=request.status or None, limit=request.limit or 100)
+            return pb.ListJobsResponse(jobs=[job_to_proto(j) for j in jobs])
+
+        return await self._serve("ListJobs", context, work)
+
+    async def CancelJob(self, request: pb.CancelJobRequest, context: grpc.aio.ServicerContext) -> pb.CancelJobResponse:
+        async def work() -> pb.CancelJobResponse:
+            if len(request.reason) > MAX_REASON_CHARS:
+                raise InvalidRequest([ValidationError("reason", f"at most {MAX_REASON_CHARS} characters")])
+            job = await self.ops.cancel(request.job_id, _tenant_scope(context), request.reason or "cancelled by user")
+            return pb.CancelJobResponse(job_id=job.job_id, status="cancelling")
+
+        return await self._serve("CancelJob", context, work)
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+async def start_grpc(
+    ops: JobOperations, host: str, port: int, metrics: GatewayMetrics | None = None
+) -> grpc.aio.Server:
+    """Start serving JobService on ``host:port``; stop it with ``await server.stop(grace)``."""
+    server = grpc.aio.server()
+    pb_grpc.add_JobServiceServicer_to_server(JobService(ops, metrics), server)
+    try:
+        bound = server.add_insecure_port(_address(host, port))
+    except RuntimeError as err:
+        raise OSError(f"cannot listen for gRPC on {_address(host, port)}: {err}") from err
+    if bound == 0:
+        raise OSError(f"cannot listen for gRPC on {_address(host, port)}")
+    await server.start()
+    log.info("gRPC JobService listening on %s", _address(host, bound))
+    return server

@@ -1,0 +1,94 @@
+"""Prometheus metrics of the gateway: fleet and job gauges read from the
+projections at scrape time, and counters of the requests it served.
+
+Each :class:`GatewayMetrics` has its own registry, so two gateways in one
+process (tests, an embedded stack) never share or clash on metrics.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Iterator
+
+import msgspec
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from trainyard.domain.node import NodeState
+from trainyard.store import Store, views
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+#: Every status a job can have in the projection; each is exported, zero or not.
+JOB_STATUSES = ("pending", "admitted", "placed", "running", "succeeded", "failed", "cancelled", "rejected")
+
+
+class FleetSnapshot(msgspec.Struct):
+    """What one scrape read from Redis."""
+
+    jobs_by_status: dict[str, int] = {}
+    gpus_capacity: dict[str, int] = {}  # schedulable GPUs per GPU type
+    gpus_in_use: dict[str, int] = {}  # GPUs held by active runs per GPU type
+    nodes_by_state: dict[str, int] = {}
+
+
+async def read_snapshot(store: Store) -> FleetSnapshot:
+    counts = await views.status_counts(store)
+    nodes = Tally(record.state for record in await views.list_nodes(store))
+    return FleetSnapshot(
+        jobs_by_status={**dict.fromkeys(JOB_STATUSES, 0), **counts},
+        gpus_capacity=await views.gpus_by_type(store, "capacity"),
+        gpus_in_use=await views.gpus_by_type(store, "inuse"),
+        nodes_by_state={**{s.value: 0 for s in NodeState}, **nodes},
+    )
+
+
+class _SnapshotCollector(Collector):
+    """Exports the latest snapshot; the scrape handler refreshes it just
+    before rendering, with no await in between."""
+
+    def __init__(self) -> None:
+        self.snapshot = FleetSnapshot()
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.snapshot
+        jobs = GaugeMetricFamily("trainyard_jobs", "Jobs in the projection by status.", labels=["status"])
+        for status, n in sorted(s.jobs_by_status.items()):
+            jobs.add_metric([status], n)
+        capacity = GaugeMetricFamily(
+            "trainyard_gpus_capacity", "Schedulable GPUs by GPU type.", labels=["gpu_type"]
+        )
+        for gpu_type, n in sorted(s.gpus_capacity.items()):
+            capacity.add_metric([gpu_type], n)
+        in_use = GaugeMetricFamily("trainyard_gpus_in_use", "GPUs held by active runs by GPU type.", labels=["gpu_type"])
+        for gpu_type, n in sorted(s.gpus_in_use.items()):
+            in_use.add_metric([gpu_type], n)
+        nodes = GaugeMetricFamily("trainyard_nodes", "Nodes by state.", labels=["state"])
+        for state, n in sorted(s.nodes_by_state.items()):
+            nodes.add_metric([state], n)
+        yield from (jobs, capacity, in_use, nodes)
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._fleet = _SnapshotCollector()
+        self.registry.register(self._fleet)
+        self.http_requests = Counter(
+            "trainyard_gateway_http_requests",
+            "REST requests served, by method, route template and HTTP status.",
+            ["method", "route", "code"],
+            registry=self.registry,
+        )
+        self.grpc_requests = Counter(
+            "trainyard_gateway_grpc_requests",
+            "gRPC calls served, by method and status code.",
+            ["method", "code"],
+            registry=self.registry,
+        )
+
+    async def render(self, store: Store) -> bytes:
+        snapshot = await read_snapshot(store)
+        self._fleet.snapshot = snapshot
+        return generate_latest(self.registry)

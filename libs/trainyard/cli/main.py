@@ -1,0 +1,335 @@
+"""``trainyard``: run the local stack, submit and watch jobs, inspect nodes and usage."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import msgspec
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from trainyard.cli.client import ApiError, Client, resolve_api_url
+
+app = typer.Typer(help="Trainyard: the operating system for large GPU training clusters.", no_args_is_help=True)
+events_app = typer.Typer(help="The event vocabulary.", no_args_is_help=True)
+emulate_app = typer.Typer(help="Emulated GPU nodes.", no_args_is_help=True)
+admin_app = typer.Typer(help="Operator maintenance.", no_args_is_help=True)
+app.add_typer(events_app, name="events")
+app.add_typer(emulate_app, name="emulate")
+app.add_typer(admin_app, name="admin")
+
+console = Console()
+err_console = Console(stderr=True)
+
+DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR", help="Where `up` keeps its state.")
+ApiUrl = typer.Option(None, "--api-url", help="Gateway URL (default: the running `trainyard up`, else :8080).")
+Tenant = typer.Option(None, "--as-tenant", envvar="TRAINYARD_TENANT", help="Act as this tenant only.")
+
+
+def _client(api_url: str | None, data_dir: str, tenant: str | None = None) -> Client:
+    return Client(resolve_api_url(api_url, data_dir), tenant)
+
+
+def _call(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+    try:
+        return fn(*args, **kwargs)
+    except ApiError as err:
+        err_console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(1) from err
+
+
+def _ts(value: float | None) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(value)) if value else "-"
+
+
+# --- the local stack ---
+
+
+@app.command()
+def up(
+    data_dir: str = DataDir,
+    nodes: int = typer.Option(16, help="Emulated GPU nodes."),
+    gpus: int = typer.Option(8, help="GPUs per emulated node."),
+    racks: int = typer.Option(2, help="Racks the nodes are spread over."),
+    http_port: int = typer.Option(0, help="REST port (0 picks a free one)."),
+    grpc_port: int = typer.Option(0, help="gRPC port (0 picks a free one)."),
+    nats_port: int = typer.Option(0, help="NATS port (0 picks a free one)."),
+    redis_port: int = typer.Option(0, help="Redis port (0 picks a free one)."),
+) -> None:
+    """Start NATS, Redis, every service, the emulated cluster and the gateway, until Ctrl-C."""
+    from trainyard.local.stack import LocalStack, StackConfig, read_state
+
+    existing = read_state(data_dir)
+    if existing is not None and _alive(existing.pid):
+        err_console.print(f"[red]error:[/red] a stack is already running from {data_dir} (pid {existing.pid}); "
+                          "stop it first or use another --data-dir")  # fmt: skip
+        raise typer.Exit(1)
+    config = StackConfig(
+        data_dir=data_dir, nodes=nodes, gpus_per_node=gpus, racks=racks, http_port=http_port,
+        grpc_port=grpc_port, nats_port=nats_port, redis_port=redis_port,
+    )  # fmt: skip
+    stack = LocalStack(config)
+    stopping = False
+
+    def _stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        with console.status("starting NATS, Redis and the services..."):
+            stack.start()
+        assert stack.nats and stack.redis
+        console.print("[bold green]Trainyard is up[/bold green]")
+        console.print(f"  REST API + docs  {stack.api_url}  ({stack.api_url}/docs)")
+        console.print(f"  gRPC             127.0.0.1:{stack.grpc_port}")
+        console.print(f"  NATS JetStream   {stack.nats.url}")
+        console.print(f"  Redis            {stack.redis.url}")
+        console.print(f"  ledger           {stack.ledger_url}")
+        console.print(f"  logs             {stack.data_dir / 'logs'}")
+        console.print(f"  cluster          {nodes} emulated nodes x {gpus} GPUs in {racks} racks")
+        console.print("Try: trainyard submit --tenant acme --gpus 8 --duration 5 && trainyard jobs   (Ctrl-C stops)")
+        restarts: dict[str, int] = {}
+        while not stopping:
+            time.sleep(0.5)
+            for name, code in stack.exited().items():
+                if stopping:
+                    break
+                restarts[name] = restarts.get(name, 0) + 1
+                err_console.print(f"[yellow]{name} exited with status {code}; restarting[/yellow]\n"
+                                  f"{stack.log_tail(name, 10)}")  # fmt: skip
+                time.sleep(min(2 ** restarts[name], 30))
+                stack.start_service(name)
+    finally:
+        with console.status("stopping..."):
+            stack.stop()
+        console.print("stopped")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+# --- jobs ---
+
+
+@app.command()
+def submit(
+    tenant: str = typer.Option(..., help="Tenant the job belongs to."),
+    queue: str = typer.Option("default", help="Queue to submit to."),
+    gpus: int = typer.Option(1, help="GPUs per replica."),
+    replicas: int = typer.Option(1, help="Replicas of the single role."),
+    gpu_type: str = typer.Option("H100", help="GPU type."),
+    name: str = typer.Option("job", help="Job name."),
+    role: str = typer.Option("trainer", help="Role name."),
+    priority_class: str = typer.Option("standard", help="Priority class."),
+    duration: Optional[float] = typer.Option(None, help="Simulated run time in seconds (emulated clusters)."),
+    image: Optional[str] = typer.Option(None, help="Container image."),
+    file: Optional[Path] = typer.Option(None, "--file", "-f", help="A full job spec as JSON or YAML (overrides the flags)."),
+    job_id: Optional[str] = typer.Option(None, help="Idempotency key / job id."),
+    as_json: bool = typer.Option(False, "--json"),
+    api_url: Optional[str] = ApiUrl,
+    data_dir: str = DataDir,
+) -> None:
+    """Submit a job; prints its id."""
+    if file is not None:
+        text = file.read_text()
+        body = msgspec.yaml.decode(text) if file.suffix in (".yaml", ".yml") else json.loads(text)
+    else:
+        body = {
+            "tenant": tenant, "queue": queue, "name": name, "priority_class": priority_class,
+            "roles": [{"name": role, "replicas": replicas, "gpus_per_replica": gpus, "gpu_type": gpu_type}],
+        }  # fmt: skip
+        if duration is not None:
+            body["simulated_duration_s"] = duration
+        if image is not None:
+            body["image"] = image
+        if duration is None and image is None:
+            body["simulated_duration_s"] = 10.0
+    if job_id:
+        body["job_id"] = job_id
+    result = _call(_client(api_url, data_dir).request, "POST", "/v1/jobs", json=body)
+    console.print_json(data=result) if as_json else console.print(result["job_id"])
+
+
+@app.command()
+def jobs(
+    tenant: Optional[str] = typer.Option(None, help="Only this tenant's jobs."),
+    status: Optional[str] = typer.Option(None, help="Only jobs in this status."),
+    limit: int = typer.Option(50, help="At most this many (newest first)."),
+    as_json: bool = typer.Option(False, "--json"),
+    api_url: Optional[str] = ApiUrl,
+    data_dir: str = DataDir,
+    as_tenant: Optional[str] = Tenant,
+) -> None:
+    """List jobs, newest first."""
+    params = {k: v for k, v in {"tenant": tenant, "status": status, "limit": limit}.items() if v is not None}
+    rows = _call(_client(api_url, data_dir, as_tenant).request, "GET", "/v1/jobs", params=params)
+    items = rows["jobs"] if isinstance(rows, dict) else rows
+    if as_json:
+        console.print_json(data=items)
+        return
+    table = Table("job", "tenant", "queue", "name", "GPUs", "status", "attempt", "submitted", "finished", "why waiting")
+    for j in items:
+        waiting = j.get("reason") if j.get("status") == "pending" else ""
+        table.add_row(j["job_id"], j["tenant"], j.get("queue") or "", j.get("name") or "", str(j.get("gpus", 0)),
+                      j["status"], str(j.get("attempt", 0)), _ts(j.get("submitted_at")), _ts(j.get("finished_at")),
+                      waiting or "")  # fmt: skip
+    console.print(table)
+
+
+@app.command()
+def job(
+    job_id: str,
+    as_json: bool = typer.Option(False, "--json"),
+    api_url: Optional[str] = ApiUrl,
+    data_dir: str = DataDir,
+    as_tenant: Optional[str] = Tenant,
+) -> None:
+    """Show one job: status, why it waits, where it runs."""
+    j = _call(_client(api_url, data_dir, as_tenant).request, "GET", f"/v1/jobs/{job_id}")
+    if as_json:
+        console.print_json(data=j)
+        return
+    console.print(f"[bold]{j['job_id']}[/bold]  {j['status']}  tenant={j['tenant']} queue={j.get('queue')} "
+                  f"gpus={j.get('gpus')} attempt={j.get('attempt')} run={j.get('run_id') or '-'}")  # fmt: skip
+    if j.get("status") == "pending" and j.get("reason"):
+        console.print(f"  waiting: {j['reason']} (position {j.get('position') or '?'})")
+    if j.get("errors"):
+        for e in j["errors"]:
+            console.print(f"  [red]{e['field']}[/red]: {e['message']}")
+    for r in j.get("placement") or []:
+        console.print(f"  rank {r['rank']:>4}  {r['role']}[{r['replica']}]  {r['node_id']}  GPUs {r['gpus']}")
+
+
+@app.command()
+def cancel(
+    job_id: str,
+    api_url: Optional[str] = ApiUrl,
+    data_dir: str = DataDir,
+    as_tenant: Optional[str] = Tenant,
+) -> None:
+    """Cancel a job that has not finished."""
+    _call(_client(api_url, data_dir, as_tenant).request, "DELETE", f"/v1/jobs/{job_id}")
+    console.print(f"cancel requested for {job_id}")
+
+
+@app.command()
+def nodes(as_json: bool = typer.Option(False, "--json"), api_url: Optional[str] = ApiUrl, data_dir: str = DataDir) -> None:
+    """List GPU nodes with their state and free GPUs."""
+    rows = _call(_client(api_url, data_dir).request, "GET", "/v1/nodes")
+    items = rows["nodes"] if isinstance(rows, dict) else rows
+    if as_json:
+        console.print_json(data=items)
+        return
+    table = Table("node", "state", "type", "GPUs", "free", "rack", "reason")
+    for n in items:
+        info = n.get("info") or {}
+        table.add_row(n["node_id"], n["state"], info.get("gpu_type", ""), str(info.get("gpus", "")),
+                      str(len(n.get("free_gpus", []))), info.get("rack", ""), n.get("state_reason") or "")  # fmt: skip
+    console.print(table)
+
+
+@app.command()
+def usage(
+    tenant: Optional[str] = typer.Option(None, help="Only this tenant."),
+    as_json: bool = typer.Option(False, "--json"),
+    api_url: Optional[str] = ApiUrl,
+    data_dir: str = DataDir,
+    as_tenant: Optional[str] = Tenant,
+) -> None:
+    """GPU usage from the accounting ledger."""
+    params = {"tenant": tenant} if tenant else {}
+    rows = _call(_client(api_url, data_dir, as_tenant).request, "GET", "/v1/usage", params=params)
+    items = rows["usage"] if isinstance(rows, dict) else rows
+    if as_json:
+        console.print_json(data=items)
+        return
+    table = Table(*(items[0].keys() if items else ["tenant", "gpu_seconds"]))
+    for row in items:
+        table.add_row(*(f"{v:,.1f}" if isinstance(v, float) else str(v) for v in row.values()))
+    console.print(table)
+
+
+# --- events ---
+
+
+@events_app.command("schema")
+def events_schema() -> None:
+    """Print the JSON Schema of every message a submission portal may publish."""
+    from trainyard.events.jobs import IntakeCommand
+
+    schema = msgspec.json.schema(IntakeCommand)
+    schema["$comment"] = "Publish to trainyard.intake.<tenant> with header Nats-Msg-Id set to a unique id."
+    sys.stdout.write(json.dumps(schema, indent=2) + "\n")
+
+
+# --- emulator ---
+
+
+@emulate_app.command("run")
+def emulate_run(
+    nodes: int = typer.Option(16, envvar="TRAINYARD_EMULATOR_NODES"),
+    gpus: int = typer.Option(8, envvar="TRAINYARD_EMULATOR_GPUS"),
+    racks: int = typer.Option(2, envvar="TRAINYARD_EMULATOR_RACKS"),
+) -> None:
+    """Run emulated GPU nodes against the NATS and Redis in TRAINYARD_* settings."""
+    from trainyard.emulator import EmulatedCluster, default_topology
+    from trainyard.runtime import Runtime, run_tasks, serve
+    from trainyard.store import Projector
+
+    async def main(rt: Runtime) -> None:
+        jobs = Projector(rt.bus, rt.store, "JOBS")
+        topology = default_topology(rt.settings.cluster, nodes=nodes, gpus=gpus, racks=racks)
+        cluster = EmulatedCluster(
+            rt.bus, rt.store, topology, heartbeat_interval_s=rt.settings.heartbeat_interval_s, projector=jobs
+        )
+        await run_tasks(rt.stop, jobs.run(rt.stop), cluster.run(rt.stop))
+
+    serve("emulator", main)
+
+
+# --- admin ---
+
+
+@admin_app.command("rebuild")
+def admin_rebuild() -> None:
+    """Throw away the Redis projections and rebuild them by replaying the streams."""
+    from trainyard.runtime import close_runtime, open_runtime
+    from trainyard.settings import load_settings
+    from trainyard.store import Projector
+
+    async def rebuild() -> None:
+        rt = await open_runtime("admin", load_settings())
+        try:
+            await rt.store.flush()
+            for stream in ("NODES", "JOBS"):
+                projector = Projector(rt.bus, rt.store, stream)
+                stop = asyncio.Event()
+                task = asyncio.create_task(projector.run(stop))
+                last = (await rt.bus.js.stream_info(stream)).state.last_seq
+                await projector.wait_for(last, timeout=600)
+                stop.set()
+                await task
+                console.print(f"{stream}: replayed through sequence {last}")
+        finally:
+            await close_runtime(rt)
+
+    asyncio.run(rebuild())
+
+
+if __name__ == "__main__":
+    app()

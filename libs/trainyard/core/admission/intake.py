@@ -1,0 +1,86 @@
+"""Checks of a submitted spec against the tenancy, made once at intake.
+
+``JobSpec.tenant`` names a team and ``JobSpec.queue`` one of that team's
+queues.  A spec that fails here is rejected with every problem listed; one that
+passes can still wait, but never for a reason that no change in the cluster
+could remove.
+"""
+
+from __future__ import annotations
+
+from trainyard.core.admission.tree import Tenancy, TreeIndex
+from trainyard.domain.job import JobSpec, ValidationError
+
+
+def _listing(names: list[str], limit: int = 10) -> str:
+    shown = ", ".join(sorted(names)[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "") if names else "none"
+
+
+def validate_against_tenancy(spec: JobSpec, tenancy: Tenancy) -> list[ValidationError]:
+    """Every reason ``spec`` could never run under ``tenancy``; empty when it could."""
+    errors: list[ValidationError] = []
+    index = TreeIndex(tenancy)
+    tenants: dict[str, list[str]] = {}
+    for q in tenancy.queues:
+        tenants.setdefault(q.tenant, []).append(q.name)
+    # 1. Tenant and queue.
+    node = None
+    if spec.tenant not in tenants:
+        errors.append(
+            ValidationError("tenant", f"unknown tenant {spec.tenant!r}; tenants are teams: {_listing(list(tenants))}")
+        )
+    elif spec.queue not in tenants[spec.tenant]:
+        errors.append(
+            ValidationError(
+                "queue",
+                f"team {spec.tenant!r} has no queue {spec.queue!r}; its queues: {_listing(tenants[spec.tenant])}",
+            )
+        )
+    else:
+        node = index.queue_of[f"{spec.tenant}/{spec.queue}"]
+    # 2. Priority class.
+    classes = [p.name for p in tenancy.priority_classes]
+    if classes and spec.priority_class not in classes:
+        errors.append(
+            ValidationError(
+                "priority_class", f"unknown priority class {spec.priority_class!r}; classes: {_listing(classes)}"
+            )
+        )
+    # 3. GPU types offered, and gangs no quota could ever hold.
+    offered = list(tenancy.flavors) or list(index.flavors)
+    demand: dict[str, int] = {}
+    first_role: dict[str, int] = {}
+    for i, role in enumerate(spec.roles):
+        if role.gpu_type not in offered:
+            errors.append(
+                ValidationError(
+                    f"roles[{i}].gpu_type", f"GPU type {role.gpu_type!r} is not offered; offered: {_listing(offered)}"
+                )
+            )
+            continue
+        demand[role.gpu_type] = demand.get(role.gpu_type, 0) + role.gpus
+        first_role.setdefault(role.gpu_type, i)
+    if node is not None:
+        for gpu_type, gpus in demand.items():
+            f = index.fidx.get(gpu_type)
+            ceiling = index.ceiling[node][f] if f is not None else 0
+            where = f"roles[{first_role[gpu_type]}].gpu_type"
+            if ceiling <= 0:
+                errors.append(
+                    ValidationError(
+                        where,
+                        f"queue {spec.tenant}/{spec.queue} has no {gpu_type} quota and cannot borrow any; "
+                        "choose another GPU type or queue",
+                    )
+                )
+            elif gpus > ceiling:
+                nominal = index.nominal[node][f]
+                errors.append(
+                    ValidationError(
+                        "roles",
+                        f"the gang needs {gpus} {gpu_type} GPUs but queue {spec.tenant}/{spec.queue} can get at "
+                        f"most {ceiling} (nominal {nominal} plus what it may borrow); make the gang smaller",
+                    )
+                )
+    return errors

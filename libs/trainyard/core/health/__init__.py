@@ -1,0 +1,98 @@
+"""Health rules: GPU telemetry, XIDs and heartbeats -> findings -> node state and actions.
+
+Pure and deterministic: no I/O, no clock reads, no randomness, no logging.
+"""
+
+from trainyard.core.health.actions import (
+    Action,
+    Alert,
+    CordonNode,
+    FailRunsOnNode,
+    PreemptRunsOnNode,
+    RebootNode,
+    ResetGpu,
+    RunHealthChecks,
+    TransitionRejected,
+    UncordonNode,
+)
+from trainyard.core.health.findings import Finding, FindingKind, Remedy, Severity
+from trainyard.core.health.fleet import (
+    Decision,
+    SuspectedRackFault,
+    correlate,
+    limit_blast_radius,
+    pool_limit,
+    pool_of,
+    rack_fault_alert,
+)
+from trainyard.core.health.rules import (
+    DEFAULT_POLICY,
+    RULES_VERSION,
+    HealthPolicy,
+    HeartbeatGap,
+    evaluate,
+    evaluate_heartbeat,
+    evaluate_sample,
+    evaluate_xids,
+)
+from trainyard.core.health.state import (
+    ChecksFailed,
+    ChecksPassed,
+    Command,
+    Cordon,
+    Drain,
+    DrainComplete,
+    HeartbeatResumed,
+    HistoryEntry,
+    NodeHealthRecord,
+    Uncordon,
+    transition,
+)
+from trainyard.core.health.xid import XID_CATALOG, XID_CATALOG_VERSION, XidRule, classify_xid
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "RULES_VERSION",
+    "XID_CATALOG",
+    "XID_CATALOG_VERSION",
+    "Action",
+    "Alert",
+    "ChecksFailed",
+    "ChecksPassed",
+    "Command",
+    "Cordon",
+    "CordonNode",
+    "Decision",
+    "Drain",
+    "DrainComplete",
+    "FailRunsOnNode",
+    "Finding",
+    "FindingKind",
+    "HealthPolicy",
+    "HeartbeatGap",
+    "HeartbeatResumed",
+    "HistoryEntry",
+    "NodeHealthRecord",
+    "PreemptRunsOnNode",
+    "RebootNode",
+    "Remedy",
+    "ResetGpu",
+    "RunHealthChecks",
+    "Severity",
+    "SuspectedRackFault",
+    "TransitionRejected",
+    "Uncordon",
+    "UncordonNode",
+    "XidRule",
+    "classify_xid",
+    "correlate",
+    "evaluate",
+    "evaluate_heartbeat",
+    "evaluate_sample",
+    "evaluate_xids",
+    "limit_blast_radius",
+    "pool_limit",
+    "pool_of",
+    "rack_fault_alert",
+    "transition",
+]

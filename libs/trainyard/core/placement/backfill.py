@@ -1,0 +1,144 @@
+"""Reservations for blocked gangs, and backfill that never delays them (EASY).
+
+When a gang cannot start, the cycle asks when it could: running jobs end at
+the latest at ``started_at + max_runtime_s``, so their GPUs come back in a
+known order.  The earliest time at which the gang fits, and the GPUs it would
+get then, form its reservation.  A later job may still start now if it ends
+before the reservation begins, or if it keeps off the reserved GPUs; both
+leave every reserved GPU free at the reservation's start.
+
+Reservations after the first treat earlier reservations' GPUs as never free,
+which is conservative: a second reservation can never delay the first.
+"""
+
+from __future__ import annotations
+
+from trainyard.core.placement.gang import fit_gang, undo
+from trainyard.core.placement.snapshot import Reservation, RunningAlloc
+from trainyard.core.placement.topology import Node, Topology
+from trainyard.domain.job import JobSpec
+from trainyard.events.jobs import ReplicaPlacement
+
+Given = list[tuple[Node, list[int]]]  # GPUs handed back to the tree, to take again on undo
+
+
+class Backfill:
+    """The reservations of one cycle and the masks that keep later jobs off them."""
+
+    def __init__(self, topo: Topology, now: float, running: list[RunningAlloc]) -> None:
+        self.topo = topo
+        self.now = now
+        self.releases: list[tuple[float, str, list[int]]] = []  # (end, node id, GPUs) of every holder
+        for alloc in running:
+            self.add_release(alloc.expected_end, alloc.replicas)
+        self.reservations: list[Reservation] = []
+        self.reserved: list[dict[str, list[int]]] = []  # per reservation: node id -> GPUs
+        self.reserved_gpus: set[tuple[str, int]] = set()  # union over reservations
+        self.masked: list[tuple[Node, list[int]]] = []  # free GPUs taken out of the tree by the mask
+        self.mask_set: tuple[int, ...] = ()  # indices of the reservations currently masked
+
+    def add_release(self, end: float, replicas: list[ReplicaPlacement]) -> None:
+        end = max(end, self.now)  # a run past its limit is about to be stopped
+        for r in replicas:
+            if r.node_id in self.topo.nodes and r.gpus:
+                self.releases.append((end, r.node_id, list(r.gpus)))
+
+    # --- masks ---
+
+    def mask_for(self, end: float) -> None:
+        """Keep a job that runs until ``end`` off every reservation that begins before it ends."""
+        self.set_mask([i for i, r in enumerate(self.reservations) if r.start_at < end])
+
+    def set_mask(self, which: list[int]) -> None:
+        if tuple(which) == self.mask_set:
+            return
+        self.unmask()
+        for i in which:
+            for node_id, gpus in self.reserved[i].items():
+                node = self.topo.nodes[node_id]
+                taken = self.topo.take(node, gpus)
+                if taken:
+                    self.masked.append((node, taken))
+        self.mask_set = tuple(which)
+
+    def unmask(self) -> None:
+        for node, gpus in reversed(self.masked):
+            self.topo.give(node, gpus)
+        self.masked = []
+        self.mask_set = ()
+
+    # --- reservations ---
+
+    def reserve(self, job_id: str, run_id: str, spec: JobSpec, limit: int) -> Reservation | None:
+        """Find when and where the gang first fits as running jobs end; ``None`` if never."""
+        self.set_mask(list(range(len(self.reservations))))
+        groups = self._release_groups()
+        applied: list[Given] = []
+
+        def goto(k: int) -> None:
+            while len(applied) < k:
+                applied.append(self._apply(groups[len(applied)][1]))
+            while len(applied) > k:
+                for node, gpus in applied.pop():
+                    self.topo.take(node, gpus)
+
+        def fits_at(k: int) -> list[ReplicaPlacement] | None:
+            goto(k)
+            got = fit_gang(self.topo, spec, limit)
+            if got is not None:
+                undo(self.topo, [(0, "", self.topo.nodes[r.node_id], r.gpus) for r in got])
+            return got
+
+        n = len(groups)
+        lo, hi, plan = 0, 0, None
+        k = 1
+        while k <= n:  # gallop: 1, 2, 4, ... groups of releases
+            plan = fits_at(k)
+            if plan is not None:
+                hi = k
+                break
+            lo = k
+            k *= 2
+        if plan is None and lo < n:
+            plan = fits_at(n)
+            hi = n
+        if plan is None:
+            goto(0)
+            return None
+        while hi - lo > 1:  # binary search for the earliest group that makes room
+            mid = (lo + hi) // 2
+            found = fits_at(mid)
+            if found is not None:
+                hi, plan = mid, found
+            else:
+                lo = mid
+        goto(0)
+        reservation = Reservation(job_id=job_id, run_id=run_id, start_at=groups[hi - 1][0], replicas=plan)
+        self._hold(reservation)
+        return reservation
+
+    def _hold(self, reservation: Reservation) -> None:
+        by_node: dict[str, list[int]] = {}
+        for r in reservation.replicas:
+            by_node.setdefault(r.node_id, []).extend(r.gpus)
+            self.reserved_gpus.update((r.node_id, g) for g in r.gpus)
+        self.reservations.append(reservation)
+        self.reserved.append(by_node)
+        self.set_mask(list(range(len(self.reservations))))
+
+    def _release_groups(self) -> list[tuple[float, list[tuple[str, list[int]]]]]:
+        groups: dict[float, list[tuple[str, list[int]]]] = {}
+        for end, node_id, gpus in self.releases:
+            keep = [g for g in gpus if (node_id, g) not in self.reserved_gpus]
+            if keep:
+                groups.setdefault(end, []).append((node_id, keep))
+        return sorted(groups.items())
+
+    def _apply(self, group: list[tuple[str, list[int]]]) -> Given:
+        given: Given = []
+        for node_id, gpus in group:
+            node = self.topo.nodes[node_id]
+            back = self.topo.give(node, gpus)
+            if back:
+                given.append((node, back))
+        return given

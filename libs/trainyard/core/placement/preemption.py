@@ -1,0 +1,145 @@
+"""Topology-aware preemption: free one domain that holds the gang, losing the least work.
+
+Admission decides *whether* a job may preempt and which runs it may stop;
+placement decides *which* of those to stop.  Stopping runs scattered over the
+cluster frees GPUs the gang cannot use together, so victims are chosen per
+domain: for every domain the waiting gang could use, the cheapest runs in it
+are stopped until the gang fits there, then any run that turns out not to be
+needed is spared.  The cheapest domain wins; cost is work lost since each
+run's last checkpoint (GPU-seconds).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from trainyard.core.placement.cycle import build_topology
+from trainyard.core.placement.gang import fit_gang, undo, widest_level
+from trainyard.core.placement.snapshot import ClusterSnapshot, PlacementRequest, RunningAlloc
+from trainyard.core.placement.topology import Level, Node, Topology
+from trainyard.domain.job import JobSpec
+from trainyard.events.jobs import ReplicaPlacement
+
+
+class VictimSet(msgspec.Struct, frozen=True):
+    """Runs to stop so that a gang can start, and where it would then run."""
+
+    job_id: str
+    run_id: str
+    victims: list[str]  # run ids to preempt, cheapest first
+    lost_gpu_seconds: float  # work since the victims' last checkpoints
+    level: str  # "node", "nvlink", "rack", "block", "zone" or "cluster"
+    domain: str  # key of the domain freed, e.g. "z1/b2/r7"
+    replicas: list[ReplicaPlacement]  # the gang's placement once the victims have stopped
+
+
+def select_victims(
+    snapshot: ClusterSnapshot,
+    request: PlacementRequest,
+    preemptible_candidates: list[RunningAlloc],
+    now: float,
+) -> VictimSet | None:
+    """The cheapest set of candidates whose stopping lets the gang start in one domain.
+
+    Returns a set with no victims when the gang fits already, and ``None``
+    when stopping every candidate would still not make room.
+    """
+    topo = build_topology(snapshot)
+    limit = snapshot.policy.candidates_per_level
+    spec = request.spec
+    # 1. Nothing to stop if the gang fits now.
+    now_fit = fit_gang(topo, spec, limit)
+    if now_fit is not None:
+        return VictimSet(request.job_id, request.run_id, [], 0.0, "cluster", "*", now_fit)
+    primary = min(spec.gpu_types)
+    tree = topo.trees.get(primary)
+    if tree is None:
+        return None
+    # 2. Each candidate's GPUs on schedulable nodes and the domains it touches.
+    victims = sorted(
+        (v for v in preemptible_candidates if any(r.node_id in topo.nodes for r in v.replicas)),
+        key=lambda v: (v.lost_gpu_seconds(now), v.run_id),
+    )
+    touched: dict[tuple[Level, str], list[RunningAlloc]] = {}
+    for v in victims:
+        keys = {(d.level, d.key) for r in v.replicas if r.node_id in topo.nodes for d in topo.nodes[r.node_id].chain}
+        for key in sorted(keys):
+            touched.setdefault(key, []).append(v)
+    widest = widest_level(spec)
+    best: tuple[float, int, str, list[RunningAlloc], list[ReplicaPlacement]] | None = None
+    # 3. Per domain: stop the cheapest runs in it until the gang fits there.
+    for level in Level:
+        if level > widest or (level is Level.CLUSTER and best is not None):
+            break
+        for (lvl, key), inside in sorted(touched.items(), key=lambda t: (t[0][0], t[0][1])):
+            if lvl != level or (level is not Level.NODE and tree.levels[level].get(key) is None):
+                continue
+            found = _free_domain(topo, spec, level, key, inside, now, limit)
+            if found is None:
+                continue
+            cost, chosen, plan = found
+            if best is None or (cost, level, key) < (best[0], best[1], best[2]):
+                best = (cost, level, key, chosen, plan)
+    if best is None:
+        return None
+    cost, level, key, chosen, plan = best
+    return VictimSet(
+        job_id=request.job_id,
+        run_id=request.run_id,
+        victims=[v.run_id for v in chosen],
+        lost_gpu_seconds=cost,
+        level=Level(level).name.lower(),
+        domain=key,
+        replicas=plan,
+    )
+
+
+def _free_domain(topo: Topology, spec: JobSpec, level: Level, key: str, inside: list[RunningAlloc], now: float,
+                 limit: int) -> tuple[float, list[RunningAlloc], list[ReplicaPlacement]] | None:
+    released: list[tuple[RunningAlloc, list[tuple[Node, list[int]]]]] = []
+    plan = None
+    try:
+        for v in inside:  # cheapest first
+            released.append((v, _release(topo, v)))
+            plan = _try(topo, spec, level, key, limit)
+            if plan is not None:
+                break
+        if plan is None:
+            return None
+        # Spare any run the gang turns out not to need, the costliest first.
+        for v, given in sorted(released, key=lambda p: (-p[0].lost_gpu_seconds(now), p[0].run_id)):
+            if len(released) == 1:
+                break
+            for node, gpus in given:
+                topo.take(node, gpus)
+            again = _try(topo, spec, level, key, limit)
+            if again is None:
+                for node, gpus in given:
+                    topo.give(node, gpus)
+            else:
+                plan = again
+                released.remove((v, given))
+        chosen = sorted((v for v, _ in released), key=lambda v: (v.lost_gpu_seconds(now), v.run_id))
+        return sum(v.lost_gpu_seconds(now) for v in chosen), chosen, plan
+    finally:
+        for _, given in released:
+            for node, gpus in given:
+                topo.take(node, gpus)
+
+
+def _release(topo: Topology, victim: RunningAlloc) -> list[tuple[Node, list[int]]]:
+    given = []
+    for r in victim.replicas:
+        node = topo.nodes.get(r.node_id)
+        if node is not None:
+            back = topo.give(node, r.gpus)
+            if back:
+                given.append((node, back))
+    return given
+
+
+def _try(topo: Topology, spec: JobSpec, level: Level, key: str, limit: int) -> list[ReplicaPlacement] | None:
+    plan = fit_gang(topo, spec, limit, within=(level, key))
+    if plan is not None:
+        undo(topo, [(0, "", topo.nodes[r.node_id], r.gpus) for r in plan])
+    return plan

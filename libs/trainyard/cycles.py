@@ -1,0 +1,44 @@
+"""The loop every single-leader decider runs (admission, placement)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from trainyard.bus.lease import Lease
+from trainyard.runtime import Runtime
+from trainyard.store import Projector
+
+log = logging.getLogger(__name__)
+
+
+async def decision_loop(
+    rt: Runtime, run_once: Callable[[], Awaitable[int]], lease: Lease, triggers: list[Projector], name: str
+) -> None:
+    """Run a cycle whenever a projection changes (or every cycle interval) while we lead.
+
+    A cycle that decided something runs again at once: its own decisions
+    changed what the next one sees.
+    """
+    stopped = asyncio.ensure_future(rt.stop.wait())
+    try:
+        while not rt.stop.is_set():
+            waits = [asyncio.ensure_future(p.changed.wait()) for p in triggers]
+            await asyncio.wait(
+                [*waits, stopped], timeout=rt.settings.cycle_interval_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            for w in waits:
+                w.cancel()
+            for p in triggers:
+                p.changed.clear()
+            if not lease.held:
+                continue
+            try:
+                while await run_once() and not rt.stop.is_set():
+                    pass
+            except Exception as err:  # noqa: BLE001 - infrastructure; the next cycle retries
+                log.warning("%s cycle failed: %r", name, err)
+                await asyncio.sleep(0.5)
+    finally:
+        stopped.cancel()

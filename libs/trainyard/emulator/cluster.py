@@ -1,0 +1,211 @@
+"""An emulated cluster: fake GPU nodes that register, heartbeat and "run" the
+runs placed on them for their simulated duration, then report success.
+
+One process stands in for many nodes.  It is the emulator binder as well: it
+follows ``JobPlaced`` for its nodes, reports ``RunStarted`` and, when the run's
+time is up, ``RunSucceeded``.  After a restart it picks up the runs the
+projection says are on its nodes, so no run is lost or reported twice (every
+report carries a message id derived from the run id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+
+import msgspec
+from nats.aio.msg import Msg
+
+from trainyard.bus import Bus, ConsumerSpec, PoisonMessage, PublishRequest, run_consumer
+from trainyard.domain.node import NodeInfo
+from trainyard.events import (
+    JobCancelled,
+    JobPlaced,
+    NodeHeartbeat,
+    NodeRegistered,
+    RunFailed,
+    RunStarted,
+    RunSucceeded,
+    decode_job_event,
+    encode,
+    subjects,
+)
+from trainyard.store import Projector, Store
+from trainyard.store import views
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DURATION_S = 5.0
+
+
+def default_topology(
+    cluster: str = "local", nodes: int = 16, gpus: int = 8, racks: int = 2, gpu_type: str = "H100", blocks: int = 1
+) -> list[NodeInfo]:
+    """``nodes`` nodes spread evenly over ``racks`` racks in ``blocks`` blocks."""
+    per_rack = max(1, -(-nodes // racks))
+    racks_per_block = max(1, -(-racks // blocks))
+    out = []
+    for i in range(nodes):
+        rack = i // per_rack
+        out.append(
+            NodeInfo(
+                node_id=f"n{i:02d}" if nodes <= 100 else f"n{i:04d}",
+                cluster=cluster,
+                gpu_type=gpu_type,
+                gpus=gpus,
+                zone="z1",
+                block=f"b{rack // racks_per_block + 1}",
+                rack=f"r{rack + 1}",
+            )
+        )
+    return out
+
+
+class EmulatedCluster:
+    def __init__(
+        self, bus: Bus, store: Store, nodes: list[NodeInfo], clock: Callable[[], float] = time.time,
+        heartbeat_interval_s: float = 1.0, projector: Projector | None = None,
+    ) -> None:  # fmt: skip
+        self.bus = bus
+        self.store = store
+        self.nodes = {n.node_id: n for n in nodes}
+        self.clock = clock
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.projector = projector  # the process's JOBS projector: handlers read after it
+        self.boot_id = uuid.uuid4().hex[:12]
+        self.silent: set[str] = set()  # nodes that stopped heartbeating (fault injection)
+        self.running: dict[str, asyncio.TimerHandle] = {}  # run id -> completion timer
+        self._pending: set[asyncio.Task] = set()
+
+    # --- node side ---
+
+    async def register(self) -> None:
+        requests = [
+            PublishRequest(
+                subjects.node(n.cluster, n.node_id),
+                NodeRegistered(at=self.clock(), node=n, boot_id=self.boot_id),
+                f"register:{n.node_id}:{self.boot_id}",
+            )
+            for n in self.nodes.values()
+        ]
+        for r in await self.bus.publish_many(requests):
+            if isinstance(r, Exception):
+                raise r
+
+    async def heartbeat_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            for n in self.nodes.values():
+                if n.node_id in self.silent:
+                    continue
+                beat = NodeHeartbeat(at=self.clock(), node_id=n.node_id, cluster=n.cluster, boot_id=self.boot_id)
+                try:
+                    await self.bus.nc.publish(subjects.telemetry(n.cluster, n.node_id), encode(beat))
+                except Exception as err:  # noqa: BLE001 - NATS down: beat again next tick
+                    log.warning("heartbeat failed: %r", err)
+                    break
+            try:
+                await asyncio.wait_for(stop.wait(), self.heartbeat_interval_s)
+            except asyncio.TimeoutError:
+                pass
+
+    # --- binder side ---
+
+    def _mine(self, event: JobPlaced) -> bool:
+        return any(r.node_id in self.nodes for r in event.replicas)
+
+    async def _start(self, job_id: str, tenant: str, run_id: str, duration: float, started_at: float | None) -> None:
+        if run_id in self.running:
+            return
+        if started_at is None:
+            await self.bus.publish(
+                subjects.job(tenant, job_id),
+                RunStarted(at=self.clock(), job_id=job_id, tenant=tenant, run_id=run_id),
+                msg_id=f"{run_id}:started",
+            )
+            started_at = self.clock()
+        delay = max(0.0, started_at + duration - self.clock())
+        loop = asyncio.get_running_loop()
+        self.running[run_id] = loop.call_later(delay, self._finish_soon, job_id, tenant, run_id)
+
+    def _finish_soon(self, job_id: str, tenant: str, run_id: str) -> None:
+        task = asyncio.ensure_future(self._finish(job_id, tenant, run_id))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _finish(self, job_id: str, tenant: str, run_id: str) -> None:
+        for attempt in range(50):
+            try:
+                await self.bus.publish(
+                    subjects.job(tenant, job_id),
+                    RunSucceeded(at=self.clock(), job_id=job_id, tenant=tenant, run_id=run_id),
+                    msg_id=f"{run_id}:succeeded",
+                )
+                break
+            except Exception as err:  # noqa: BLE001 - NATS briefly away; keep the result
+                log.warning("reporting %s failed (%r); retrying", run_id, err)
+                await asyncio.sleep(min(0.2 * (attempt + 1), 2.0))
+        self.running.pop(run_id, None)
+
+    def _stop_run(self, run_id: str | None) -> None:
+        handle = self.running.pop(run_id or "", None)
+        if handle is not None:
+            handle.cancel()
+
+    async def handle(self, msgs: Sequence[Msg]) -> list[BaseException | None]:
+        outcomes: list[BaseException | None] = [None] * len(msgs)
+        starts = []
+        for i, msg in enumerate(msgs):
+            try:
+                event = decode_job_event(msg.data)
+            except (msgspec.DecodeError, msgspec.ValidationError) as err:
+                outcomes[i] = PoisonMessage(f"not a job event: {err}")
+                continue
+            if isinstance(event, JobPlaced) and self._mine(event):
+                starts.append((i, event))
+            elif isinstance(event, (JobCancelled, RunFailed)):
+                self._stop_run(event.run_id)
+        if starts:
+            jobs = {j.job_id: j for j in await views.get_jobs(self.store, [e.job_id for _, e in starts])}
+
+            async def start(i: int, event: JobPlaced) -> None:
+                job = jobs.get(event.job_id)
+                if job is None or job.run_id != event.run_id or job.status not in ("placed", "running"):
+                    return  # not projected yet is impossible (we read after it); otherwise stale
+                duration = (job.spec.simulated_duration_s if job.spec else None) or DEFAULT_DURATION_S
+                try:
+                    await self._start(event.job_id, event.tenant, event.run_id, duration, job.started_at)
+                except Exception as err:  # noqa: BLE001 - settled by the consumer loop
+                    outcomes[i] = err
+
+            await asyncio.gather(*(start(i, e) for i, e in starts))
+        return outcomes
+
+    async def resume(self) -> None:
+        """Pick up runs on our nodes that were placed or running before a restart."""
+        job_ids: set[str] = set()
+        for node_id in self.nodes:
+            job_ids.update(await views.jobs_on_node(self.store, node_id))
+        for job in await views.get_jobs(self.store, sorted(job_ids)):
+            if job.status in ("placed", "running") and job.run_id:
+                duration = (job.spec.simulated_duration_s if job.spec else None) or DEFAULT_DURATION_S
+                await self._start(job.job_id, job.tenant, job.run_id, duration, job.started_at)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.register()
+        cluster = next(iter(self.nodes.values())).cluster
+        spec = ConsumerSpec(stream="JOBS", durable=f"emulator-{cluster}", filter_subject=subjects.JOBS_ALL)
+        await self.resume()
+        try:
+            await asyncio.gather(self.heartbeat_loop(stop), run_consumer(self.bus, spec, self._after_projection, stop))
+        finally:
+            for handle in self.running.values():
+                handle.cancel()
+
+    async def _after_projection(self, msgs: Sequence[Msg]) -> list[BaseException | None]:
+        # The handler reads the job projection; make sure it has seen these events.
+        if self.projector is not None:
+            await self.projector.wait_for(max(m.metadata.sequence.stream for m in msgs))
+        return await self.handle(msgs)

@@ -1,0 +1,5 @@
+"""The whole system on one machine: ``trainyard up``, end-to-end tests, benchmarks."""
+
+from trainyard.local.stack import SERVICES, LocalStack, StackConfig
+
+__all__ = ["SERVICES", "LocalStack", "StackConfig"]

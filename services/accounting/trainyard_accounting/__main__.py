@@ -1,0 +1,3 @@
+from trainyard_accounting.main import run
+
+run()

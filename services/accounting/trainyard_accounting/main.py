@@ -1,0 +1,23 @@
+"""Composition root of the accounting service."""
+
+from __future__ import annotations
+
+from trainyard.bus import ConsumerSpec, run_consumer
+from trainyard.events import subjects
+from trainyard.ledger import Ledger
+from trainyard.runtime import Runtime, run_tasks, serve
+from trainyard_accounting.handlers import LedgerHandler
+
+
+async def main(rt: Runtime) -> None:
+    ledger = Ledger(rt.settings.ledger_url)
+    ledger.create_schema()
+    spec = ConsumerSpec(stream="JOBS", durable="accounting", filter_subject=subjects.JOBS_ALL, batch=1000)
+    try:
+        await run_tasks(rt.stop, run_consumer(rt.bus, spec, LedgerHandler(ledger), rt.stop))
+    finally:
+        ledger.close()
+
+
+def run() -> None:
+    serve("accounting", main)

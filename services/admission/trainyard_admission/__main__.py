@@ -1,0 +1,3 @@
+from trainyard_admission.main import run
+
+run()

@@ -1,0 +1,39 @@
+"""Composition root of the admission service."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from trainyard.bus import ConsumerSpec, run_consumer
+from trainyard.bus.lease import Lease
+from trainyard.core.admission import AdmissionPolicy
+from trainyard.events import subjects
+from trainyard.cycles import decision_loop
+from trainyard.runtime import Runtime, run_tasks, serve
+from trainyard.store import Projector
+from trainyard_admission.handlers import AdmissionCycle, IntakeHandler
+
+
+async def main(rt: Runtime) -> None:
+    jobs = Projector(rt.bus, rt.store, "JOBS")
+    nodes = Projector(rt.bus, rt.store, "NODES")
+    intake = IntakeHandler(rt.bus, rt.store, time.time)
+    cycle = AdmissionCycle(rt.bus, rt.store, jobs, AdmissionPolicy(), time.time)
+    lease = await Lease.open(rt.bus, f"admission.{rt.settings.cluster}", holder=f"{os.getpid()}")
+    spec = ConsumerSpec(stream="INTAKE", durable="admission-intake", filter_subject=subjects.INTAKE_ALL)
+    try:
+        await run_tasks(
+            rt.stop,
+            jobs.run(rt.stop),
+            nodes.run(rt.stop),
+            lease.keep(rt.stop),
+            run_consumer(rt.bus, spec, intake, rt.stop),
+            decision_loop(rt, cycle.run_once, lease, [jobs, nodes], "admission"),
+        )
+    finally:
+        await lease.release()
+
+
+def run() -> None:
+    serve("admission", main)

@@ -1,0 +1,3 @@
+from trainyard_health.main import run
+
+run()

@@ -1,0 +1,3 @@
+from trainyard_placement.main import run
+
+run()
