@@ -22,6 +22,7 @@ async def decision_loop(
     changed what the next one sees.
     """
     stopped = asyncio.ensure_future(rt.stop.wait())
+    leading = False
     try:
         while not rt.stop.is_set():
             waits = [asyncio.ensure_future(p.changed.wait()) for p in triggers]
@@ -32,7 +33,10 @@ async def decision_loop(
                 w.cancel()
             for p in triggers:
                 p.changed.clear()
-            if not lease.held:
+            if lease.held != leading:
+                leading = lease.held
+                log.info("%s: %s", name, "leading" if leading else "standing by (another process leads)")
+            if not leading:
                 continue
             try:
                 while await run_once() and not rt.stop.is_set():

@@ -243,12 +243,12 @@ async def start_grpc(
     ops: JobOperations, host: str, port: int, metrics: GatewayMetrics | None = None
 ) -> grpc.aio.Server:
     """Start serving JobService on ``host:port``; stop it with ``await server.stop(grace)``."""
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])  # a port in use is an error, not a share
     pb_grpc.add_JobServiceServicer_to_server(JobService(ops, metrics), server)
     try:
         bound = server.add_insecure_port(_address(host, port))
     except RuntimeError as err:
-        raise OSError(f"cannot listen for gRPC on {_address(host, port)}: {err}") from err
+        raise OSError(f"cannot listen for gRPC on {_address(host, port)}: the address is in use or not local") from err
     if bound == 0:
         raise OSError(f"cannot listen for gRPC on {_address(host, port)}")
     await server.start()

@@ -61,7 +61,9 @@ class _SnapshotCollector(Collector):
         )
         for gpu_type, n in sorted(s.gpus_capacity.items()):
             capacity.add_metric([gpu_type], n)
-        in_use = GaugeMetricFamily("trainyard_gpus_in_use", "GPUs held by active runs by GPU type.", labels=["gpu_type"])
+        in_use = GaugeMetricFamily(
+            "trainyard_gpus_in_use", "GPUs held by active runs by GPU type.", labels=["gpu_type"]
+        )
         for gpu_type, n in sorted(s.gpus_in_use.items()):
             in_use.add_metric([gpu_type], n)
         nodes = GaugeMetricFamily("trainyard_nodes", "Nodes by state.", labels=["state"])

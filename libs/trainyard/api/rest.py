@@ -31,7 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from trainyard.api.jobs import Conflict, InvalidRequest, JobOperations, NotFound
 from trainyard.api.metrics import CONTENT_TYPE, JOB_STATUSES, GatewayMetrics
-from trainyard.domain.job import JobSpec, ValidationError
+from trainyard.domain.job import JobSpec, TopologyLevel, ValidationError
 from trainyard.store import Store, views
 from trainyard.store.views import JobView, NodeRecord
 
@@ -107,7 +107,7 @@ _MISSING = re.compile(r"^Object missing required field `(?P<name>[^`]+)`$")
 def decode_errors(err: msgspec.MsgspecError, root: str = "body") -> list[ValidationError]:
     """Turn a msgspec decode/convert error into a field error named like
     ``validate_job_spec`` names fields (``roles[0].replicas``)."""
-    if isinstance(err, msgspec.DecodeError):
+    if not isinstance(err, msgspec.ValidationError):  # ValidationError subclasses DecodeError
         return [ValidationError(root, f"the body is not valid JSON: {err}")]
     match = _AT.match(str(err))
     message = match["message"] if match else str(err)
@@ -116,6 +116,8 @@ def decode_errors(err: msgspec.MsgspecError, root: str = "body") -> list[Validat
     if missing:
         path = f"{path}.{missing['name']}" if path else missing["name"]
         message = "is required"
+    if message.startswith("Invalid enum value") and path.endswith("level"):
+        message += "; use one of " + ", ".join(level.value for level in TopologyLevel)
     return [ValidationError(path or root, message.replace("`", ""))]
 
 

@@ -52,8 +52,12 @@ class Bus:
         return cls(nc, nc.jetstream(timeout=10.0, publish_async_max_pending=20_000))
 
     async def close(self) -> None:
-        if not self.nc.is_closed:
+        if self.nc.is_closed:
+            return
+        try:
             await self.nc.drain()
+        except Exception:  # noqa: BLE001 - draining is best effort; close regardless
+            await self.nc.close()
 
     @staticmethod
     def _headers(req: PublishRequest) -> dict[str, str]:

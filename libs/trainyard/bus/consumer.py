@@ -97,9 +97,10 @@ async def run_consumer(bus: Bus, spec: ConsumerSpec, handler: BatchHandler, stop
     while not stop.is_set():
         try:
             msgs = await sub.fetch(spec.batch, timeout=0.5)
-        except nats.errors.TimeoutError:
+        except asyncio.TimeoutError:  # nothing to fetch (nats.errors.TimeoutError is one too)
             continue
-        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
+        except nats.errors.Error as err:  # reconnecting, slow consumer, ...: try again shortly
+            log.warning("%s: fetch failed: %r", spec.durable, err)
             await asyncio.sleep(0.5)
             continue
         try:

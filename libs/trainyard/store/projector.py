@@ -182,7 +182,7 @@ class Projector:
             while not stop.is_set():
                 try:
                     first = await sub.next_msg(timeout=0.5)
-                except nats.errors.TimeoutError:
+                except asyncio.TimeoutError:
                     continue
                 batch = [first]
                 while len(batch) < batch_size and sub.pending_msgs > 0:

@@ -251,9 +251,9 @@ def _recovery_action_rule(i: int, action: str | None, add) -> None:
     add(i, FindingKind.RECOVERY_ACTION, severity, remedy, f"driver asks for recovery action {action!r}")
 
 
-def _delta(current: int | None, previous: int | None | bool) -> int | None:
+def _delta(current: int | None, previous: int | None) -> int | None:
     """Growth of a counter; None when either side is unknown or the counter was reset."""
-    if current is None or previous is None or isinstance(previous, bool):
+    if current is None or previous is None:
         return None
     growth = current - previous
     return growth if growth >= 0 else None

@@ -1,0 +1,56 @@
+# Trainyard: `make up` starts the whole system locally, `make test` runs the whole suite.
+# Both create a virtualenv in .venv unless one is already active.
+
+SHELL := /bin/bash
+VENV ?= .venv
+ifdef VIRTUAL_ENV
+PYTHON := python
+STAMP := $(VIRTUAL_ENV)/.trainyard-installed
+else
+PYTHON := $(VENV)/bin/python
+STAMP := $(VENV)/.trainyard-installed
+endif
+PYTEST_ARGS ?=
+
+.PHONY: install up test test-fast bench proto lint clean
+
+$(VENV)/bin/python:
+	python3 -m venv $(VENV)
+
+$(STAMP): pyproject.toml $(if $(VIRTUAL_ENV),,$(VENV)/bin/python)
+	$(PYTHON) -m pip install --quiet --upgrade pip
+	$(PYTHON) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+up: install
+	$(PYTHON) -m trainyard.cli.main up $(UP_ARGS)
+
+test: install
+	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+test-fast: install
+	$(PYTHON) -m pytest -m "not e2e" $(PYTEST_ARGS)
+
+bench: install
+	$(PYTHON) bench/pipeline.py
+	$(PYTHON) bench/admission.py
+	$(PYTHON) bench/placement.py
+	$(PYTHON) bench/accounting.py
+
+PB_OUT := libs/trainyard/_pb
+
+proto: install
+	rm -rf $(PB_OUT)/trainyard
+	mkdir -p $(PB_OUT)/trainyard/v1
+	$(PYTHON) -m grpc_tools.protoc -Iproto --python_out=$(PB_OUT) --pyi_out=$(PB_OUT) --grpc_python_out=$(PB_OUT) proto/trainyard/v1/*.proto
+	sed -i.orig 's/^from trainyard\.v1 import/from trainyard._pb.trainyard.v1 import/' $(PB_OUT)/trainyard/v1/*_pb2*.py
+	rm -f $(PB_OUT)/trainyard/v1/*.orig
+	touch $(PB_OUT)/trainyard/__init__.py $(PB_OUT)/trainyard/v1/__init__.py
+
+lint: install
+	$(PYTHON) -m compileall -q libs services tests bench
+
+clean:
+	rm -rf .trainyard .pytest_cache build dist

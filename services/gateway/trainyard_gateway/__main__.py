@@ -1,0 +1,3 @@
+from trainyard_gateway.main import run
+
+run()

@@ -1,0 +1,115 @@
+"""Composition root of the gateway: REST (FastAPI under uvicorn) and gRPC in
+front of the same job operations, with the JOBS and NODES projections kept
+fresh in this process so reads see the latest events."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+
+import uvicorn
+
+from trainyard.api.grpc_server import start_grpc
+from trainyard.api.jobs import JobOperations
+from trainyard.api.metrics import GatewayMetrics
+from trainyard.api.rest import UsageSource, create_app
+from trainyard.ledger import Ledger
+from trainyard.runtime import Runtime, run_tasks, serve
+from trainyard.settings import Settings
+from trainyard.store import Projector
+from trainyard_gateway.settings import gateway_settings
+
+log = logging.getLogger("trainyard.gateway")
+
+
+class HttpServer(uvicorn.Server):
+    """uvicorn without its own signal handling: the runtime owns SIGTERM and
+    SIGINT and stops the server through ``should_exit``."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def build_usage_source(settings: Settings) -> UsageSource | None:
+    """``GET /v1/usage`` reads the accounting ledger at ``settings.ledger_url``:
+    GPU-seconds per tenant and GPU type, open runs metered up to now."""
+    if not settings.ledger_url:
+        return None
+    ledger = Ledger(settings.ledger_url)
+    ledger.create_schema()  # idempotent; the gateway may start before accounting
+
+    def read(tenant: str | None) -> list[dict[str, object]]:
+        totals = ledger.usage(tenant=tenant, group_by=("tenant", "gpu_type"))
+        return [
+            {"tenant": t, "gpu_type": g, "gpu_seconds": round(s, 3), "gpu_hours": round(s / 3600, 6)}
+            for (t, g), s in totals.items()
+        ]
+
+    async def usage(tenant: str | None) -> list[dict[str, object]]:
+        return await asyncio.to_thread(read, tenant)
+
+    return usage
+
+
+def bind_http(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise OSError(f"cannot listen for HTTP on {host}:{port}: {err.strerror}") from err
+    sock.set_inheritable(True)
+    return sock
+
+
+async def _until_exit(http: asyncio.Task[None]) -> None:
+    """Fail the gateway if the HTTP server stops on its own."""
+    await asyncio.shield(http)
+    raise RuntimeError("the HTTP server stopped")
+
+
+async def main(rt: Runtime) -> None:
+    gw = gateway_settings(rt.settings)
+    ops = JobOperations(rt.bus, rt.store)
+    metrics = GatewayMetrics()
+    app = create_app(ops, rt.store, usage_source=build_usage_source(rt.settings), metrics=metrics)
+
+    try:
+        sock = bind_http(gw.host, gw.http_port)
+    except OSError as err:
+        raise SystemExit(f"trainyard-gateway: {err} (set TRAINYARD_GATEWAY_HTTP_PORT)") from err
+    http_port = sock.getsockname()[1]
+    http = HttpServer(
+        uvicorn.Config(
+            app, host=gw.host, port=http_port, log_level="warning", timeout_graceful_shutdown=int(gw.shutdown_grace_s)
+        )
+    )
+    try:
+        grpc_server = await start_grpc(ops, gw.host, gw.grpc_port, metrics)
+    except OSError as err:
+        sock.close()
+        raise SystemExit(f"trainyard-gateway: {err} (set TRAINYARD_GATEWAY_GRPC_PORT)") from err
+    http_task = asyncio.create_task(http.serve(sockets=[sock]))
+    log.info("REST API on http://%s:%d (OpenAPI at /docs, metrics at /metrics)", gw.host, http_port)
+    try:
+        await run_tasks(
+            rt.stop,
+            Projector(rt.bus, rt.store, "JOBS").run(rt.stop),
+            Projector(rt.bus, rt.store, "NODES").run(rt.stop),
+            _until_exit(http_task),
+        )
+    finally:
+        http.should_exit = True
+        await asyncio.gather(http_task, return_exceptions=True)
+        sock.close()
+        await grpc_server.stop(gw.shutdown_grace_s)
+
+
+def run() -> None:
+    serve("gateway", main)

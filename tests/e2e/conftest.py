@@ -1,0 +1,20 @@
+"""The whole stack, every service in its own process, on free loopback ports."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from trainyard.local import LocalStack, StackConfig
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[LocalStack]:
+    s = LocalStack(StackConfig(data_dir=str(tmp_path / "stack"), heartbeat_timeout_s=4.0, log_level="WARNING"))
+    try:
+        s.start()
+        yield s
+    finally:
+        s.stop()
