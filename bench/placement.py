@@ -6,13 +6,14 @@ arrives and finishes at about 90% occupancy; after every arrival or finish the
 pending queue is offered to the placement cycle in arrival order, with EASY
 backfill on.
 
-Prints: latency per gang (time of one gang's placement attempt inside a cycle,
-with the cycle's tree kept between events as a service would), the cost of a
+Prints: latency per gang (one gang's placement attempt inside a cycle, with the
+cycle's tree kept between events as a service would; the thread's CPU time, or
+wall time with --wall), the cost of a
 whole ``place()`` call from a fresh snapshot, the share of multi-node gangs
 placed inside one rack / one block against how many could have been, and the
 fragmentation figure over time.
 
-    PYTHONPATH=libs .venv/bin/python bench/placement.py [--jobs 4000] [--seed 1]
+    PYTHONPATH=libs .venv/bin/python bench/placement.py [--jobs 8000] [--seed 1] [--wall]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ ZONES, BLOCKS, RACKS, NODES, GPUS = 4, 8, 8, 16, 8
 SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 WEIGHTS = [16, 8, 8, 18, 14, 12, 10, 7, 4, 3]
 MEAN_RUNTIME_S = 3600.0
+CPU_TIME = True  # latency as this thread's CPU time: wall time on a shared machine includes other processes
 
 
 def cluster() -> list[NodeInfo]:
@@ -86,7 +88,7 @@ def run(jobs: int, seed: int) -> None:
     running: dict[str, RunningAlloc] = {}
     latency_placed: dict[int, list[float]] = {}
     latency_waiting: dict[int, list[float]] = {}
-    rack_could = rack_did = block_could = block_did = multi = 0
+    rack_could = rack_did = block_could = block_did = multi = in_one_rack = 0
     frag_series: list[tuple[float, dict[str, float], float]] = []
     occupancy: list[float] = []
     seq = jobs
@@ -112,9 +114,9 @@ def run(jobs: int, seed: int) -> None:
             multi_node = spec.total_gpus > GPUS
             could_rack = multi_node and next(fitting(topo.trees["H100"].root, Level.RACK, demands), None) is not None
             could_block = multi_node and next(fitting(topo.trees["H100"].root, Level.BLOCK, demands), None) is not None
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             out = cycle.place_one(req)
-            dt = (time.perf_counter() - t0) * 1000
+            dt = (time.thread_time() - c0) * 1000 if CPU_TIME else (time.perf_counter() - t0) * 1000
             measured = arrived > warmup
             if hasattr(out, "replicas"):
                 if measured:
@@ -127,6 +129,7 @@ def run(jobs: int, seed: int) -> None:
                     multi += 1
                     racks = {topo.nodes[r.node_id].path[:3] for r in out.replicas}
                     blocks = {p[:2] for p in racks}
+                    in_one_rack += len(racks) == 1
                     rack_could += could_rack
                     rack_did += could_rack and len(racks) == 1
                     block_could += could_block
@@ -140,18 +143,25 @@ def run(jobs: int, seed: int) -> None:
             occupancy.append(used / total_gpus)
         if step % 400 == 0 and arrived < jobs:
             frag_series.append((now, fragmentation(snapshot_of(infos, topo, running)), used / total_gpus))
-    # Whole place() calls from a fresh snapshot, as the service makes them.
+    # Building the tree from a 4,096-node snapshot, and whole place() calls, as the service makes them.
+    clock_ms = (lambda: time.thread_time() * 1000) if CPU_TIME else (lambda: time.perf_counter() * 1000)
+    build_ms = []
+    for _ in range(5):
+        t0 = clock_ms()
+        Topology.build((i, range(i.gpus), True) for i in infos)
+        build_ms.append(clock_ms() - t0)
     full_ms = []
     snap = snapshot_of(infos, Topology.build((i, range(i.gpus), True) for i in infos), {})
     reqs = [PlacementRequest(j, j, specs[j], n) for n, j in enumerate(sorted(specs)[:200])]
     for _ in range(5):
-        t0 = time.perf_counter()
+        t0 = clock_ms()
         place(snap, reqs, 0.0)
-        full_ms.append((time.perf_counter() - t0) * 1000)
+        full_ms.append(clock_ms() - t0)
 
     print(f"cluster: {len(infos)} nodes x {GPUS} GPUs, {ZONES} zones x {BLOCKS} blocks x {RACKS} racks x {NODES} nodes")
     print(f"jobs: {jobs}, seed {seed}, mean occupancy {statistics.mean(occupancy):.1%} (after warm-up)")
-    print("\nlatency per gang attempt, ms (placed | left waiting, incl. reservation search)")
+    clock = "thread CPU time" if CPU_TIME else "wall time"
+    print(f"\nlatency per gang attempt, ms of {clock} (placed | left waiting, incl. reservation search)")
     print(f"{'gpus':>6} {'n':>6} {'p50':>7} {'p99':>7} | {'n':>6} {'p50':>7} {'p99':>7}")
     all_placed: list[float] = []
     all_waiting: list[float] = []
@@ -159,10 +169,11 @@ def run(jobs: int, seed: int) -> None:
         a, b = latency_placed.get(size, []), latency_waiting.get(size, [])
         all_placed += a
         all_waiting += b
-        print(f"{size:>6} {len(a):>6} {pct(a, 50):>7.3f} {pct(a, 99):>7.3f} | {len(b):>6} {pct(b, 50):>7.3f} {pct(b, 99):>7.3f}")
+        print(f"{size:>6} {len(a):>6} {pct(a, 50):>7.3f} {pct(a, 99):>7.3f} | "
+              f"{len(b):>6} {pct(b, 50):>7.3f} {pct(b, 99):>7.3f}")
     print(f"{'all':>6} {len(all_placed):>6} {pct(all_placed, 50):>7.3f} {pct(all_placed, 99):>7.3f} | "
           f"{len(all_waiting):>6} {pct(all_waiting, 50):>7.3f} {pct(all_waiting, 99):>7.3f}")
-    print(f"\nmulti-node gangs placed: {multi}")
+    print(f"\nmulti-node gangs placed: {multi} (in one rack: {in_one_rack}, {in_one_rack / max(multi, 1):.1%})")
     print(f"  could fit in one rack: {rack_could}, placed in one rack: {rack_did} "
           f"({rack_did / max(rack_could, 1):.1%} of best possible)")
     print(f"  could fit in one block: {block_could}, placed in one block: {block_did} "
@@ -172,13 +183,22 @@ def run(jobs: int, seed: int) -> None:
     for now, f, occ in frag_series:
         print(f"{now / 3600:>7.1f} {occ:>9.1%} {int(f['free_gpus']):>6} {f['unusable_by_8']:>6.1%} "
               f"{f['unusable_by_64']:>6.1%} {int(f['whole_free_racks']):>11}")
-    print(f"\nwhole place() call, fresh 4,096-node snapshot, 200 requests: "
+    steady = [f for now, f, occ in frag_series if 0.85 <= occ <= 0.95]
+    if steady:
+        print(f"median over {len(steady)} samples at 85-95% occupancy: unusable by 8 "
+              f"{statistics.median(f['unusable_by_8'] for f in steady):.1%}, by 64 "
+              f"{statistics.median(f['unusable_by_64'] for f in steady):.1%}, whole free racks "
+              f"{statistics.median(f['whole_free_racks'] for f in steady):.0f}")
+    print(f"\nbuilding the tree from a 4,096-node snapshot: median {statistics.median(build_ms):.1f} ms")
+    print(f"whole place() call, fresh 4,096-node snapshot, 200 requests: "
           f"min {min(full_ms):.1f} ms, median {statistics.median(full_ms):.1f} ms")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=4000)
+    parser.add_argument("--jobs", type=int, default=8000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--wall", action="store_true", help="measure wall time instead of CPU time")
     args = parser.parse_args()
+    CPU_TIME = not args.wall
     run(args.jobs, args.seed)

@@ -31,6 +31,8 @@ async def decision_loop(
             )
             for w in waits:
                 w.cancel()
+            # Let a burst of events land so one cycle decides for all of them.
+            await asyncio.sleep(rt.settings.cycle_coalesce_s)
             for p in triggers:
                 p.changed.clear()
             if lease.held != leading:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -62,7 +63,17 @@ def serve(name: str, main: Callable[[Runtime], Awaitable[None]]) -> None:
             await close_runtime(rt)
             log.info("%s stopped", name)
 
-    asyncio.run(_run())
+    profile_to = os.environ.get("TRAINYARD_PROFILE_DIR")
+    if not profile_to:
+        asyncio.run(_run())
+        return
+    import cProfile
+
+    profiler = cProfile.Profile()
+    try:
+        profiler.runcall(asyncio.run, _run())
+    finally:
+        profiler.dump_stats(os.path.join(profile_to, f"{name}.prof"))
 
 
 async def run_tasks(stop: asyncio.Event, *coros: Awaitable[None]) -> None:

@@ -17,4 +17,7 @@ def stack(tmp_path: Path) -> Iterator[LocalStack]:
         s.start()
         yield s
     finally:
+        # Shown by pytest only when the test failed.
+        for name in s.procs:
+            print(f"--- {name} (exit {s.procs[name].poll()}) ---\n{s.log_tail(name, 40)}")
         s.stop()

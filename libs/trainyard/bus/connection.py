@@ -54,10 +54,13 @@ class Bus:
     async def close(self) -> None:
         if self.nc.is_closed:
             return
+        # Handlers have settled (acked or nakked) everything they took; push
+        # those acks out and close.  (Draining would wait on pull subscriptions.)
         try:
-            await self.nc.drain()
-        except Exception:  # noqa: BLE001 - draining is best effort; close regardless
-            await self.nc.close()
+            await self.nc.flush(timeout=2)
+        except Exception:  # noqa: BLE001 - best effort; unacked messages are redelivered
+            pass
+        await self.nc.close()
 
     @staticmethod
     def _headers(req: PublishRequest) -> dict[str, str]:

@@ -17,6 +17,9 @@ from rich.console import Console
 from rich.table import Table
 
 from trainyard.cli.client import ApiError, Client, resolve_api_url
+from trainyard.cli.finance import export_app, report_app
+from trainyard.cli.nodes import node_app
+from trainyard.cli.sim import sim_app
 
 app = typer.Typer(help="Trainyard: the operating system for large GPU training clusters.", no_args_is_help=True)
 events_app = typer.Typer(help="The event vocabulary.", no_args_is_help=True)
@@ -25,6 +28,10 @@ admin_app = typer.Typer(help="Operator maintenance.", no_args_is_help=True)
 app.add_typer(events_app, name="events")
 app.add_typer(emulate_app, name="emulate")
 app.add_typer(admin_app, name="admin")
+app.add_typer(node_app, name="node")
+app.add_typer(export_app, name="export")
+app.add_typer(report_app, name="report")
+app.add_typer(sim_app, name="sim")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -289,15 +296,11 @@ def emulate_run(
     """Run emulated GPU nodes against the NATS and Redis in TRAINYARD_* settings."""
     from trainyard.emulator import EmulatedCluster, default_topology
     from trainyard.runtime import Runtime, run_tasks, serve
-    from trainyard.store import Projector
 
     async def main(rt: Runtime) -> None:
-        jobs = Projector(rt.bus, rt.store, "JOBS")
         topology = default_topology(rt.settings.cluster, nodes=nodes, gpus=gpus, racks=racks)
-        cluster = EmulatedCluster(
-            rt.bus, rt.store, topology, heartbeat_interval_s=rt.settings.heartbeat_interval_s, projector=jobs
-        )
-        await run_tasks(rt.stop, jobs.run(rt.stop), cluster.run(rt.stop))
+        cluster = EmulatedCluster(rt.bus, rt.store, topology, heartbeat_interval_s=rt.settings.heartbeat_interval_s)
+        await run_tasks(rt.stop, cluster.run(rt.stop))
 
     serve("emulator", main)
 

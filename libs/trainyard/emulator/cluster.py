@@ -11,6 +11,7 @@ report carries a message id derived from the run id).
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 import uuid
@@ -19,9 +20,10 @@ from collections.abc import Callable, Sequence
 import msgspec
 from nats.aio.msg import Msg
 
-from trainyard.bus import Bus, ConsumerSpec, PoisonMessage, PublishRequest, run_consumer
+from trainyard.bus import Bus, ConsumerSpec, PoisonMessage, PublishRequest, RetryLater, run_consumer
 from trainyard.domain.node import NodeInfo
 from trainyard.events import (
+    JobAccepted,
     JobCancelled,
     JobPlaced,
     NodeHeartbeat,
@@ -33,7 +35,7 @@ from trainyard.events import (
     encode,
     subjects,
 )
-from trainyard.store import Projector, Store
+from trainyard.store import Store
 from trainyard.store import views
 
 log = logging.getLogger(__name__)
@@ -67,17 +69,19 @@ def default_topology(
 class EmulatedCluster:
     def __init__(
         self, bus: Bus, store: Store, nodes: list[NodeInfo], clock: Callable[[], float] = time.time,
-        heartbeat_interval_s: float = 1.0, projector: Projector | None = None,
+        heartbeat_interval_s: float = 1.0,
     ) -> None:  # fmt: skip
         self.bus = bus
         self.store = store
         self.nodes = {n.node_id: n for n in nodes}
         self.clock = clock
         self.heartbeat_interval_s = heartbeat_interval_s
-        self.projector = projector  # the process's JOBS projector: handlers read after it
         self.boot_id = uuid.uuid4().hex[:12]
         self.silent: set[str] = set()  # nodes that stopped heartbeating (fault injection)
         self.running: dict[str, asyncio.TimerHandle] = {}  # run id -> completion timer
+        self.durations: dict[str, float] = {}  # job id -> simulated run time, from JobAccepted
+        self.finished: set[str] = set()  # runs this process reported done
+        self._finished_order: collections.deque[str] = collections.deque()
         self._pending: set[asyncio.Task] = set()
 
     # --- node side ---
@@ -148,6 +152,14 @@ class EmulatedCluster:
                 log.warning("reporting %s failed (%r); retrying", run_id, err)
                 await asyncio.sleep(min(0.2 * (attempt + 1), 2.0))
         self.running.pop(run_id, None)
+        self.durations.pop(job_id, None)
+        self._remember_finished(run_id)
+
+    def _remember_finished(self, run_id: str, keep: int = 100_000) -> None:
+        self.finished.add(run_id)
+        self._finished_order.append(run_id)
+        if len(self._finished_order) > keep:
+            self.finished.discard(self._finished_order.popleft())
 
     def _stop_run(self, run_id: str | None) -> None:
         handle = self.running.pop(run_id or "", None)
@@ -156,31 +168,47 @@ class EmulatedCluster:
 
     async def handle(self, msgs: Sequence[Msg]) -> list[BaseException | None]:
         outcomes: list[BaseException | None] = [None] * len(msgs)
-        starts = []
+        starts: list[tuple[int, JobPlaced]] = []
         for i, msg in enumerate(msgs):
             try:
                 event = decode_job_event(msg.data)
             except (msgspec.DecodeError, msgspec.ValidationError) as err:
                 outcomes[i] = PoisonMessage(f"not a job event: {err}")
                 continue
-            if isinstance(event, JobPlaced) and self._mine(event):
+            if isinstance(event, JobAccepted):
+                self.durations[event.job_id] = event.spec.simulated_duration_s or DEFAULT_DURATION_S
+            elif isinstance(event, JobPlaced) and self._mine(event):
                 starts.append((i, event))
-            elif isinstance(event, (JobCancelled, RunFailed)):
+            elif isinstance(event, JobCancelled):
                 self._stop_run(event.run_id)
-        if starts:
-            jobs = {j.job_id: j for j in await views.get_jobs(self.store, [e.job_id for _, e in starts])}
+                self.durations.pop(event.job_id, None)
+            elif isinstance(event, RunFailed):
+                self._stop_run(event.run_id)
+        # A placement for a job accepted before this process started: the
+        # projection knows its duration and whether the run already started.
+        unknown = [e.job_id for _, e in starts if e.job_id not in self.durations or e.run_id in self.finished]
+        jobs = {j.job_id: j for j in await views.get_jobs(self.store, unknown)} if unknown else {}
 
-            async def start(i: int, event: JobPlaced) -> None:
+        async def start(i: int, event: JobPlaced) -> None:
+            if event.run_id in self.finished or event.run_id in self.running:
+                return
+            started_at = None
+            duration = self.durations.get(event.job_id)
+            if duration is None:
                 job = jobs.get(event.job_id)
-                if job is None or job.run_id != event.run_id or job.status not in ("placed", "running"):
-                    return  # not projected yet is impossible (we read after it); otherwise stale
+                if job is None or job.last_seq < msgs[i].metadata.sequence.stream:
+                    outcomes[i] = RetryLater("the job projection has not caught up with this placement", 0.2)
+                    return
+                if job.run_id != event.run_id or job.status not in ("placed", "running"):
+                    return  # the run is over or was superseded
                 duration = (job.spec.simulated_duration_s if job.spec else None) or DEFAULT_DURATION_S
-                try:
-                    await self._start(event.job_id, event.tenant, event.run_id, duration, job.started_at)
-                except Exception as err:  # noqa: BLE001 - settled by the consumer loop
-                    outcomes[i] = err
+                started_at = job.started_at
+            try:
+                await self._start(event.job_id, event.tenant, event.run_id, duration, started_at)
+            except Exception as err:  # noqa: BLE001 - settled by the consumer loop
+                outcomes[i] = err
 
-            await asyncio.gather(*(start(i, e) for i, e in starts))
+        await asyncio.gather(*(start(i, e) for i, e in starts))
         return outcomes
 
     async def resume(self) -> None:
@@ -196,16 +224,12 @@ class EmulatedCluster:
     async def run(self, stop: asyncio.Event) -> None:
         await self.register()
         cluster = next(iter(self.nodes.values())).cluster
-        spec = ConsumerSpec(stream="JOBS", durable=f"emulator-{cluster}", filter_subject=subjects.JOBS_ALL)
+        spec = ConsumerSpec(
+            stream="JOBS", durable=f"emulator-{cluster}", filter_subject=subjects.JOBS_ALL, ack_wait_s=5.0
+        )
         await self.resume()
         try:
-            await asyncio.gather(self.heartbeat_loop(stop), run_consumer(self.bus, spec, self._after_projection, stop))
+            await asyncio.gather(self.heartbeat_loop(stop), run_consumer(self.bus, spec, self.handle, stop))
         finally:
             for handle in self.running.values():
                 handle.cancel()
-
-    async def _after_projection(self, msgs: Sequence[Msg]) -> list[BaseException | None]:
-        # The handler reads the job projection; make sure it has seen these events.
-        if self.projector is not None:
-            await self.projector.wait_for(max(m.metadata.sequence.stream for m in msgs))
-        return await self.handle(msgs)

@@ -16,7 +16,8 @@ from trainyard.ledger.chargeback import (
     load_rate_card,
     period_bounds,
 )
-from trainyard.ledger.ledger import GROUP_KEYS, Ledger, LedgerRun
+from trainyard.ledger.ledger import GROUP_KEYS, Ledger
+from trainyard.ledger.records import LedgerRun
 
 __all__ = [
     "COLUMNS",

@@ -13,12 +13,13 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
-import json
 import re
 import time
 from collections.abc import Mapping
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any, Literal
+
+import msgspec
 
 from trainyard.core.accounting.pricing import (
     RateCard,
@@ -28,7 +29,8 @@ from trainyard.core.accounting.pricing import (
     load_rate_card,
     round_total,
 )
-from trainyard.ledger.ledger import Ledger, LedgerRun
+from trainyard.ledger.ledger import Ledger
+from trainyard.ledger.records import LedgerRun
 
 __all__ = [
     "COLUMNS",
@@ -198,7 +200,7 @@ def _row(
         "SubAccountId": run.tenant,
         "SubAccountName": run.tenant,
         "x_CostCentre": cost_centre,
-        "Tags": json.dumps(tags, sort_keys=True, separators=(",", ":")),
+        "Tags": msgspec.json.encode(tags, order="sorted").decode(),
     }
 
 

@@ -17,68 +17,23 @@ facts each time a run changes.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
 import sqlalchemy as sa
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DBAPIError
 
-from trainyard.core.accounting.metering import (
-    CANCELLED,
-    RunFacts,
-    end_run,
-    meter,
-    observe,
-    overlap,
-)
-from trainyard.events.jobs import JobAccepted, JobCancelled, JobEvent, JobRejected
+from trainyard.core.accounting.metering import overlap
+from trainyard.events.jobs import JobEvent
+from trainyard.ledger.batch import apply_batch, insert_ignore, lock_rows, write_runs
+from trainyard.ledger.records import LedgerRun, facts_from_row, ledger_run_from_row
 from trainyard.ledger.schema import build_tables
 
-_CHUNK = 500  # ids per IN (...) list
-_ATTEMPTS = 3  # tries of a batch that collided with a concurrent writer
+_ATTEMPTS = 5  # tries of a batch that deadlocked with a concurrent writer
 _RETRYABLE_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock
-_FACT_COLUMNS = ("attempt", "cluster", "admitted_at", "placed_at", "started_at", "ended_at", "outcome")
 GROUP_KEYS = ("tenant", "queue", "priority_class", "name", "job_id", "run_id", "gpu_type", "cluster")
 _JOB_EVENTS = tuple(JobEvent.__args__)  # type: ignore[attr-defined]
-
-
-class LedgerRun(msgspec.Struct, frozen=True, kw_only=True):
-    """A run as the ledger holds it, with its job's attributes."""
-
-    run_id: str
-    job_id: str
-    tenant: str
-    queue: str | None
-    priority_class: str | None
-    name: str | None
-    labels: dict[str, str]
-    attempt: int | None
-    cluster: str | None
-    gpus: int
-    gpu_type: str | None
-    gpus_by_type: dict[str, int]
-    placed_at: float | None
-    started_at: float | None
-    ended_at: float | None
-    outcome: str | None
-    gpu_seconds: float | None  # None while the run is open
-    lost_seconds: float | None
-    idle_seconds: float | None
-
-    def gpu_seconds_in(self, start: float | None = None, end: float | None = None, now: float | None = None) -> float:
-        """GPU-seconds inside [start, end); an open run is metered up to ``now``."""
-        until = self.ended_at if self.ended_at is not None else now
-        return self.gpus * overlap(self.started_at, until, start, end)
-
-
-def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
-    for i in range(0, len(items), _CHUNK):
-        yield items[i : i + _CHUNK]
-
-
-def _gpu_type_label(by_type: dict[str, int]) -> str | None:
-    return "+".join(sorted(by_type)) or None
 
 
 class Ledger:
@@ -91,17 +46,19 @@ class Ledger:
     def __init__(self, url: str, *, prefix: str = "") -> None:
         self.url = url
         self.tables = build_tables(prefix)
+        json = {"json_serializer": _json_text, "json_deserializer": msgspec.json.decode}
         if url.startswith("sqlite"):
             memory = url in ("sqlite://", "sqlite:///:memory:")
             self.engine = sa.create_engine(
                 url,
                 connect_args={"timeout": 30},
                 poolclass=sa.pool.StaticPool if memory else None,
+                **json,
             )
             if not memory:
                 sa.event.listen(self.engine, "connect", _sqlite_pragmas)
         else:
-            self.engine = sa.create_engine(url, pool_pre_ping=True)
+            self.engine = sa.create_engine(url, pool_pre_ping=True, **json)
 
     # --- lifecycle ---------------------------------------------------------
 
@@ -142,11 +99,11 @@ class Ledger:
         for attempt in range(_ATTEMPTS):
             try:
                 with self.engine.begin() as conn:
-                    return self._apply(conn, batch)
-            except (IntegrityError, DBAPIError) as exc:
-                retryable = isinstance(exc, IntegrityError) or _sqlstate(exc) in _RETRYABLE_SQLSTATES
-                if not retryable or attempt == _ATTEMPTS - 1:
+                    return apply_batch(conn, self.tables, batch)
+            except DBAPIError as exc:
+                if _sqlstate(exc) not in _RETRYABLE_SQLSTATES or attempt == _ATTEMPTS - 1:
                     raise
+                time.sleep(0.01 * 2**attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def record_checkpoints(self, run_id: str, times: Iterable[float]) -> int:
@@ -162,164 +119,11 @@ class Ledger:
             }
             new = [{"run_id": run_id, "at": at} for at in times if at not in known]
             if new:
-                conn.execute(sa.insert(t.checkpoints), new)
-                rows = self._lock_runs(conn, t.runs.c.run_id, [run_id])
-                self._write_runs(conn, rows, {run_id: _facts(rows[run_id])} if rows else {})
+                conn.execute(insert_ignore(conn, t.checkpoints), new)
+                rows = lock_rows(conn, t.runs, t.runs.c.run_id, [run_id])
+                if rows:
+                    write_runs(conn, t, rows, {run_id: facts_from_row(rows[run_id])})
             return len(new)
-
-    def _apply(self, conn: sa.Connection, batch: dict[str, JobEvent]) -> int:
-        t = self.tables
-        # 1. Drop events whose ids are already stored, then store the new ids.
-        ids = list(batch)
-        seen: set[str] = set()
-        for chunk in _chunks(ids):
-            seen.update(conn.scalars(sa.select(t.applied_events.c.event_id).where(t.applied_events.c.event_id.in_(chunk))))
-        new = [(event_id, batch[event_id]) for event_id in ids if event_id not in seen]
-        if not new:
-            return 0
-        conn.execute(sa.insert(t.applied_events), [{"event_id": i, "event_type": type(e).__name__} for i, e in new])
-        # 2. Sort events into job-wide ones and per-run ones.
-        accepted: dict[str, JobAccepted] = {}
-        job_cancels: dict[str, float] = {}
-        by_run: dict[str, list[JobEvent]] = {}
-        tenants: dict[str, str] = {}
-        for _, event in new:
-            if isinstance(event, JobRejected):
-                continue  # never ran: nothing to meter
-            if isinstance(event, JobAccepted):
-                tenants[event.job_id] = event.spec.tenant
-                best = accepted.get(event.job_id)
-                if best is None or event.at < best.at:
-                    accepted[event.job_id] = event
-            elif isinstance(event, JobCancelled) and event.run_id is None:
-                tenants[event.job_id] = event.tenant
-                job_cancels[event.job_id] = min(event.at, job_cancels.get(event.job_id, event.at))
-            else:
-                tenants.setdefault(event.job_id, event.tenant)
-                by_run.setdefault(event.run_id, []).append(event)
-        # 3. Merge job-wide facts into the job rows (stubs for jobs not yet accepted).
-        jobs = self._merge_jobs(conn, tenants, accepted, job_cancels)
-        # 4. Fold run events into run rows; a job-wide event touches every run of its job.
-        rows = self._lock_runs(conn, t.runs.c.run_id, sorted(by_run))
-        rows.update(self._lock_runs(conn, t.runs.c.job_id, sorted(set(accepted) | set(job_cancels))))
-        changed: dict[str, RunFacts] = {}
-        for run_id in sorted(set(rows) | set(by_run)):
-            facts = _facts(rows[run_id]) if run_id in rows else None
-            for event in by_run.get(run_id, ()):
-                facts = observe(facts, event)
-            assert facts is not None
-            cancelled_at = jobs[facts.job_id]["cancelled_at"] if facts.job_id in jobs else None
-            if cancelled_at is not None:
-                facts = end_run(facts, cancelled_at, CANCELLED)
-            changed[run_id] = facts
-        self._write_runs(conn, rows, changed, jobs)
-        return len(new)
-
-    def _merge_jobs(
-        self,
-        conn: sa.Connection,
-        tenants: dict[str, str],
-        accepted: dict[str, JobAccepted],
-        job_cancels: dict[str, float],
-    ) -> dict[str, dict[str, Any]]:
-        jobs_t = self.tables.jobs
-        rows: dict[str, dict[str, Any]] = {}
-        for chunk in _chunks(sorted(tenants)):
-            stmt = sa.select(jobs_t).where(jobs_t.c.job_id.in_(chunk)).order_by(jobs_t.c.job_id).with_for_update()
-            rows.update({r.job_id: dict(r._mapping) for r in conn.execute(stmt)})
-        inserts, updates = [], []
-        for job_id, tenant in tenants.items():
-            old = rows.get(job_id)
-            row = dict(old) if old else {c.name: None for c in jobs_t.columns} | {"job_id": job_id, "tenant": tenant}
-            event = accepted.get(job_id)
-            if event is not None and (row["accepted_at"] is None or event.at < row["accepted_at"]):
-                spec = event.spec
-                roles = {r.name: [r.gpu_type, r.gpus] for r in spec.roles}
-                row.update(
-                    tenant=spec.tenant,
-                    queue=spec.queue,
-                    priority_class=spec.priority_class,
-                    name=spec.name,
-                    labels=dict(spec.labels),
-                    roles=roles,
-                    gpu_type="+".join(sorted(spec.gpu_types)) or None,
-                    submitted_at=event.submitted_at,
-                    accepted_at=event.at,
-                )
-            cancel = job_cancels.get(job_id)
-            if cancel is not None and (row["cancelled_at"] is None or cancel < row["cancelled_at"]):
-                row["cancelled_at"] = cancel
-            rows[job_id] = row
-            if old is None:
-                inserts.append(row)
-            elif row != old:
-                updates.append({f"b_{k}": v for k, v in row.items()})
-        if inserts:
-            conn.execute(sa.insert(jobs_t), inserts)
-        if updates:
-            values = {c.name: sa.bindparam(f"b_{c.name}") for c in jobs_t.columns if c.name != "job_id"}
-            stmt = sa.update(jobs_t).where(jobs_t.c.job_id == sa.bindparam("b_job_id")).values(values)
-            conn.execute(stmt, updates)
-        return rows
-
-    def _lock_runs(self, conn: sa.Connection, column: sa.Column, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
-        runs_t = self.tables.runs
-        rows: dict[str, dict[str, Any]] = {}
-        for chunk in _chunks(keys):
-            stmt = sa.select(runs_t).where(column.in_(chunk)).order_by(runs_t.c.run_id).with_for_update()
-            rows.update({r.run_id: dict(r._mapping) for r in conn.execute(stmt)})
-        return rows
-
-    def _write_runs(
-        self,
-        conn: sa.Connection,
-        rows: dict[str, dict[str, Any]],
-        changed: dict[str, RunFacts],
-        jobs: dict[str, dict[str, Any]] | None = None,
-    ) -> None:
-        t = self.tables
-        if not changed:
-            return
-        job_ids = sorted({f.job_id for f in changed.values()} - set(jobs or {}))
-        jobs = dict(jobs or {})
-        for chunk in _chunks(job_ids):
-            for r in conn.execute(sa.select(t.jobs).where(t.jobs.c.job_id.in_(chunk))):
-                jobs[r.job_id] = dict(r._mapping)
-        ended_infra = sorted(r for r, f in changed.items() if f.outcome and f.outcome.startswith("failed:"))
-        checkpoints: dict[str, list[float]] = {}
-        for chunk in _chunks(ended_infra):
-            stmt = sa.select(t.checkpoints).where(t.checkpoints.c.run_id.in_(chunk))
-            for r in conn.execute(stmt):
-                checkpoints.setdefault(r.run_id, []).append(r.at)
-        inserts, updates = [], []
-        for run_id, facts in changed.items():
-            job = jobs.get(facts.job_id) or {}
-            roles = {name: (gpu_type, gpus) for name, (gpu_type, gpus) in (job.get("roles") or {}).items()}
-            usage = meter(facts, roles=roles, checkpoints=checkpoints.get(run_id, ()))
-            ended = facts.ended_at is not None
-            row = {c: getattr(facts, c) for c in _FACT_COLUMNS} | {
-                "run_id": run_id,
-                "job_id": facts.job_id,
-                "tenant": facts.tenant,
-                "placement": dict(facts.placement),
-                "gpus": usage.gpus,
-                "gpus_by_type": usage.gpus_by_type,
-                "gpu_type": _gpu_type_label(usage.gpus_by_type),
-                "gpu_seconds": usage.gpu_seconds if ended else None,
-                "lost_seconds": usage.lost_seconds if ended else None,
-                "idle_seconds": usage.idle_seconds if ended else None,
-            }
-            old = rows.get(run_id)
-            if old is None:
-                inserts.append(row)
-            elif any(old[k] != v for k, v in row.items()):
-                updates.append({f"b_{k}": v for k, v in row.items()})
-        if inserts:
-            conn.execute(sa.insert(t.runs), inserts)
-        if updates:
-            values = {c.name: sa.bindparam(f"b_{c.name}") for c in t.runs.columns if c.name != "run_id"}
-            stmt = sa.update(t.runs).where(t.runs.c.run_id == sa.bindparam("b_run_id")).values(values)
-            conn.execute(stmt, updates)
 
     # --- reading -----------------------------------------------------------
 
@@ -353,7 +157,7 @@ class Ledger:
             stmt = stmt.where(sa.or_(t.runs.c.ended_at.is_(None), t.runs.c.ended_at > start))
         with self.engine.connect() as conn:
             result = conn.execute(stmt.order_by(t.runs.c.run_id))
-            return [_ledger_run(r._mapping) for r in result]
+            return [ledger_run_from_row(r._mapping) for r in result]
 
     def usage(
         self,
@@ -398,38 +202,8 @@ class Ledger:
             return conn.scalar(sa.select(sa.func.count()).select_from(self.tables.applied_events)) or 0
 
 
-def _facts(row: dict[str, Any]) -> RunFacts:
-    return RunFacts(
-        run_id=row["run_id"],
-        job_id=row["job_id"],
-        tenant=row["tenant"],
-        placement=dict(row["placement"] or {}),
-        **{c: row[c] for c in _FACT_COLUMNS},
-    )
-
-
-def _ledger_run(row: Any) -> LedgerRun:
-    return LedgerRun(
-        run_id=row["run_id"],
-        job_id=row["job_id"],
-        tenant=row["tenant"],
-        queue=row["queue"],
-        priority_class=row["priority_class"],
-        name=row["name"],
-        labels=dict(row["labels"] or {}),
-        attempt=row["attempt"],
-        cluster=row["cluster"],
-        gpus=row["gpus"],
-        gpu_type=row["gpu_type"],
-        gpus_by_type=dict(row["gpus_by_type"] or {}),
-        placed_at=row["placed_at"],
-        started_at=row["started_at"],
-        ended_at=row["ended_at"],
-        outcome=row["outcome"],
-        gpu_seconds=row["gpu_seconds"],
-        lost_seconds=row["lost_seconds"],
-        idle_seconds=row["idle_seconds"],
-    )
+def _json_text(value: Any) -> str:
+    return msgspec.json.encode(value).decode()
 
 
 def _sqlstate(exc: DBAPIError) -> str | None:

@@ -9,6 +9,7 @@ from importlib import resources
 
 import msgspec
 import nats.errors
+from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from redis.asyncio import Redis
 
@@ -114,6 +115,13 @@ def node_event_args(seq: int, event: object) -> list[str]:
 class Projector:
     """Follows one stream with an ordered consumer and folds it into Redis.
 
+    Several processes may project the same stream into the same Redis: the
+    fold is idempotent and a projector skips what another already applied.
+    The deciders (admission, placement) each run a JOBS projector, since they
+    must read their own writes; either one keeps the projection current for
+    readers such as the gateway and health.  NODES is projected by every
+    process that reads nodes.
+
     ``position`` is the last sequence this process has seen applied (by itself
     or by another projector); a decider that published an event with sequence
     ``s`` waits for ``position >= s`` before it reads the projection again.
@@ -174,23 +182,33 @@ class Projector:
 
     async def _follow(self, stop: asyncio.Event, filter_subject: str, batch_size: int) -> None:
         start = max(self.position, await self.store.last_seq(self.projection)) + 1
+        inbox: list[tuple[int, bytes]] = []
+        arrived = asyncio.Event()
+
+        async def on_msg(msg: Msg) -> None:
+            inbox.append((msg.metadata.sequence.stream, msg.data))
+            arrived.set()
+
         config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
         sub = await self.bus.js.subscribe(
-            filter_subject, stream=self.stream, ordered_consumer=True, config=config, pending_msgs_limit=200_000
-        )
+            filter_subject, stream=self.stream, ordered_consumer=True, config=config, cb=on_msg,
+            pending_msgs_limit=500_000,
+        )  # fmt: skip
         try:
             while not stop.is_set():
                 try:
-                    first = await sub.next_msg(timeout=0.5)
+                    await asyncio.wait_for(arrived.wait(), 0.5)
                 except asyncio.TimeoutError:
                     continue
-                batch = [first]
-                while len(batch) < batch_size and sub.pending_msgs > 0:
-                    batch.append(await sub.next_msg(timeout=0.1))
-                items = [(m.metadata.sequence.stream, m.data) for m in batch]
-                items = [(s, d) for s, d in items if s > self.position]
-                if items:
-                    await self.apply(items)
+                arrived.clear()
+                while inbox:
+                    items, inbox[:] = inbox[:batch_size], inbox[batch_size:]
+                    # Another process's projector may have applied these already:
+                    # skip them without decoding (the Lua fold would skip them too).
+                    applied = await self.store.last_seq(self.projection)
+                    todo = [(s, d) for s, d in items if s > max(self.position, applied)]
+                    if todo:
+                        await self.apply(todo)
                     await self._advance(items[-1][0])
         finally:
             await sub.unsubscribe()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -103,6 +104,37 @@ async def get_jobs(store: Store, job_ids: list[str], with_spec: bool = True) -> 
     return [JobView.from_hash(j, h, with_spec) for j, h in zip(job_ids, hashes, strict=True) if h]
 
 
+class JobHead(msgspec.Struct):
+    """The few fields a decider re-reads every cycle; the rest never change."""
+
+    job_id: str
+    status: str
+    tenant: str
+    order: int
+    run_id: str | None
+    last_seq: int
+    attempt: int
+
+
+async def job_heads(store: Store, job_ids: list[str]) -> list[JobHead]:
+    pipe = store.redis.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hmget(store.key("job", job_id), "status", "tenant", "order", "run_id", "last_seq", "attempt")
+    rows = await pipe.execute()
+    return [
+        JobHead(job_id, status, tenant, int(order or 0), run_id or None, int(last_seq or 0), int(attempt or 0))
+        for job_id, (status, tenant, order, run_id, last_seq, attempt) in zip(job_ids, rows, strict=True)
+        if status is not None
+    ]
+
+
+async def job_specs(store: Store, job_ids: list[str]) -> dict[str, JobSpec]:
+    pipe = store.redis.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hget(store.key("job", job_id), "spec")
+    return {j: _spec.decode(raw) for j, raw in zip(job_ids, await pipe.execute(), strict=True) if raw}
+
+
 async def list_jobs(
     store: Store, tenant: str | None = None, status: str | None = None, limit: int = 100, newest_first: bool = True
 ) -> list[JobView]:
@@ -137,30 +169,43 @@ async def gpus_by_type(store: Store, name: str) -> dict[str, int]:
     return {k: int(v) for k, v in raw.items()}
 
 
-async def list_nodes(store: Store) -> list[NodeRecord]:
-    node_ids = sorted(await store.redis.smembers(store.key("nodes")))
+@functools.lru_cache(maxsize=65_536)
+def _node_info(raw: str) -> NodeInfo:
+    """Node descriptions rarely change; decode each distinct one once."""
+    return _node.decode(raw)
+
+
+async def node_views(store: Store) -> list[tuple[NodeInfo, str, list[int]]]:
+    """Every registered node as ``(info, state, free GPU indices)``, in three
+    reads however large the fleet (what the placement cycle needs)."""
     pipe = store.redis.pipeline(transaction=False)
-    for node_id in node_ids:
-        pipe.hgetall(store.key("node", node_id))
-        pipe.hkeys(store.key("alloc", node_id))
-    raw: list[Any] = await pipe.execute()
-    records = []
-    for i, node_id in enumerate(node_ids):
-        h, held = raw[2 * i], {int(g) for g in raw[2 * i + 1]}
-        info = _node.decode(h["info"]) if h.get("info") else None
-        total = info.gpus if info else 0
-        records.append(
-            NodeRecord(
-                node_id=node_id,
-                state=h.get("state", "unknown"),
-                info=info,
-                free_gpus=[g for g in range(total) if g not in held],
-                state_reason=h.get("state_reason"),
-                boot_id=h.get("boot_id"),
-                registered_at=float(h["registered_at"]) if h.get("registered_at") else None,
-            )
-        )
-    return records
+    pipe.hgetall(store.key("nodeinfo"))
+    pipe.hgetall(store.key("nodestate"))
+    pipe.hgetall(store.key("gpumap"))
+    infos, states, maps = await pipe.execute()
+    out = []
+    for node_id in sorted(infos):
+        info = _node_info(infos[node_id])
+        held = maps.get(node_id, "")
+        free = [g for g in range(info.gpus) if g >= len(held) or held[g] != "#"]
+        out.append((info, states.get(node_id, "unknown"), free))
+    return out
+
+
+async def list_nodes(store: Store) -> list[NodeRecord]:
+    """Nodes with their state details, for people (the API and the CLI)."""
+    views = await node_views(store)
+    pipe = store.redis.pipeline(transaction=False)
+    for info, _, _ in views:
+        pipe.hmget(store.key("node", info.node_id), "state_reason", "boot_id", "registered_at")
+    details = await pipe.execute()
+    return [
+        NodeRecord(
+            node_id=info.node_id, state=state, info=info, free_gpus=free, state_reason=reason, boot_id=boot,
+            registered_at=float(registered) if registered else None,
+        )  # fmt: skip
+        for (info, state, free), (reason, boot, registered) in zip(views, details, strict=True)
+    ]
 
 
 async def jobs_on_node(store: Store, node_id: str) -> list[str]:

@@ -18,7 +18,7 @@ from nats.aio.msg import Msg
 
 from trainyard.bus import Bus, PoisonMessage, PublishRequest, RetryLater, WrongLastSequence
 from trainyard.core.admission import AdmissionPolicy, AdmissionSnapshot, PendingJob, admit
-from trainyard.domain.job import ValidationError, validate_job_spec
+from trainyard.domain.job import JobSpec, ValidationError, validate_job_spec
 from trainyard.events import (
     CancelJob,
     JobAccepted,
@@ -34,6 +34,13 @@ from trainyard.store import views
 from trainyard.store.views import TERMINAL
 
 log = logging.getLogger(__name__)
+
+
+def gpu_demand(spec: JobSpec) -> dict[str, int]:
+    demand: dict[str, int] = {}
+    for role in spec.roles:
+        demand[role.gpu_type] = demand.get(role.gpu_type, 0) + role.gpus
+    return demand
 
 
 def run_id_for(job_id: str, attempt: int) -> str:
@@ -132,32 +139,34 @@ class AdmissionCycle:
     """Reads the projection, calls the pure core, publishes the decisions."""
 
     def __init__(
-        self, bus: Bus, store: Store, projector: Projector, policy: AdmissionPolicy, clock: Callable[[], float]
-    ) -> None:
+        self, bus: Bus, store: Store, projector: Projector, policy: AdmissionPolicy, clock: Callable[[], float],
+        window: int = 20_000,
+    ) -> None:  # fmt: skip
         self.bus = bus
         self.store = store
         self.projector = projector
         self.policy = policy
         self.clock = clock
+        self.window = window  # how many of the oldest pending jobs one cycle considers
+        self._demand: dict[str, tuple[str, dict[str, int]]] = {}  # job id -> (queue, GPUs by type)
 
-    async def snapshot(self) -> tuple[AdmissionSnapshot, dict[str, views.JobView]]:
-        pending_ids = await views.ids_in(self.store, "pending")
-        pipe = self.store.redis.pipeline(transaction=False)
-        for job_id in pending_ids:
-            pipe.hmget(self.store.key("job", job_id), "tenant", "queue", "order", "gpus_by_type", "last_seq", "attempt")
-        rows = await pipe.execute()
-        jobs: dict[str, views.JobView] = {}
-        pending: list[PendingJob] = []
-        for job_id, (tenant, queue, order, by_type, last_seq, attempt) in zip(pending_ids, rows, strict=True):
-            if tenant is None:
-                continue
-            pending.append(PendingJob(job_id, tenant, queue, int(order), json.loads(by_type)))
-            jobs[job_id] = views.JobView(
-                job_id=job_id, status="pending", tenant=tenant, last_seq=int(last_seq), attempt=int(attempt)
-            )
+    async def snapshot(self) -> tuple[AdmissionSnapshot, dict[str, views.JobHead]]:
+        pending_ids = await views.ids_in(self.store, "pending", self.window - 1)
+        heads = {j.job_id: j for j in await views.job_heads(self.store, pending_ids) if j.status == "pending"}
+        missing = [j for j in heads if j not in self._demand]
+        if missing:
+            for job_id, spec in (await views.job_specs(self.store, missing)).items():
+                self._demand[job_id] = (spec.queue, gpu_demand(spec))
+        for job_id in [j for j in self._demand if j not in heads]:
+            del self._demand[job_id]
+        pending = [
+            PendingJob(j.job_id, j.tenant, self._demand[j.job_id][0], j.order, self._demand[j.job_id][1])
+            for j in heads.values()
+            if j.job_id in self._demand
+        ]
         capacity = await views.gpus_by_type(self.store, "capacity")
         in_use = await views.gpus_by_type(self.store, "inuse")
-        return AdmissionSnapshot(pending=pending, capacity=capacity, in_use=in_use), jobs
+        return AdmissionSnapshot(pending=pending, capacity=capacity, in_use=in_use), heads
 
     async def run_once(self) -> int:
         """One cycle; returns how many jobs were admitted."""

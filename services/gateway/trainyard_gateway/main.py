@@ -100,7 +100,6 @@ async def main(rt: Runtime) -> None:
     try:
         await run_tasks(
             rt.stop,
-            Projector(rt.bus, rt.store, "JOBS").run(rt.stop),
             Projector(rt.bus, rt.store, "NODES").run(rt.stop),
             _until_exit(http_task),
         )

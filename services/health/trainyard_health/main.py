@@ -30,7 +30,6 @@ async def liveness_loop(rt: Runtime, check: LivenessCheck, nodes: Projector) -> 
 
 
 async def main(rt: Runtime) -> None:
-    jobs = Projector(rt.bus, rt.store, "JOBS")
     nodes = Projector(rt.bus, rt.store, "NODES")
     heartbeats = ConsumerSpec(
         stream="TELEMETRY", durable="health-heartbeats", filter_subject=subjects.TELEMETRY_ALL, ack_wait_s=10.0
@@ -38,7 +37,6 @@ async def main(rt: Runtime) -> None:
     check = LivenessCheck(rt.bus, rt.store, rt.settings.heartbeat_timeout_s, time.time)
     await run_tasks(
         rt.stop,
-        jobs.run(rt.stop),
         nodes.run(rt.stop),
         run_consumer(rt.bus, heartbeats, HeartbeatHandler(rt.store, time.time), rt.stop),
         liveness_loop(rt, check, nodes),

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from trainyard.bus import Bus, PublishRequest, WrongLastSequence
 from trainyard.core.placement import ClusterSnapshot, NodeView, PlacementRequest, place
+from trainyard.domain.job import JobSpec
 from trainyard.domain.node import NodeState
 from trainyard.events import JobPlaced, subjects
 from trainyard.store import Projector, Store
@@ -28,23 +29,29 @@ class PlacementCycle:
         self.projector = projector
         self.cluster = cluster
         self.clock = clock
+        self._specs: dict[str, JobSpec] = {}  # job id -> spec, for jobs waiting to be placed
 
-    async def snapshot(self) -> tuple[ClusterSnapshot, list[PlacementRequest], dict[str, views.JobView]]:
+    async def snapshot(self) -> tuple[ClusterSnapshot, list[PlacementRequest], dict[str, views.JobHead]]:
         admitted = await views.ids_in(self.store, "admitted")
-        jobs = {j.job_id: j for j in await views.get_jobs(self.store, admitted) if j.status == "admitted"}
-        nodes = await views.list_nodes(self.store)
+        jobs = {j.job_id: j for j in await views.job_heads(self.store, admitted) if j.status == "admitted" and j.run_id}
+        missing = [j for j in jobs if j not in self._specs]
+        if missing:
+            self._specs.update(await views.job_specs(self.store, missing))
         cluster = ClusterSnapshot(
             nodes=[
-                NodeView(info=n.info, free_gpus=tuple(n.free_gpus), schedulable=n.state == NodeState.HEALTHY.value)
-                for n in nodes
-                if n.info is not None and n.info.cluster == self.cluster
+                NodeView(info=info, free_gpus=tuple(free), schedulable=state == NodeState.HEALTHY.value)
+                for info, state, free in await views.node_views(self.store)
+                if info.cluster == self.cluster
             ]
         )
         requests = [
-            PlacementRequest(job_id=j.job_id, run_id=j.run_id or "", spec=j.spec, order=j.order)
+            PlacementRequest(job_id=j.job_id, run_id=j.run_id or "", spec=self._specs[j.job_id], order=j.order)
             for j in jobs.values()
-            if j.spec is not None and j.run_id
+            if j.job_id in self._specs
         ]
+        # Specs never change; forget those of jobs no longer waiting for placement.
+        for job_id in [j for j in self._specs if j not in jobs]:
+            del self._specs[job_id]
         return cluster, requests, jobs
 
     async def run_once(self) -> int:

@@ -21,7 +21,7 @@ from accounting_builders import (
     succeeded,
 )
 
-from trainyard.ledger import Ledger
+from trainyard.ledger import Ledger, batch
 
 START = T0 + 10 * MINUTE
 END = START + 2 * HOUR
@@ -107,7 +107,7 @@ def test_a_batch_that_fails_midway_stores_nothing_and_can_be_redelivered(ledger:
     def broken(*args, **kwargs):
         raise RuntimeError("database went away")
 
-    monkeypatch.setattr(ledger, "_write_runs", broken)
+    monkeypatch.setattr(batch, "write_runs", broken)
     with pytest.raises(RuntimeError):
         ledger.apply(ONE_RUN)
     assert ledger.applied_count() == 0 and ledger.runs() == []

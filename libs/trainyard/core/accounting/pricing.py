@@ -13,6 +13,8 @@ total of their group.
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import math
 from collections.abc import Sequence
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 from typing import Any
@@ -48,7 +50,7 @@ class RateCardVersion(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return price
 
 
-class RateCard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class RateCard(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     versions: list[RateCardVersion]
     currency: str = "USD"  # ISO 4217; BillingCurrency in exports
 
@@ -57,17 +59,23 @@ class RateCard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         if problems:
             raise RateCardError("; ".join(problems))
 
-    @property
+    @functools.cached_property
     def ordered(self) -> list[RateCardVersion]:
         return sorted(self.versions, key=lambda v: v.effective_from)
 
+    @functools.cached_property
+    def _spans(self) -> list[tuple[float, float, RateCardVersion]]:
+        """[start, end) of each version, in order; the last one never ends."""
+        starts = [v.starts_at for v in self.ordered]
+        ends = [*starts[1:], math.inf]
+        return list(zip(starts, ends, self.ordered))
+
     def version_at(self, at: float) -> RateCardVersion | None:
         """The version in force at Unix time ``at``; None before the first."""
-        current = None
-        for version in self.ordered:
-            if version.starts_at <= at:
-                current = version
-        return current
+        for start, end, version in self._spans:
+            if start <= at < end:
+                return version
+        return None
 
     def slices(self, start: float, end: float) -> list[tuple[float, float, RateCardVersion]]:
         """Split [start, end) where the version in force changes.
@@ -78,16 +86,16 @@ class RateCard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         result: list[tuple[float, float, RateCardVersion]] = []
         if end <= start:
             return result
-        ordered = self.ordered
-        first = ordered[0]
-        if start < first.starts_at:
+        spans = self._spans
+        if start < spans[0][0]:
+            first = spans[0][2]
             raise RateCardError(
                 f"usage from {_iso(start)} is before the first rate card version "
                 f"({first.version!r}, effective {first.effective_from.isoformat()})"
             )
-        for i, version in enumerate(ordered):
-            lo = max(start, version.starts_at)
-            hi = min(end, ordered[i + 1].starts_at) if i + 1 < len(ordered) else end
+        for span_start, span_end, version in spans:
+            lo = start if start > span_start else span_start
+            hi = end if end < span_end else span_end
             if hi > lo:
                 result.append((lo, hi, version))
         return result

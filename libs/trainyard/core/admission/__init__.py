@@ -2,7 +2,7 @@
 
 from trainyard.core.admission.cycle import admit
 from trainyard.core.admission.fairshare import decay_usage, decay_usage_table
-from trainyard.core.admission.intake import validate_against_tenancy
+from trainyard.core.admission.intake import check_quota, pending_from_spec, placement_backoff, validate_against_tenancy
 from trainyard.core.admission.snapshot import (
     AdmissionPolicy,
     AdmissionResult,
@@ -39,8 +39,11 @@ __all__ = [
     "Tenancy",
     "Waiting",
     "admit",
+    "check_quota",
     "decay_usage",
     "decay_usage_table",
+    "pending_from_spec",
+    "placement_backoff",
     "queue_key",
     "validate_against_tenancy",
 ]

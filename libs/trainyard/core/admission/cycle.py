@@ -27,7 +27,7 @@ from trainyard.core.admission.ordering import (
     BORROW_ONLY,
     BORROWING,
     WITHIN_NOMINAL,
-    demand_of,
+    DemandCache,
     group_pending,
     never_fits,
 )
@@ -88,19 +88,21 @@ def _admit_with_tenancy(
     shares = FairShare(index, state.usage, capacity, snapshot.usage_history, tenancy.half_life_s)
 
     # 2. Queues in priority-then-submission order.
-    waiting: list[tuple[str, PendingReason, int]] = []
+    waiting: list[Waiting] = []
     queue_jobs: dict[int, list[PendingJob]] = {}
-    for key, jobs in group_pending(snapshot.pending).items():
-        q = index.queue_of.get(key)
+    for (tenant, name), jobs in group_pending(snapshot.pending).items():
+        q = index.queue_by_pair.get((tenant, name))
         if q is None:
-            waiting.extend((job.job_id, PendingReason.UNKNOWN_QUEUE, p) for p, job in enumerate(jobs, 1))
+            waiting.extend(Waiting(job.job_id, PendingReason.UNKNOWN_QUEUE, p) for p, job in enumerate(jobs, 1))
         else:
             queue_jobs[q] = jobs
+
+    demands = DemandCache(fidx)
 
     def head_class(q: int, job: PendingJob) -> int:
         if job.may_only_borrow:
             return BORROW_ONLY
-        demand = demand_of(job.gpus_by_type, fidx)
+        demand = demands(job.gpus_by_type)
         if demand is None or state.within_nominal(q, demand):
             return WITHIN_NOMINAL
         return BORROWING
@@ -113,60 +115,85 @@ def _admit_with_tenancy(
     reserved = [[NOBODY] * nf for _ in index.names]  # lowest class a waiting job holds capacity against
     admitted: list[Admit] = []
     blocked: list[Blocked] = []  # jobs that blocked their queue: candidates to preempt for
-    limit = policy.max_admissions_per_cycle
+    room = policy.max_admissions_per_cycle
+    add_waiting = waiting.append
     while heap:
         popped_class, _, q = heappop(heap)
         jobs, i, n_jobs = queue_jobs[q], cursor[q], len(queue_jobs[q])
-        qblock, path, ceiling = queue_blocked[q], index.paths[q], index.ceiling[q]
+        qblock, path, nominal, regular = queue_blocked[q], index.paths[q], index.nominal[q], state.regular[q]
+        ceilings = index.ceiling[q], index.ceiling_borrow_only[q]
+        # larger gangs could never run here: for ordinary and for borrow-only jobs
+        largest = [[min(capacity[t], ceiling[t]) for t in range(nf)] for ceiling in ceilings]
         while i < n_jobs:
             job = jobs[i]
             i += 1
             if job.not_before is not None and job.not_before > now:
-                waiting.append((job.job_id, BACKOFF, i))
+                add_waiting(Waiting(job.job_id, BACKOFF, i))
                 continue
-            demand = demand_of(job.gpus_by_type, fidx)
-            static = PendingReason.NO_CAPACITY_OF_TYPE if demand is None else never_fits(demand, capacity, ceiling)
+            demand = demands(job.gpus_by_type)
+            if demand is None:
+                add_waiting(Waiting(job.job_id, PendingReason.NO_CAPACITY_OF_TYPE, i))
+                continue
+            borrow_only = job.may_only_borrow
+            behind = within = False
+            static = None
+            most = largest[borrow_only]
+            for t, d in demand:
+                if d > most[t]:
+                    static = never_fits(demand, capacity, ceilings[borrow_only])
+                    break
+                if qblock[t]:
+                    behind = True
             if static is not None:
-                waiting.append((job.job_id, static, i))
+                add_waiting(Waiting(job.job_id, static, i))
                 continue
-            if any(qblock[t] for t, _ in demand):
-                waiting.append((job.job_id, QUEUED_BEHIND, i))
+            if behind or not room:
+                add_waiting(Waiting(job.job_id, QUEUED_BEHIND, i))
                 for t, _ in demand:
                     qblock[t] = True
                 continue
-            if len(admitted) >= limit:
-                waiting.append((job.job_id, QUEUED_BEHIND, i))
-                continue
-            borrow_only = job.may_only_borrow
-            cls = BORROW_ONLY if borrow_only else WITHIN_NOMINAL if state.within_nominal(q, demand) else BORROWING
+            if borrow_only:
+                cls = BORROW_ONLY
+            else:
+                within = True
+                for t, d in demand:
+                    if regular[t] + d > nominal[t]:
+                        within = False
+                cls = WITHIN_NOMINAL if within else BORROWING
             if cls > popped_class:
                 i -= 1  # its class is worse than the one it was chosen for: queue again
                 heappush(heap, (cls, shares.share[q], q))
                 break
             # 4. Does the gang fit the quota tree, the reservations and the free GPUs?
             fail = state.check(q, demand, borrow_only)
-            reason = fail[0] if fail is not None else None
-            if fail is None and any(reserved[n][t] <= cls for n in path for t, _ in demand):
-                reason = FAIR_SHARE
-            elif fail is None and any(free[t] < d for t, d in demand):
-                reason, fail = INSUFFICIENT_GPUS, (INSUFFICIENT_GPUS, 0)
+            reason = None if fail is None else fail[0]
+            if fail is None:
+                for t, d in demand:
+                    if free[t] < d:
+                        reason, fail = INSUFFICIENT_GPUS, (INSUFFICIENT_GPUS, 0)
+                    for n in path:
+                        if reserved[n][t] <= cls:
+                            reason = FAIR_SHARE
+                            break
+                    if reason is FAIR_SHARE:
+                        break
             if reason is not None:
                 for t, _ in demand:
                     qblock[t] = True
                 if reason is not FAIR_SHARE and not borrow_only:
-                    node = fail[1]
                     level = cls if reason is INSUFFICIENT_GPUS else max(cls, BORROWING)
-                    row = reserved[node]
+                    row = reserved[fail[1]]
                     for t, _ in demand:
                         if row[t] > level:
                             row[t] = level
                     blocked.append(Blocked(job, q, demand, cls, len(waiting)))
-                waiting.append((job.job_id, reason, i))
+                add_waiting(Waiting(job.job_id, reason, i))
                 continue
             state.take(q, demand, borrow_only)
             for t, d in demand:
                 free[t] -= d
             admitted.append(Admit(job.job_id))
+            room -= 1
             share = shares.update(q)
             if i < n_jobs:
                 heappush(heap, (head_class(q, jobs[i]), share, q))
@@ -181,15 +208,11 @@ def _admit_with_tenancy(
             snapshot.recent_preemptions, now,
         )
         for at in preemptors:
-            job_id, _, position = waiting[at]
-            waiting[at] = (job_id, PendingReason.PREEMPTING, position)
+            old = waiting[at]
+            waiting[at] = Waiting(old.job_id, PendingReason.PREEMPTING, old.position)
 
     # 6. Every job left waiting has a reason and a place.
-    return AdmissionResult(
-        admitted=admitted,
-        waiting=[Waiting(job_id, reason, position) for job_id, reason, position in waiting],
-        preemptions=preemptions,
-    )
+    return AdmissionResult(admitted=admitted, waiting=waiting, preemptions=preemptions)
 
 
 def _admit_fifo(snapshot: AdmissionSnapshot, policy: AdmissionPolicy, now: float) -> AdmissionResult:

@@ -1,4 +1,4 @@
-"""Checks of a submitted spec against the tenancy, made once at intake.
+"""Checks against the tenancy: of a submitted spec at intake, and of what runs (invariants).
 
 ``JobSpec.tenant`` names a team and ``JobSpec.queue`` one of that team's
 queues.  A spec that fails here is rejected with every problem listed; one that
@@ -8,6 +8,8 @@ could remove.
 
 from __future__ import annotations
 
+from trainyard.core.admission.quota import quota_violations
+from trainyard.core.admission.snapshot import PendingJob, RunningJob
 from trainyard.core.admission.tree import Tenancy, TreeIndex
 from trainyard.domain.job import JobSpec, ValidationError
 
@@ -61,10 +63,12 @@ def validate_against_tenancy(spec: JobSpec, tenancy: Tenancy) -> list[Validation
             continue
         demand[role.gpu_type] = demand.get(role.gpu_type, 0) + role.gpus
         first_role.setdefault(role.gpu_type, i)
+    cls = next((c for c in tenancy.priority_classes if c.name == spec.priority_class), None)
+    ceilings = index.ceiling_borrow_only if cls is not None and cls.may_only_borrow else index.ceiling
     if node is not None:
         for gpu_type, gpus in demand.items():
             f = index.fidx.get(gpu_type)
-            ceiling = index.ceiling[node][f] if f is not None else 0
+            ceiling = ceilings[node][f] if f is not None else 0
             where = f"roles[{first_role[gpu_type]}].gpu_type"
             if ceiling <= 0:
                 errors.append(
@@ -84,3 +88,45 @@ def validate_against_tenancy(spec: JobSpec, tenancy: Tenancy) -> list[Validation
                     )
                 )
     return errors
+
+
+def pending_from_spec(
+    job_id: str, spec: JobSpec, order: int, tenancy: Tenancy, not_before: float | None = None
+) -> PendingJob:
+    """The admission view of an accepted job: whole-gang demand and its priority class resolved."""
+    gpus: dict[str, int] = {}
+    for role in spec.roles:
+        gpus[role.gpu_type] = gpus.get(role.gpu_type, 0) + role.gpus
+    cls = next((c for c in tenancy.priority_classes if c.name == spec.priority_class), None)
+    return PendingJob(
+        job_id=job_id,
+        tenant=spec.tenant,
+        queue=spec.queue,
+        order=order,
+        gpus_by_type=gpus,
+        priority=cls.priority if cls else 0,
+        not_before=not_before,
+        may_only_borrow=cls.may_only_borrow if cls else False,
+    )
+
+
+def placement_backoff(failures: int, now: float, base_s: float = 30.0, max_s: float = 1800.0) -> float:
+    """``not_before`` after ``failures`` failed gang placements in a row: doubling, capped."""
+    if failures <= 0:
+        return now
+    return now + min(base_s * 2.0 ** (failures - 1), max_s)
+
+
+def check_quota(tenancy: Tenancy, running: list[RunningJob]) -> list[str]:
+    """Invariant: the jobs holding GPUs break no quota, borrowing or lending limit and run inside the tree."""
+    index = TreeIndex(tenancy)
+    holders = []
+    problems = []
+    for r in running:
+        q = index.queue_of.get(f"{r.tenant}/{r.queue}")
+        demand = [(index.fidx.get(t), n) for t, n in r.gpus_by_type.items() if n > 0]
+        if q is None or any(i is None for i, _ in demand):
+            problems.append(f"{r.job_id} holds GPUs outside the quota tree ({r.tenant}/{r.queue}, {r.gpus_by_type})")
+            continue
+        holders.append((q, demand, r.may_only_borrow))
+    return problems + quota_violations(index, holders)

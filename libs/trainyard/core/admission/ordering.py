@@ -13,9 +13,10 @@ smallest fair share:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import attrgetter
 
 from trainyard.core.admission.quota import Demand
-from trainyard.core.admission.snapshot import PendingJob, queue_key
+from trainyard.core.admission.snapshot import PendingJob
 from trainyard.core.reasons import PendingReason
 
 WITHIN_NOMINAL, BORROWING, BORROW_ONLY = 0, 1, 2
@@ -26,18 +27,20 @@ def queue_order(job: PendingJob) -> tuple[int, int, str]:
     return (-job.priority, job.order, job.job_id)
 
 
-def group_pending(pending: Iterable[PendingJob]) -> dict[str, list[PendingJob]]:
-    """Pending jobs by ``"tenant/queue"``, each list in queue order."""
-    groups: dict[str, list[PendingJob]] = {}
-    for job in pending:
-        key = queue_key(job.tenant, job.queue)
+def group_pending(pending: Iterable[PendingJob]) -> dict[tuple[str, str], list[PendingJob]]:
+    """Pending jobs by ``(tenant, queue)``, each list in :func:`queue_order`."""
+    jobs = sorted(pending, key=attrgetter("order"))
+    if any(a.order == b.order for a, b in zip(jobs, jobs[1:])):
+        jobs.sort(key=attrgetter("order", "job_id"))  # equal submission order: job id breaks the tie
+    jobs.sort(key=attrgetter("priority"), reverse=True)  # stable: equal priorities keep submission order
+    groups: dict[tuple[str, str], list[PendingJob]] = {}
+    for job in jobs:
+        key = (job.tenant, job.queue)
         group = groups.get(key)
         if group is None:
             groups[key] = [job]
         else:
             group.append(job)
-    for group in groups.values():
-        group.sort(key=queue_order)
     return groups
 
 
@@ -45,12 +48,12 @@ def demand_of(gpus_by_type: dict[str, int], fidx: dict[str, int]) -> Demand | No
     """The gang's demand by type number; None when it names a type nobody has."""
     demand: Demand = []
     for t, n in gpus_by_type.items():
-        if n <= 0:
-            continue
         i = fidx.get(t)
         if i is None:
-            return None
-        demand.append((i, n))
+            if n > 0:
+                return None
+        elif n > 0:
+            demand.append((i, n))
     return demand
 
 
@@ -67,3 +70,24 @@ def never_fits(demand: Demand, capacity: list[int], ceiling: list[int]) -> Pendi
         if d > ceiling[i]:
             return PendingReason.GANG_LARGER_THAN_QUOTA
     return None
+
+
+class DemandCache:
+    """Demand of many gangs, converted once per distinct single-type request."""
+
+    __slots__ = ("fidx", "single")
+
+    def __init__(self, fidx: dict[str, int]) -> None:
+        self.fidx = fidx
+        self.single: dict[tuple[str, int], Demand | None] = {}  # (type, GPUs) -> demand
+
+    def __call__(self, gpus_by_type: dict[str, int]) -> Demand | None:
+        if len(gpus_by_type) != 1:
+            return demand_of(gpus_by_type, self.fidx)
+        ((t, n),) = gpus_by_type.items()
+        key = (t, n)
+        try:
+            return self.single[key]
+        except KeyError:
+            demand = self.single[key] = demand_of(gpus_by_type, self.fidx)
+            return demand

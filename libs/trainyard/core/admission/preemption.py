@@ -5,11 +5,13 @@ blocked its queue (in the order the cycle met them):
 
 1. **priority** — preemptible jobs of lower priority in the same queue;
 2. **reclaim** — when the waiting gang fits its queue's own nominal quota:
-   preemptible jobs of other queues that hold more than their nominal quota
-   (they borrowed), and best-effort jobs anywhere;
+   best-effort jobs anywhere, then preemptible jobs of other queues that hold
+   more than their nominal quota (they borrowed);
 3. **fair share** — preemptible jobs that ran at least the minimum runtime, in
-   queues whose share stays above the waiting queue's share after it starts;
-   the most over-served queues first, and no more than the rate limit allows.
+   queues that borrow and whose share stays above the waiting queue's share
+   after it starts; the most over-served queues first, and no more than the
+   rate limit allows.  Nominal quota is a guarantee: a job inside its queue's
+   nominal quota is only ever preempted for priority within its own queue.
 
 Among the candidates of one way, those that lose the least GPU time since
 their last checkpoint go first; once the gang fits, victims that turn out not
@@ -19,6 +21,7 @@ are counted as gone, so a job waiting for them does not preempt again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from trainyard.core.admission.fairshare import FairShare
@@ -99,7 +102,8 @@ def preempt(
             pool = [c for q, cs in by_queue.items() if q != b.queue and _over_nominal(state, q) for c in cs]
             pool += [c for q, cs in by_queue.items() if q != b.queue and not _over_nominal(state, q) for c in cs
                      if c.holder.job.may_only_borrow]
-            pool.sort(key=lambda c: (c.lost_per_gpu, c.holder.job.priority, c.holder.job.job_id))
+            pool.sort(key=lambda c: (not c.holder.job.may_only_borrow, c.lost_per_gpu, c.holder.job.priority,
+                                     c.holder.job.job_id))
             victims = _choose(state, shares, free, b, pool, lambda c: _reclaimable(state, c, b.demand))
         if victims is None and settings.fair_share and budget > 0 and not borrow_only:
             reason = PreemptionReason.FAIR_SHARE
@@ -107,7 +111,10 @@ def preempt(
             over = sorted((q for q in by_queue if q != b.queue and shares.share[q] > mine),
                           key=lambda q: (-shares.share[q], q))
             pool = [c for q in over for c in by_queue[q] if c.ran >= settings.min_runtime_s]
-            victims = _choose(state, shares, free, b, pool, lambda c: shares.share[c.holder.queue] > mine)
+            victims = _choose(
+                state, shares, free, b, pool,
+                lambda c: shares.share[c.holder.queue] > mine and _reclaimable(state, c, b.demand),
+            )
             if victims is not None and len(victims) > budget:
                 for c in victims:
                     _release(state, shares, free, c.holder, +1)
@@ -127,7 +134,14 @@ def preempt(
     return preemptions, preemptors
 
 
-def _choose(state, shares, free, b: Blocked, pool: list[_Candidate], still_valid) -> list[_Candidate] | None:
+def _choose(
+    state: QuotaState,
+    shares: FairShare,
+    free: list[int],
+    b: Blocked,
+    pool: list[_Candidate],
+    still_valid: Callable[[_Candidate], bool],
+) -> list[_Candidate] | None:
     """Remove candidates until the gang fits, then hand back the ones not needed."""
     needed = {t for t, _ in b.demand}
     chosen: list[_Candidate] = []
@@ -177,7 +191,7 @@ def _over_nominal(state: QuotaState, q: int) -> bool:
 
 
 def _reclaimable(state: QuotaState, c: _Candidate, demand: Demand) -> bool:
-    """A victim for reclaim: best effort, or its queue still holds more than its nominal."""
+    """Best effort, or its queue still holds more than its nominal quota of a type the gang needs."""
     if c.holder.job.may_only_borrow:
         return True
     return any(state.borrowing(c.holder.queue, t) for t, _ in demand if t in c.types)

@@ -107,3 +107,22 @@ class QuotaState:
     def borrowing(self, q: int, i: int) -> bool:
         """Whether queue ``q`` holds more of type ``i`` than its nominal quota."""
         return self.usage[q][i] > self.index.nominal[q][i]
+
+
+def quota_violations(index: TreeIndex, holders: list[tuple[int, Demand, bool]]) -> list[str]:
+    """Every quota limit that ``holders`` (queue node, demand, borrow-only) break; for invariant checks."""
+    state = QuotaState(index)
+    for q, demand, borrow_only in holders:
+        state.take(q, demand, borrow_only)
+    problems = []
+    for n in range(1, len(index.names)):
+        for i, f in enumerate(index.flavors):
+            if state.usage[n][i] > index.limit[n][i]:
+                problems.append(
+                    f"{index.names[n]} holds {state.usage[n][i]} {f}, more than its nominal quota plus borrowing "
+                    f"limit {index.limit[n][i]}"
+                )
+    for i, f in enumerate(index.flavors):
+        if state.claim[0][i] > index.limit[0][i]:
+            problems.append(f"{f}: usage plus kept-back quota {state.claim[0][i]} exceeds the tree's {index.limit[0][i]}")
+    return problems

@@ -4,9 +4,11 @@ A :class:`Tenancy` is a tree of cohorts (organisations, teams) with queues as
 leaves.  Every node holds, per GPU type, a *nominal* quota, a *borrowing limit*
 (how far beyond nominal its subtree may go by borrowing from siblings) and a
 *lending limit* (how much of its unused nominal quota its siblings may borrow;
-the rest is kept back for it).  A child's nominal quota is carved out of its
-parent's; the parent's remainder is a pool its children share.  The implicit
-root holds the sum of the top-level nominal quotas.
+the rest is kept back for it).  A node cannot use a GPU type its quota does
+not list; list it with nominal 0 to let the node borrow it.  A child's nominal
+quota is carved out of its parent's; the parent's remainder is a pool its
+children share.  The implicit root holds the sum of the top-level nominal
+quotas.
 
 :class:`TreeIndex` flattens the tree into integer-indexed lists once per cycle
 so that every quota check walks a short, precomputed path.
@@ -75,7 +77,7 @@ class TreeIndex:
 
     __slots__ = (
         "flavors", "fidx", "names", "parent", "paths", "nominal", "limit", "guard",
-        "min_claim", "ceiling", "entitlement", "queue_of", "queue_nodes",
+        "min_claim", "ceiling", "ceiling_borrow_only", "entitlement", "queue_of", "queue_nodes", "queue_by_pair",
     )
 
     def __init__(self, tenancy: Tenancy, extra_flavors: list[str] | tuple[str, ...] = ()) -> None:
@@ -99,7 +101,7 @@ class TreeIndex:
         self.parent += [cohort_no.get(q.cohort, 0) if q.cohort else 0 for q in tenancy.queues]
         nodes = [None, *tenancy.cohorts, *tenancy.queues]
         self.nominal = [[0] * nf for _ in range(count)]  # nominal quota per node and type
-        self.limit = [[UNLIMITED] * nf for _ in range(count)]  # nominal + borrowing limit
+        self.limit = [[0] * nf for _ in range(count)]  # nominal + borrowing limit; 0 for types not listed
         self.guard = [[0] * nf for _ in range(count)]  # nominal quota kept back from siblings
         weight = [1.0] * count
         for n in range(1, count):
@@ -109,8 +111,8 @@ class TreeIndex:
                 i = self.fidx[f]
                 nominal = max(q.nominal, 0)
                 self.nominal[n][i] = nominal
-                if q.borrowing_limit is not None:
-                    self.limit[n][i] = nominal + max(q.borrowing_limit, 0)
+                borrow = UNLIMITED if q.borrowing_limit is None else max(q.borrowing_limit, 0)
+                self.limit[n][i] = nominal + borrow
                 if q.lending_limit is not None:
                     self.guard[n][i] = max(nominal - max(q.lending_limit, 0), 0)
         # The root holds what the top level holds, and cannot borrow.
@@ -134,8 +136,9 @@ class TreeIndex:
         # Smallest claim of each node on its parent: what it keeps back even when idle.
         self.min_claim = [[0] * nf for _ in range(count)]
         for n in sorted(range(count), key=lambda n: -len(self.paths[n])):
+            kids = [self.min_claim[c] for c in children[n]]
             for i in range(nf):
-                inner = sum(self.min_claim[c][i] for c in children[n])
+                inner = sum(k[i] for k in kids)
                 self.min_claim[n][i] = max(inner, self.guard[n][i])
         # Entitlement: the node's fraction of the cluster by weights down the tree.
         self.entitlement = [1.0] * count
@@ -144,17 +147,25 @@ class TreeIndex:
             for c in children[n]:
                 self.entitlement[c] = self.entitlement[n] * weight[c] / total
         # Largest gang each node could ever get with every other node idle.
+        child_claims = [[0] * nf for _ in range(count)]
+        for n in range(1, count):
+            row, mine = child_claims[self.parent[n]], self.min_claim[n]
+            for i in range(nf):
+                row[i] += mine[i]
         self.ceiling = [[0] * nf for _ in range(count)]
+        self.ceiling_borrow_only = [[0] * nf for _ in range(count)]  # the same for best-effort gangs
         for n in range(1, count):
             path = self.paths[n]
             for i in range(nf):
                 room = self.nominal[0][i]
                 for k in range(len(path) - 1, 0, -1):
                     above, child = path[k], path[k - 1]
-                    room -= sum(self.min_claim[c][i] for c in children[above] if c != child)
-                for m in path[:-1]:
-                    room = min(room, self.limit[m][i])
-                self.ceiling[n][i] = max(room, 0)
+                    room -= child_claims[above][i] - self.min_claim[child][i]
+                most = min(self.limit[m][i] for m in path[:-1])
+                self.ceiling[n][i] = max(min(room, most), 0)
+                # A borrow-only gang sits on top of the node's own kept-back quota.
+                self.ceiling_borrow_only[n][i] = max(min(room - self.guard[n][i], most), 0)
         base = 1 + len(tenancy.cohorts)
         self.queue_nodes = list(range(base, count))  # node numbers of the queues
         self.queue_of = {self.names[n]: n for n in self.queue_nodes}  # "tenant/queue" -> node
+        self.queue_by_pair = {(q.tenant, q.name): base + k for k, q in enumerate(tenancy.queues)}

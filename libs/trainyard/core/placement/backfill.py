@@ -13,7 +13,7 @@ which is conservative: a second reservation can never delay the first.
 
 from __future__ import annotations
 
-from trainyard.core.placement.gang import fit_gang, undo
+from trainyard.core.placement.gang import fit_gang, fits_somewhere, undo
 from trainyard.core.placement.snapshot import Reservation, RunningAlloc
 from trainyard.core.placement.topology import Node, Topology
 from trainyard.domain.job import JobSpec
@@ -28,9 +28,8 @@ class Backfill:
     def __init__(self, topo: Topology, now: float, running: list[RunningAlloc]) -> None:
         self.topo = topo
         self.now = now
-        self.releases: list[tuple[float, str, list[int]]] = []  # (end, node id, GPUs) of every holder
-        for alloc in running:
-            self.add_release(alloc.expected_end, alloc.replicas)
+        # Every holder's (latest end, replicas); expanded only when a reservation is searched for.
+        self.holders: list[tuple[float, list[ReplicaPlacement]]] = [(a.expected_end, a.replicas) for a in running]
         self.reservations: list[Reservation] = []
         self.reserved: list[dict[str, list[int]]] = []  # per reservation: node id -> GPUs
         self.reserved_gpus: set[tuple[str, int]] = set()  # union over reservations
@@ -38,10 +37,7 @@ class Backfill:
         self.mask_set: tuple[int, ...] = ()  # indices of the reservations currently masked
 
     def add_release(self, end: float, replicas: list[ReplicaPlacement]) -> None:
-        end = max(end, self.now)  # a run past its limit is about to be stopped
-        for r in replicas:
-            if r.node_id in self.topo.nodes and r.gpus:
-                self.releases.append((end, r.node_id, list(r.gpus)))
+        self.holders.append((end, replicas))
 
     # --- masks ---
 
@@ -70,9 +66,15 @@ class Backfill:
     # --- reservations ---
 
     def reserve(self, job_id: str, run_id: str, spec: JobSpec, limit: int) -> Reservation | None:
-        """Find when and where the gang first fits as running jobs end; ``None`` if never."""
+        """Find when and where the gang first fits as running jobs end; ``None`` if never.
+
+        Holders are released in order of their ends.  Whether the gang fits after
+        the first ``k`` releases only grows with ``k``, so the search gallops
+        (1, 2, 4, ... releases) and then bisects.  The reservation starts when
+        the last released holder ends, by which time every released GPU is free.
+        """
         self.set_mask(list(range(len(self.reservations))))
-        groups = self._release_groups()
+        groups = sorted(self.holders, key=lambda h: h[0])  # releases, earliest first
         applied: list[Given] = []
 
         def goto(k: int) -> None:
@@ -82,38 +84,43 @@ class Backfill:
                 for node, gpus in applied.pop():
                     self.topo.take(node, gpus)
 
-        def fits_at(k: int) -> list[ReplicaPlacement] | None:
+        def fits_at(k: int) -> bool:
             goto(k)
+            quick = fits_somewhere(self.topo, spec)
+            if quick is not None:
+                return quick
             got = fit_gang(self.topo, spec, limit)
             if got is not None:
                 undo(self.topo, [(0, "", self.topo.nodes[r.node_id], r.gpus) for r in got])
-            return got
+            return got is not None
 
         n = len(groups)
-        lo, hi, plan = 0, 0, None
-        k = 1
+        lo, hi, k = 0, 0, 1
         while k <= n:  # gallop: 1, 2, 4, ... groups of releases
-            plan = fits_at(k)
-            if plan is not None:
+            if fits_at(k):
                 hi = k
                 break
-            lo = k
-            k *= 2
-        if plan is None and lo < n:
-            plan = fits_at(n)
+            lo, k = k, k * 2
+        if hi == 0:
+            if lo >= n or not fits_at(n):
+                goto(0)
+                return None
             hi = n
-        if plan is None:
-            goto(0)
-            return None
         while hi - lo > 1:  # binary search for the earliest group that makes room
             mid = (lo + hi) // 2
-            found = fits_at(mid)
-            if found is not None:
-                hi, plan = mid, found
+            if fits_at(mid):
+                hi = mid
             else:
                 lo = mid
+        goto(hi)
+        plan = fit_gang(self.topo, spec, limit)
+        if plan is not None:
+            undo(self.topo, [(0, "", self.topo.nodes[r.node_id], r.gpus) for r in plan])
         goto(0)
-        reservation = Reservation(job_id=job_id, run_id=run_id, start_at=groups[hi - 1][0], replicas=plan)
+        if plan is None:
+            return None
+        start_at = max(groups[hi - 1][0], self.now)
+        reservation = Reservation(job_id=job_id, run_id=run_id, start_at=start_at, replicas=plan)
         self._hold(reservation)
         return reservation
 
@@ -126,18 +133,15 @@ class Backfill:
         self.reserved.append(by_node)
         self.set_mask(list(range(len(self.reservations))))
 
-    def _release_groups(self) -> list[tuple[float, list[tuple[str, list[int]]]]]:
-        groups: dict[float, list[tuple[str, list[int]]]] = {}
-        for end, node_id, gpus in self.releases:
-            keep = [g for g in gpus if (node_id, g) not in self.reserved_gpus]
-            if keep:
-                groups.setdefault(end, []).append((node_id, keep))
-        return sorted(groups.items())
-
-    def _apply(self, group: list[tuple[str, list[int]]]) -> Given:
+    def _apply(self, replicas: list[ReplicaPlacement]) -> Given:
+        """Hand one holder's GPUs back to the tree, except those already reserved."""
         given: Given = []
-        for node_id, gpus in group:
-            node = self.topo.nodes[node_id]
+        reserved = self.reserved_gpus
+        for r in replicas:
+            node = self.topo.nodes.get(r.node_id)
+            if node is None:
+                continue
+            gpus = [g for g in r.gpus if (r.node_id, g) not in reserved] if reserved else r.gpus
             back = self.topo.give(node, gpus)
             if back:
                 given.append((node, back))

@@ -67,6 +67,8 @@ def _holders(rack: Domain, on_node: dict[str, list[RunningAlloc]]) -> list[Runni
             if not alloc.preemptible or any(r.node_id not in inside for r in alloc.replicas):
                 return None
             found[alloc.run_id] = alloc
+    if sum(a.gpus for a in found.values()) < rack.capacity - rack.free:
+        return None  # some used GPUs have no known holder; they cannot be moved
     return [found[k] for k in sorted(found)]
 
 

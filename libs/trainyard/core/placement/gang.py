@@ -58,21 +58,34 @@ def widest_level(spec: JobSpec) -> Level:
     return Level.CLUSTER
 
 
-def fits(domain: Domain, demands: list[Demand]) -> bool:
-    """Whether the aggregates allow the demands (all of one GPU type) in ``domain``."""
-    total = 0
+Need = tuple[int, tuple[tuple[int, int], ...]]  # (total GPUs, ((GPUs per replica, replicas), ...))
+
+
+def need_of(demands: list[Demand]) -> Need:
     by_size: dict[int, int] = {}
     for d in demands:
-        total += d.gpus * d.count
         by_size[d.gpus] = by_size.get(d.gpus, 0) + d.count
+    return sum(d.gpus * d.count for d in demands), tuple(sorted(by_size.items()))
+
+
+def fits(domain: Domain, demands: list[Demand] | Need) -> bool:
+    """Whether the aggregates allow the demands (all of one GPU type) in ``domain``."""
+    total, sizes = demands if isinstance(demands, tuple) else need_of(demands)
     if total > domain.free:
         return False
-    return all(domain.slots(g) >= n for g, n in by_size.items())
+    for g, n in sizes:
+        if domain.slots(g) < n:
+            return False
+    return True
 
 
 def fitting(root: Domain, level: Level, demands: list[Demand]) -> Iterator[Domain]:
     """Domains at ``level`` under ``root`` that the demands fit, pruning whole subtrees."""
-    if not fits(root, demands):
+    return _fitting(root, level, need_of(demands))
+
+
+def _fitting(root: Domain, level: Level, need: Need) -> Iterator[Domain]:
+    if not fits(root, need):
         return
     if root.level == level:
         yield root
@@ -82,7 +95,28 @@ def fitting(root: Domain, level: Level, demands: list[Demand]) -> Iterator[Domai
     for child in root.children:
         if level is Level.NVLINK and isinstance(child, Node):
             continue  # single nodes are searched at the node level
-        yield from fitting(child, level, demands)
+        yield from _fitting(child, level, need)
+
+
+def fits_somewhere(topo: Topology, spec: JobSpec) -> bool | None:
+    """Whether ``fit_gang`` would succeed, from aggregates alone; ``None`` when only trying tells.
+
+    Exact for gangs of one GPU type and one replica size without per-role
+    constraints: best-fit filling then always succeeds where the slots allow.
+    """
+    demands = demands_of(spec)
+    if len({(d.gpu_type, d.gpus) for d in demands}) != 1 or any(d.level is not None for d in demands):
+        return None
+    tree = topo.trees.get(demands[0].gpu_type)
+    if tree is None:
+        return False
+    widest = widest_level(spec)
+    need = need_of(demands)
+    if need[0] > tree.largest.get(widest, 0) and widest is not Level.NVLINK:
+        return False
+    if widest is Level.NVLINK and need[0] <= tree.width and fits(tree.root, (need[0], ((need[0], 1),))):
+        return True  # one node is its own NVLink domain
+    return next(_fitting(tree.root, widest, need), None) is not None
 
 
 def fit_gang(topo: Topology, spec: JobSpec, limit: int = 32,
@@ -109,6 +143,10 @@ def fit_gang(topo: Topology, spec: JobSpec, limit: int = 32,
     for level in Level:
         if level > widest:
             break
+        if level is not Level.NODE and any(
+            sum(d.gpus * d.count for d in ds) > topo.trees[t].largest.get(level, 0) for t, ds in by_type.items()
+        ):
+            continue  # no domain at this level is large enough, even empty
         for candidate in _candidates(topo, roots, by_type, primary, level, limit):
             got = _pack(topo, candidate, demands, limit)
             if got is not None:
@@ -125,7 +163,7 @@ def _candidates(topo: Topology, roots: dict[str, Domain], by_type: dict[str, lis
         node = _best_node(roots[primary], need[primary])
         return [{primary: node}] if node is not None else []
     found: list[tuple[tuple, dict[str, Domain]]] = []
-    for domain in fitting(roots[primary], level, by_type[primary]):
+    for domain in _fitting(roots[primary], level, need_of(by_type[primary])):
         group = {primary: domain}
         score = best_fit_key(domain, need[primary])
         for t in by_type:

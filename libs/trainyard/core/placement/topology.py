@@ -57,6 +57,8 @@ class Domain:
     def slots(self, gpus: int) -> int:
         """How many replicas of ``gpus`` GPUs fit, each on a single node."""
         hist = self.hist
+        if 2 * gpus >= len(hist):  # at most one such replica per node
+            return sum(hist[gpus:])
         return sum(hist[k] * (k // gpus) for k in range(gpus, len(hist)) if hist[k])
 
     def nodes(self) -> Iterator[Node]:
@@ -93,6 +95,7 @@ class Tree:
         self.root = Domain("*", Level.CLUSTER, None, width)
         self.levels: dict[Level, dict[str, Domain]] = {lvl: {} for lvl in Level}
         self.levels[Level.CLUSTER]["*"] = self.root
+        self.largest: dict[Level, int] = {}  # GPUs of the largest domain per level, to skip levels
 
     def domain(self, level: Level, key: str, parent: Domain) -> Domain:
         index = self.levels[level]
@@ -154,35 +157,40 @@ class Topology:
                 widths[info.gpu_type] = max(widths.get(info.gpu_type, 0), info.gpus)
         trees = {t: Tree(t, w) for t, w in widths.items()}
         seen: set[str] = set()
+        ancestors: dict[tuple, list[Domain]] = {}  # (type, zone, block, rack, nvlink) -> parent .. root
         for info, free, schedulable in views:
             if not schedulable or info.gpus <= 0 or info.node_id in seen:
                 continue
             seen.add(info.node_id)
             tree = trees[info.gpu_type]
-            parent = tree.root
-            for level in (Level.ZONE, Level.BLOCK, Level.RACK):
-                parent = tree.domain(level, domain_key(info, level), parent)
-            if info.nvlink_domain is not None:
-                parent = tree.domain(Level.NVLINK, domain_key(info, Level.NVLINK), parent)
-            gpus = [g for g in free if 0 <= g < info.gpus]
-            node = Node(info, parent, tree.width, gpus)
+            where = (info.gpu_type, info.zone, info.block, info.rack, info.nvlink_domain)
+            above = ancestors.get(where)
+            if above is None:
+                parent = tree.root
+                for level in (Level.ZONE, Level.BLOCK, Level.RACK):
+                    parent = tree.domain(level, domain_key(info, level), parent)
+                if info.nvlink_domain is not None:
+                    parent = tree.domain(Level.NVLINK, domain_key(info, Level.NVLINK), parent)
+                above = ancestors[where] = [parent]
+                while above[-1].parent is not None:
+                    above.append(above[-1].parent)  # type: ignore[arg-type]
+            parent = above[0]
+            node = Node(info, parent, tree.width, [g for g in free if 0 <= g < info.gpus])
             parent.children.append(node)
             tree.levels[Level.NODE][node.key] = node
-            chain: list[Domain] = [node]
-            while chain[-1].parent is not None:
-                chain.append(chain[-1].parent)  # type: ignore[arg-type]
-            node.chain = chain
+            node.chain = [node, *above]
             node.path = (info.zone, info.block, info.rack, info.nvlink, info.node_id)
             count = len(node.free_gpus)
-            for d in chain:
-                d.capacity += info.gpus
-                d.node_count += 1
-                d.free += count
-                d.hist[count] += 1
-                if count == info.gpus:
-                    d.whole += 1
+            node.capacity = info.gpus
+            node.node_count = 1
+            node.free = count
+            node.hist[count] = 1
+            node.whole = int(count == info.gpus)
         for tree in trees.values():
-            for index in tree.levels.values():
+            _roll_up(tree.root)
+        for tree in trees.values():
+            for level, index in tree.levels.items():
+                tree.largest[level] = max((d.capacity for d in index.values()), default=0)
                 for d in index.values():
                     d.children.sort(key=lambda c: c.key)
         return cls(trees, capacity)
@@ -217,3 +225,22 @@ class Topology:
             d.hist[old] -= 1
             d.hist[new] += 1
             d.whole += whole
+
+
+def _roll_up(domain: Domain) -> None:
+    """Fill a domain's aggregates from its children's (nodes already hold their own)."""
+    if isinstance(domain, Node):
+        return
+    hist = domain.hist
+    for child in domain.children:
+        _roll_up(child)
+        domain.capacity += child.capacity
+        domain.node_count += child.node_count
+        domain.free += child.free
+        domain.whole += child.whole
+        if isinstance(child, Node):
+            hist[child.free] += 1
+        else:
+            for k, n in enumerate(child.hist):
+                if n:
+                    hist[k] += n

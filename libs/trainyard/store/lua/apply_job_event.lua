@@ -20,6 +20,14 @@ local function set_status(new)
   status = new
 end
 
+-- Mark GPU g (0-based) of a node held ('#') or free ('.') in the GPU map.
+local function mark(node, g, ch)
+  local map = redis.call('HGET', p .. 'gpumap', node) or ''
+  g = tonumber(g)
+  if #map <= g then map = map .. string.rep('.', g + 1 - #map) end
+  redis.call('HSET', p .. 'gpumap', node, map:sub(1, g) .. ch .. map:sub(g + 2))
+end
+
 -- Give back everything the current run holds: capacity and GPUs, once.
 local function release()
   if not active[status] then return end
@@ -31,7 +39,10 @@ local function release()
     for _, r in ipairs(cjson.decode(placement)) do
       local ak = p .. 'alloc:' .. r['node_id']
       for _, g in ipairs(r['gpus']) do
-        if redis.call('HGET', ak, g) == run then redis.call('HDEL', ak, g) end
+        if redis.call('HGET', ak, g) == run then
+          redis.call('HDEL', ak, g)
+          mark(r['node_id'], g, '.')
+        end
       end
       redis.call('SREM', p .. 'noderuns:' .. r['node_id'], jid)
     end
@@ -85,6 +96,7 @@ elseif kind == 'JobPlaced' then
           'seq ' .. seq .. ': GPU ' .. r['node_id'] .. '/' .. g .. ' given to ' .. run .. ' while held by ' .. holder)
       end
       redis.call('HSET', ak, g, run)
+      mark(r['node_id'], g, '#')
     end
     redis.call('SADD', p .. 'noderuns:' .. r['node_id'], jid)
   end

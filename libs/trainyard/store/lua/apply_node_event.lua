@@ -19,6 +19,7 @@ local function set_state(new, reason)
   if state and schedulable[state] then redis.call('HINCRBY', p .. 'capacity', t, -n) end
   if schedulable[new] then redis.call('HINCRBY', p .. 'capacity', t, n) end
   redis.call('HSET', nk, 'state', new, 'state_reason', reason, 'state_since', at)
+  redis.call('HSET', p .. 'nodestate', nid, new)
   state = new
 end
 
@@ -32,6 +33,12 @@ if kind == 'NodeRegistered' then
   redis.call('HSET', nk, 'info', ARGV[5], 'gpu_type', ARGV[6], 'gpus', ARGV[7],
     'cluster', ARGV[8], 'boot_id', ARGV[9], 'registered_at', at)
   redis.call('SADD', p .. 'nodes', nid)
+  redis.call('HSET', p .. 'nodeinfo', nid, ARGV[5])
+  -- One character per GPU: '.' free, '#' held (kept by apply_job_event.lua).
+  local map = redis.call('HGET', p .. 'gpumap', nid) or ''
+  local gpus = tonumber(ARGV[7])
+  if #map < gpus then map = map .. string.rep('.', gpus - #map) end
+  redis.call('HSET', p .. 'gpumap', nid, map)
   -- A node that comes back keeps an operator's or health's hold on it.
   local held = {cordoned = true, draining = true, repair = true}
   if state and held[state] then return 1 end

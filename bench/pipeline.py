@@ -1,0 +1,151 @@
+"""Submit-to-placed throughput and latency of the whole local stack.
+
+Starts the stack (real nats-server and Redis, every service in its own
+process, an emulated cluster), offers SubmitJob events on the intake subject
+at a fixed rate, and follows the JOBS stream for JobPlaced.  Prints, per
+offered rate, the sustained placed jobs/s and the p50/p99 submit-to-placed
+latency.
+
+    python bench/pipeline.py                       # 250, 500, 1000 jobs/s for 10 s each
+    python bench/pipeline.py --rates 500 --seconds 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from trainyard.bus import Bus
+from trainyard.domain import JobSpec, Role
+from trainyard.events import JobPlaced, SubmitJob, decode_job_event, encode, subjects
+from trainyard.local import LocalStack, StackConfig
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def offer(bus: Bus, rate: int, seconds: float, tag: str, sent: dict[str, float]) -> None:
+    """Publish ``rate`` submissions per second, in 10 ms slices, pipelined."""
+    total = int(rate * seconds)
+    spec = JobSpec(
+        tenant="bench", queue="default", roles=[Role(name="worker", gpus_per_replica=1)], simulated_duration_s=0.5
+    )
+    start = time.perf_counter()
+    subject = subjects.intake("bench")
+    for i in range(total):
+        due = start + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0.005:
+            await asyncio.sleep(delay)
+        job_id = f"{tag}-{i}"
+        sent[job_id] = time.time()
+        await bus.nc.publish(
+            subject,
+            encode(SubmitJob(at=sent[job_id], spec=spec, job_id=job_id)),
+            headers={"Nats-Msg-Id": f"bench:{job_id}"},
+        )
+    await bus.nc.flush()
+
+
+async def measure(stack: LocalStack, rate: int, seconds: float) -> dict[str, float]:
+    assert stack.nats
+    bus = await Bus.connect(stack.nats.url, "bench")
+    sent: dict[str, float] = {}
+    placed: dict[str, float] = {}
+    tag = f"r{rate}t{int(time.time())}"
+    total = int(rate * seconds)
+    done = asyncio.Event()
+
+    async def on_msg(msg) -> None:  # type: ignore[no-untyped-def]
+        event = decode_job_event(msg.data)
+        if isinstance(event, JobPlaced) and event.job_id.startswith(tag + "-"):
+            placed.setdefault(event.job_id, time.time())
+            if len(placed) >= total:
+                done.set()
+
+    sub = await bus.js.subscribe(
+        subjects.JOBS_ALL, stream="JOBS", ordered_consumer=True, cb=on_msg,
+        config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW),
+    )  # fmt: skip
+    t0 = time.time()
+    await offer(bus, rate, seconds, tag, sent)
+    offered_for = time.time() - t0
+    try:
+        await asyncio.wait_for(done.wait(), timeout=max(60.0, seconds * 4))
+    except asyncio.TimeoutError:
+        pass
+    await sub.unsubscribe()
+    await bus.close()
+    latencies = [placed[j] - sent[j] for j in placed]
+    span = (max(placed.values()) - t0) if placed else float("nan")
+    return {
+        "offered_per_s": rate,
+        "offered_actual_per_s": total / offered_for,
+        "jobs": total,
+        "placed": len(placed),
+        "placed_per_s": len(placed) / span if placed else 0.0,
+        "p50_ms": percentile(latencies, 0.50) * 1000,
+        "p99_ms": percentile(latencies, 0.99) * 1000,
+        "mean_ms": statistics.fmean(latencies) * 1000 if latencies else float("nan"),
+    }
+
+
+def cpu_seconds(stack: LocalStack) -> dict[str, float]:
+    """User+system CPU time of each process of the stack, from /proc."""
+    import os
+
+    ticks = os.sysconf("SC_CLK_TCK")
+    procs = {**{n: p.pid for n, p in stack.procs.items()}}
+    if stack.nats and stack.redis:
+        procs |= {"nats-server": stack.nats.proc.pid, "redis": stack.redis.proc.pid}
+    out = {}
+    for name, pid in procs.items():
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            out[name] = round((int(fields[11]) + int(fields[12])) / ticks, 1)
+        except OSError:
+            out[name] = float("nan")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rates", type=int, nargs="+", default=[250, 500, 1000])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--nodes", type=int, default=128, help="emulated 8-GPU nodes (default 1,024 GPUs)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="trainyard-bench-") as tmp:
+        config = StackConfig(
+            data_dir=tmp, nodes=args.nodes, racks=max(1, args.nodes // 16), log_level="WARNING",
+            heartbeat_interval_s=2.0, heartbeat_timeout_s=30.0,
+        )  # fmt: skip
+        stack = LocalStack(config)
+        stack.start()
+        try:
+            time.sleep(3.0)  # nodes register, leaders take their leases
+            print(f"cluster: {args.nodes} nodes x 8 GPUs; jobs: 1 GPU, 0.5 s each; {args.seconds:.0f} s per rate")
+            print(f"{'offered/s':>10} {'placed':>8} {'placed/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+            for rate in args.rates:
+                r = asyncio.run(measure(stack, rate, args.seconds))
+                print(f"{r['offered_actual_per_s']:>10.0f} {r['placed']:>8.0f} {r['placed_per_s']:>9.0f} "
+                      f"{r['p50_ms']:>8.0f} {r['p99_ms']:>8.0f}", flush=True)  # fmt: skip
+                time.sleep(2.0)
+            print("CPU seconds per process over the run:", cpu_seconds(stack))
+        finally:
+            if stack.exited():
+                print(f"processes that exited: {stack.exited()}", file=sys.stderr)
+            stack.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""The tenancy configuration: who may use which GPUs, and how much.
+
+Declared in YAML (see ``examples/tenancy.yaml``)::
+
+    flavors:            GPU types, each on a node pool
+    priority_classes:   name, priority, preemptible, may_only_borrow
+    organisations:      -> teams -> queues, each with a weight and a quota per flavor
+    fair_share:         half_life_s of the decayed usage
+    preemption:         which kinds are on, min runtime, grace period, rate limit
+
+A team is a *tenant*: ``JobSpec.tenant`` is a team name (unique across the
+cluster) and ``JobSpec.queue`` one of that team's queues.
+
+:func:`load_tenancy` decodes and type-checks; :func:`validate_tenancy` (in
+``trainyard.config.validation``) checks the meaning; :func:`compile_tenancy`
+turns a valid configuration into the quota tree the admission core uses.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import yaml
+
+from trainyard.core.admission.intake import validate_against_tenancy as _validate_spec
+from trainyard.core.admission.tree import (
+    Cohort,
+    FlavorQuota,
+    PreemptionSettings,
+    PriorityClass,
+    QueueQuota,
+    Tenancy,
+)
+from trainyard.domain.job import JobSpec, ValidationError
+
+
+class _Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    pass
+
+
+class QuotaLimits(_Config):
+    nominal: int = 0  # GPUs guaranteed to this node
+    borrowing_limit: int | None = None  # GPUs beyond nominal it may borrow; absent: no limit
+    lending_limit: int | None = None  # unused nominal GPUs siblings may borrow; absent: all of them
+
+
+class QueueConfig(_Config):
+    name: str
+    weight: float = 1.0  # fair-share weight among the team's queues
+    quota: dict[str, QuotaLimits] = {}
+    default_priority_class: str | None = None  # for jobs that name none; absent: the cluster default
+    description: str = ""
+
+
+class TeamConfig(_Config):
+    name: str  # the tenant name jobs are submitted under
+    weight: float = 1.0
+    quota: dict[str, QuotaLimits] = {}
+    queues: list[QueueConfig] = []
+    description: str = ""
+
+
+class OrganisationConfig(_Config):
+    name: str
+    weight: float = 1.0
+    quota: dict[str, QuotaLimits] = {}
+    teams: list[TeamConfig] = []
+    description: str = ""
+
+
+class FlavorConfig(_Config):
+    name: str  # GPU type as in Role.gpu_type, e.g. H100
+    node_pool: str  # the node pool (label value) that holds this type
+    gpus_per_node: int = 8
+    description: str = ""
+
+
+class PriorityClassConfig(_Config):
+    name: str
+    priority: int  # higher goes first within a queue
+    preemptible: bool = True
+    may_only_borrow: bool = False  # best effort: runs only on capacity others lend
+    description: str = ""
+
+
+class FairShareConfig(_Config):
+    half_life_s: float = 7 * 24 * 3600.0
+
+
+class PreemptionConfig(_Config):
+    within_queue: bool = True
+    reclaim: bool = True
+    fair_share: bool = True
+    min_runtime_s: float = 900.0  # fair-share victims have run at least this long
+    grace_period_s: float = 300.0  # notice before a victim is stopped, time to checkpoint
+    max_fair_share_preemptions: int = 10  # per rate window
+    rate_window_s: float = 600.0
+
+
+class TenancyConfig(_Config):
+    flavors: list[FlavorConfig]
+    priority_classes: list[PriorityClassConfig]
+    organisations: list[OrganisationConfig]
+    default_priority_class: str = "standard"
+    fair_share: FairShareConfig = FairShareConfig()
+    preemption: PreemptionConfig = PreemptionConfig()
+
+
+class ConfigError(msgspec.Struct, frozen=True):
+    """One problem in a tenancy configuration: where, and what to fix."""
+
+    path: str  # e.g. organisations[0].teams[1].queues[2].quota.H100.borrowing_limit
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class TenancyConfigError(ValueError):
+    """The text could not be read as a tenancy configuration."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        super().__init__("; ".join(str(e) for e in errors))
+        self.errors = errors
+
+
+def load_tenancy(text: str) -> TenancyConfig:
+    """Decode YAML text; raise :class:`TenancyConfigError` naming the bad spot."""
+    try:
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise TenancyConfigError([ConfigError(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from exc
+    if not isinstance(data, dict):
+        raise TenancyConfigError([ConfigError("", "a tenancy configuration is a YAML mapping")])
+    try:
+        return msgspec.convert(data, TenancyConfig, strict=True)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        path = ""
+        if " - at `$" in message:
+            message, _, at = message.rpartition(" - at `$")
+            path = at.rstrip("`").lstrip(".")
+        raise TenancyConfigError([ConfigError(path, message)]) from exc
+
+
+def _quota(limits: dict[str, QuotaLimits]) -> dict[str, FlavorQuota]:
+    return {f: FlavorQuota(q.nominal, q.borrowing_limit, q.lending_limit) for f, q in limits.items()}
+
+
+def compile_tenancy(cfg: TenancyConfig) -> Tenancy:
+    """The quota tree for the admission core: cohorts ``org`` and ``org/team``, queues by team."""
+    cohorts: list[Cohort] = []
+    queues: list[QueueQuota] = []
+    for org in cfg.organisations:
+        cohorts.append(Cohort(org.name, None, _quota(org.quota), org.weight))
+        for team in org.teams:
+            team_cohort = f"{org.name}/{team.name}"
+            cohorts.append(Cohort(team_cohort, org.name, _quota(team.quota), team.weight))
+            for queue in team.queues:
+                queues.append(QueueQuota(team.name, queue.name, team_cohort, _quota(queue.quota), queue.weight))
+    p = cfg.preemption
+    return Tenancy(
+        queues=queues,
+        cohorts=cohorts,
+        flavors=[f.name for f in cfg.flavors],
+        priority_classes=[
+            PriorityClass(c.name, c.priority, c.preemptible, c.may_only_borrow) for c in cfg.priority_classes
+        ],
+        half_life_s=cfg.fair_share.half_life_s,
+        preemption=PreemptionSettings(
+            within_queue=p.within_queue,
+            reclaim=p.reclaim,
+            fair_share=p.fair_share,
+            min_runtime_s=p.min_runtime_s,
+            grace_period_s=p.grace_period_s,
+            fair_share_limit=p.max_fair_share_preemptions,
+            fair_share_window_s=p.rate_window_s,
+        ),
+    )
+
+
+def priority_class_of(cfg: TenancyConfig, spec: JobSpec) -> PriorityClassConfig | None:
+    """The class a job runs under (its own, else its queue's default, else the cluster's)."""
+    by_name = {c.name: c for c in cfg.priority_classes}
+    if spec.priority_class in by_name:
+        return by_name[spec.priority_class]
+    for org in cfg.organisations:
+        for team in org.teams:
+            if team.name != spec.tenant:
+                continue
+            for queue in team.queues:
+                if queue.name == spec.queue and queue.default_priority_class in by_name:
+                    return by_name[queue.default_priority_class]
+    return by_name.get(cfg.default_priority_class)
+
+
+def validate_against_tenancy(spec: JobSpec, cfg: TenancyConfig | Tenancy) -> list[ValidationError]:
+    """Every reason ``spec`` could never run under this configuration; empty when it could."""
+    return _validate_spec(spec, compile_tenancy(cfg) if isinstance(cfg, TenancyConfig) else cfg)
