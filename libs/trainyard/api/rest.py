@@ -14,16 +14,17 @@ front of the gateway.
 
 from __future__ import annotations
 
+
 import asyncio
 import inspect
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any
 
 import msgspec
 import nats.errors
 import redis.exceptions
-from fastapi import FastAPI, Header, Query, Request
+from fastapi import APIRouter, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException
@@ -203,6 +204,7 @@ def create_app(
     store: Store,
     usage_source: UsageSource | None = None,
     metrics: GatewayMetrics | None = None,
+    routers: Sequence[APIRouter] = (),
 ) -> FastAPI:
     metrics = metrics or GatewayMetrics()
     app = FastAPI(
@@ -311,6 +313,8 @@ def create_app(
     async def prometheus() -> Response:
         return Response(content=await metrics.render(store), media_type=CONTENT_TYPE)
 
+    for router in routers:  # node operations, finance exports
+        app.include_router(router)
     return app
 
 

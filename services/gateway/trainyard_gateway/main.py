@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import uvicorn
 
+from trainyard.api import finance_api, nodes_api
 from trainyard.api.grpc_server import start_grpc
 from trainyard.api.jobs import JobOperations
 from trainyard.api.metrics import GatewayMetrics
@@ -78,7 +79,11 @@ async def main(rt: Runtime) -> None:
     gw = gateway_settings(rt.settings)
     ops = JobOperations(rt.bus, rt.store)
     metrics = GatewayMetrics()
-    app = create_app(ops, rt.store, usage_source=build_usage_source(rt.settings), metrics=metrics)
+    routers = [
+        nodes_api.build_router(rt.bus, rt.store, rt.settings),
+        finance_api.build_router(rt.bus, rt.store, rt.settings),
+    ]
+    app = create_app(ops, rt.store, usage_source=build_usage_source(rt.settings), metrics=metrics, routers=routers)
 
     try:
         sock = bind_http(gw.host, gw.http_port)
