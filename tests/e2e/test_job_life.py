@@ -184,3 +184,23 @@ async def test_sigkill_of_every_service_mid_run_loses_and_duplicates_nothing(
     finally:
         await bus.close()
         await store.close()
+
+
+async def test_losing_redis_mid_run_loses_and_duplicates_nothing(stack: LocalStack) -> None:
+    """Redis holds only derived state: wipe it in the middle of the run and the
+    projectors rebuild it from the streams while the deciders wait for them."""
+    assert stack.nats and stack.redis
+    bus = await Bus.connect(stack.nats.url, "e2e")
+    store = Store.from_url(stack.redis.url)
+    jobs = workload(150, seed=13)
+    try:
+        submitting = asyncio.create_task(submit_all(stack, bus, jobs))
+        await asyncio.sleep(1.5)
+        await store.redis.flushall()
+        await submitting
+        await wait_all_succeeded(store, len(jobs), timeout=180)
+        await check_exactly_once(stack, bus, store, jobs)
+        assert stack.exited() == {}
+    finally:
+        await bus.close()
+        await store.close()

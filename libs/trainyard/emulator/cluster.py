@@ -1,5 +1,9 @@
-"""An emulated cluster: fake GPU nodes that register, heartbeat and "run" the
-runs placed on them for their simulated duration, then report success.
+"""An emulated cluster: fake GPU nodes that register, heartbeat, report GPU
+telemetry and "run" the runs placed on them for their simulated duration,
+then report success.
+
+Each node has a fake GPU backend driven by a ``NodeAgent``, as on a real node;
+faults are injected through the control endpoint (see control.py).
 
 One process stands in for many nodes.  It is the emulator binder as well: it
 follows ``JobPlaced`` for its nodes, reports ``RunStarted`` and, when the run's
@@ -20,6 +24,8 @@ from collections.abc import Callable, Sequence
 import msgspec
 from nats.aio.msg import Msg
 
+from trainyard.agent.control import agent_control_wildcard, emulator_control_subject
+from trainyard.agent.node import NodeAgent
 from trainyard.bus import Bus, ConsumerSpec, PoisonMessage, PublishRequest, RetryLater, run_consumer
 from trainyard.domain.node import NodeInfo
 from trainyard.events import (
@@ -35,6 +41,8 @@ from trainyard.events import (
     encode,
     subjects,
 )
+from trainyard.emulator.control import EmulatorControl
+from trainyard.gpu.fake import FakeGpuBackend
 from trainyard.store import Store
 from trainyard.store import views
 
@@ -69,7 +77,7 @@ def default_topology(
 class EmulatedCluster:
     def __init__(
         self, bus: Bus, store: Store, nodes: list[NodeInfo], clock: Callable[[], float] = time.time,
-        heartbeat_interval_s: float = 1.0,
+        heartbeat_interval_s: float = 1.0, telemetry_interval_s: float = 5.0,
     ) -> None:  # fmt: skip
         self.bus = bus
         self.store = store
@@ -83,6 +91,14 @@ class EmulatedCluster:
         self.finished: set[str] = set()  # runs this process reported done
         self._finished_order: collections.deque[str] = collections.deque()
         self._pending: set[asyncio.Task] = set()
+        self.telemetry_interval_s = telemetry_interval_s
+        self.backends = {
+            n.node_id: FakeGpuBackend(n.gpus, clock=clock, uuid_prefix=f"GPU-{n.node_id}") for n in nodes
+        }  # node id -> its fake GPUs
+        self.agents = {
+            n.node_id: NodeAgent(bus, n, self.backends[n.node_id], clock=clock, boot_id=self.boot_id) for n in nodes
+        }  # node id -> the agent reading its fake GPUs
+        self.control = EmulatorControl(self.agents, self.backends, self.silent, clock)
 
     # --- node side ---
 
@@ -112,6 +128,21 @@ class EmulatedCluster:
                     break
             try:
                 await asyncio.wait_for(stop.wait(), self.heartbeat_interval_s)
+            except asyncio.TimeoutError:
+                pass
+
+    async def telemetry_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            for node_id, agent in self.agents.items():
+                if node_id in self.silent:
+                    continue
+                try:
+                    await agent.publish_sample()
+                except Exception as err:  # noqa: BLE001 - NATS down: sample again next tick
+                    log.warning("telemetry failed: %r", err)
+                    break
+            try:
+                await asyncio.wait_for(stop.wait(), self.telemetry_interval_s)
             except asyncio.TimeoutError:
                 pass
 
@@ -228,8 +259,16 @@ class EmulatedCluster:
             stream="JOBS", durable=f"emulator-{cluster}", filter_subject=subjects.JOBS_ALL, ack_wait_s=5.0
         )
         await self.resume()
+        subs = [
+            await self.bus.nc.subscribe(emulator_control_subject(cluster), cb=self.control.on_message),
+            await self.bus.nc.subscribe(agent_control_wildcard(cluster), cb=self.control.on_message),
+        ]
         try:
-            await asyncio.gather(self.heartbeat_loop(stop), run_consumer(self.bus, spec, self.handle, stop))
+            await asyncio.gather(
+                self.heartbeat_loop(stop), self.telemetry_loop(stop), run_consumer(self.bus, spec, self.handle, stop)
+            )
         finally:
             for handle in self.running.values():
                 handle.cancel()
+            for sub in subs:
+                await sub.unsubscribe()

@@ -12,6 +12,7 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from trainyard.bus.connection import Bus
 from trainyard.events import (
@@ -102,6 +103,9 @@ def job_event_args(seq: int, event: object) -> list[str]:
 
 
 def node_event_args(seq: int, event: object) -> list[str]:
+    """The Lua arguments for one node event (see apply_node_event.lua)."""
+    from trainyard.events.nodes import NodeStateChanged
+
     head = [str(seq), type(event).__name__]
     if isinstance(event, NodeRegistered):
         node = event.node
@@ -109,7 +113,13 @@ def node_event_args(seq: int, event: object) -> list[str]:
         return head + [node.node_id, repr(event.at), info, node.gpu_type, str(node.gpus), node.cluster, event.boot_id]
     if isinstance(event, NodeLost):
         return head + [event.node_id, repr(event.at), event.boot_id, event.reason]
+    if isinstance(event, NodeStateChanged):
+        return head + [event.node_id, repr(event.at), event.state, event.reason, event.by]
     return head + ["", repr(getattr(event, "at", 0.0))]  # other node events only move last_seq
+
+
+class ProjectionLost(Exception):
+    """Redis holds less of the projection than this process saw applied."""
 
 
 class Projector:
@@ -176,9 +186,29 @@ class Projector:
         while not stop.is_set():
             try:
                 await self._follow(stop, filter_subject, batch_size)
-            except (nats.errors.Error, OSError, ConnectionError) as err:
+            except ProjectionLost as err:
+                # Redis lost the projection (restarted empty, flushed, failed
+                # over to a stale replica): rebuild it by replaying the stream.
+                log.error("%s; replaying %s from the start", err, self.stream)
+                async with self._advanced:
+                    self.position = await self.store.last_seq(self.projection)
+            except (nats.errors.Error, OSError, ConnectionError, RedisError) as err:
                 log.warning("%s projector: %r; resuming", self.stream, err)
                 await asyncio.sleep(0.5)
+
+    async def caught_up(self, timeout: float = 10.0) -> None:
+        """Wait until the projection holds everything the stream held when called.
+
+        Deciders call this before each snapshot, so a decision is never made on
+        a projection that is still replaying or lagging behind the log."""
+        info = await self.bus.js.stream_info(self.stream)
+        await self.wait_for(info.state.last_seq, timeout)
+
+    async def _check_not_lost(self) -> int:
+        applied = await self.store.last_seq(self.projection)
+        if applied < self.position:
+            raise ProjectionLost(f"{self.stream} projection in Redis is at {applied}, behind this process's {self.position}")
+        return applied
 
     async def _follow(self, stop: asyncio.Event, filter_subject: str, batch_size: int) -> None:
         start = max(self.position, await self.store.last_seq(self.projection)) + 1
@@ -199,13 +229,14 @@ class Projector:
                 try:
                     await asyncio.wait_for(arrived.wait(), 0.5)
                 except asyncio.TimeoutError:
+                    await self._check_not_lost()  # a quiet stream must notice a wiped Redis too
                     continue
                 arrived.clear()
                 while inbox:
                     items, inbox[:] = inbox[:batch_size], inbox[batch_size:]
                     # Another process's projector may have applied these already:
                     # skip them without decoding (the Lua fold would skip them too).
-                    applied = await self.store.last_seq(self.projection)
+                    applied = await self._check_not_lost()
                     todo = [(s, d) for s, d in items if s > max(self.position, applied)]
                     if todo:
                         await self.apply(todo)

@@ -140,11 +140,12 @@ class AdmissionCycle:
 
     def __init__(
         self, bus: Bus, store: Store, projector: Projector, policy: AdmissionPolicy, clock: Callable[[], float],
-        window: int = 20_000,
+        window: int = 20_000, node_projector: tuple[Projector, ...] = (),
     ) -> None:  # fmt: skip
         self.bus = bus
         self.store = store
         self.projector = projector
+        self.projections = [projector, *node_projector]  # caught up before every snapshot
         self.policy = policy
         self.clock = clock
         self.window = window  # how many of the oldest pending jobs one cycle considers
@@ -170,7 +171,9 @@ class AdmissionCycle:
 
     async def run_once(self) -> int:
         """One cycle; returns how many jobs were admitted."""
-        # 1. Snapshot the projection.
+        # 1. Snapshot the projection, once it holds everything the log holds.
+        for projector in self.projections:
+            await projector.caught_up()
         snapshot, jobs = await self.snapshot()
         if not snapshot.pending:
             return 0

@@ -19,7 +19,7 @@ async def main(rt: Runtime) -> None:
     jobs = Projector(rt.bus, rt.store, "JOBS")
     nodes = Projector(rt.bus, rt.store, "NODES")
     intake = IntakeHandler(rt.bus, rt.store, time.time)
-    cycle = AdmissionCycle(rt.bus, rt.store, jobs, AdmissionPolicy(), time.time)
+    cycle = AdmissionCycle(rt.bus, rt.store, jobs, AdmissionPolicy(), time.time, node_projector=(nodes,))
     lease = await Lease.open(rt.bus, f"admission.{rt.settings.cluster}", holder=f"{os.getpid()}")
     spec = ConsumerSpec(stream="INTAKE", durable="admission-intake", filter_subject=subjects.INTAKE_ALL)
     try:

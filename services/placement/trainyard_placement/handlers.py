@@ -23,10 +23,14 @@ log = logging.getLogger(__name__)
 
 
 class PlacementCycle:
-    def __init__(self, bus: Bus, store: Store, projector: Projector, cluster: str, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, bus: Bus, store: Store, projector: Projector, cluster: str, clock: Callable[[], float],
+        node_projector: tuple[Projector, ...] = (),
+    ) -> None:  # fmt: skip
         self.bus = bus
         self.store = store
         self.projector = projector
+        self.projections = [projector, *node_projector]  # caught up before every snapshot
         self.cluster = cluster
         self.clock = clock
         self._specs: dict[str, JobSpec] = {}  # job id -> spec, for jobs waiting to be placed
@@ -55,7 +59,9 @@ class PlacementCycle:
         return cluster, requests, jobs
 
     async def run_once(self) -> int:
-        # 1. Snapshot the projection.
+        # 1. Snapshot the projection, once it holds everything the log holds.
+        for projector in self.projections:
+            await projector.caught_up()
         cluster, requests, jobs = await self.snapshot()
         if not requests:
             return 0

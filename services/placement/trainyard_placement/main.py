@@ -15,7 +15,7 @@ from trainyard_placement.handlers import PlacementCycle
 async def main(rt: Runtime) -> None:
     jobs = Projector(rt.bus, rt.store, "JOBS")
     nodes = Projector(rt.bus, rt.store, "NODES")
-    cycle = PlacementCycle(rt.bus, rt.store, jobs, rt.settings.cluster, time.time)
+    cycle = PlacementCycle(rt.bus, rt.store, jobs, rt.settings.cluster, time.time, node_projector=(nodes,))
     lease = await Lease.open(rt.bus, f"placement.{rt.settings.cluster}", holder=f"{os.getpid()}")
     try:
         await run_tasks(

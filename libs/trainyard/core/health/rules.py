@@ -17,7 +17,7 @@ import msgspec
 from trainyard.core.health.findings import Finding, FindingKind, Remedy, Severity
 from trainyard.core.health.xid import XID_CATALOG_VERSION, classify_xid
 from trainyard.domain.node import NodeState
-from trainyard.gpu.nvml import GpuSample, NodeSample, XidEvent
+from trainyard.domain.telemetry import GpuSample, NodeSample, XidEvent
 
 if TYPE_CHECKING:
     from trainyard.core.health.state import NodeHealthRecord

@@ -1,6 +1,8 @@
 -- Fold one NODES-stream event into the node projection, exactly once.
 -- KEYS[1] = key prefix.  ARGV[1] = stream seq, ARGV[2] = event type,
 -- ARGV[3] = node id, ARGV[4] = event time, ARGV[5..] = per-type fields.
+-- Node states: healthy (the only schedulable one), suspect, cordoned,
+-- draining, repair, lost.
 local p = KEYS[1]
 local seq = tonumber(ARGV[1])
 local last = tonumber(redis.call('HGET', p .. 'proj:nodes', 'last_seq') or '0')
@@ -47,5 +49,11 @@ elseif kind == 'NodeLost' then
   if not state or state == 'lost' then return 1 end
   if redis.call('HGET', nk, 'boot_id') ~= ARGV[5] then return 1 end
   set_state('lost', ARGV[6])
+elseif kind == 'NodeStateChanged' then
+  -- ARGV[5] = new state, ARGV[6] = reason, ARGV[7] = by.  Decided by the
+  -- health service, which is the only writer of this event.
+  if not state then return 1 end
+  set_state(ARGV[5], ARGV[6])
+  redis.call('HSET', nk, 'state_by', ARGV[7])
 end
 return 1
