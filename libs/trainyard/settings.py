@@ -23,6 +23,7 @@ class Settings(msgspec.Struct, frozen=True):
     heartbeat_interval_s: float = 1.0
     heartbeat_timeout_s: float = 5.0
     cycle_interval_s: float = 1.0  # a decider cycles at least this often
+    placement_timeout_s: float = 60.0  # an admitted gang not placed by then gives its quota back
     cycle_coalesce_s: float = 0.02  # and waits this long after a change, to decide in batches
     gateway_host: str = "127.0.0.1"
     gateway_http_port: int = 8080

@@ -1,13 +1,151 @@
-"""REST routes for finance: chargeback exports and capacity reports."""
+"""REST routes for finance: chargeback exports, plus the role and time-window
+rules ``GET /v1/usage`` shares with them.
+
+Roles: a request carrying ``X-Trainyard-Role: finance`` acts for finance and
+may read every tenant's usage and costs.  Chargeback exports are for finance
+only: any other caller, a tenant-scoped one included, gets 403.  Finance
+with ``X-Trainyard-Tenant`` as well gets that tenant's rows only.  Like the
+tenant header, the role header is trusted: the authenticating proxy in
+front of the gateway sets it.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import asyncio
+import datetime as dt
+from decimal import Decimal
+from typing import Annotated, Any
 
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import Response
+
+from trainyard.api.jobs import InvalidRequest
+from trainyard.api.rest import TENANT_HEADER, Forbidden, error_response
 from trainyard.bus import Bus
+from trainyard.domain.job import ValidationError
+from trainyard.ledger import Ledger, RateCardError, chargeback_rows, encode_rows, period_bounds
+from trainyard.ledger.finance_config import read_cost_centres, read_rate_card
 from trainyard.settings import Settings
 from trainyard.store import Store
 
+ROLE_HEADER = "X-Trainyard-Role"
+FINANCE_ROLE = "finance"
+FORMATS = {"csv": "text/csv; charset=utf-8", "parquet": "application/vnd.apache.parquet"}
+#: ``group_by`` names the usage endpoint accepts -> ledger grouping keys.
+USAGE_GROUPS = {"tenant": "tenant", "queue": "queue", "gpu_type": "gpu_type", "job": "job_id", "job_id": "job_id"}
+DEFAULT_USAGE_GROUPS = ("tenant", "gpu_type")
+
+
+def parse_instant(field: str, value: str | None, *, end_of_day: bool = False) -> float | None:
+    """A time as Unix seconds from ``YYYY-MM-DD`` (00:00 UTC; with
+    ``end_of_day`` the next day's 00:00, so the day is included), an ISO 8601
+    date-time (UTC unless it names an offset) or Unix seconds."""
+    if value is None or value == "":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        if len(value) == 10:
+            day = dt.date.fromisoformat(value) + dt.timedelta(days=1 if end_of_day else 0)
+            return dt.datetime.combine(day, dt.time(), dt.timezone.utc).timestamp()
+        at = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidRequest(
+            [ValidationError(field, f"{value!r} is not a date (2026-11-01), an ISO 8601 time or Unix seconds")]
+        ) from None
+    return (at if at.tzinfo else at.replace(tzinfo=dt.timezone.utc)).timestamp()
+
+
+def usage_query(start: str | None, end: str | None, group_by: str | None) -> dict[str, Any]:
+    """Keyword arguments for a usage source from the query string: only the
+    ones the caller gave (``start``, ``end``, ``group_by``).  Raises
+    :class:`InvalidRequest` naming the bad parameter."""
+    query: dict[str, Any] = {}
+    lo = parse_instant("from", start)
+    hi = parse_instant("to", end, end_of_day=True)
+    if lo is not None and hi is not None and hi <= lo:
+        raise InvalidRequest([ValidationError("to", "must be after 'from'")])
+    if lo is not None:
+        query["start"] = lo
+    if hi is not None:
+        query["end"] = hi
+    if group_by is not None:
+        names = [g.strip() for g in group_by.split(",") if g.strip()]
+        bad = [g for g in names if g not in USAGE_GROUPS]
+        if bad or not names:
+            choices = ", ".join(k for k in USAGE_GROUPS if k != "job_id")
+            raise InvalidRequest([ValidationError("group_by", f"group by a comma-separated list of: {choices}")])
+        query["group_by"] = tuple(dict.fromkeys(USAGE_GROUPS[g] for g in names))
+    return query
+
+
+def require_finance(role: str | None, what: str) -> None:
+    if role != FINANCE_ROLE:
+        raise Forbidden(f"{what} is for the finance role only: send {ROLE_HEADER}: {FINANCE_ROLE}")
+
+
+RoleHeader = Annotated[str | None, Header(alias=ROLE_HEADER, description="`finance` to act for finance.")]
+TenantHeader = Annotated[str | None, Header(alias=TENANT_HEADER, description="Only this tenant's rows.")]
+
 
 def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
-    return APIRouter(prefix="/v1", tags=["finance"])
+    router = APIRouter(prefix="/v1", tags=["finance"])
+    ledgers: list[Ledger] = []
+
+    def ledger() -> Ledger:
+        if not ledgers:
+            opened = Ledger(settings.ledger_url)
+            opened.create_schema()  # idempotent; the gateway may start before accounting
+            ledgers.append(opened)
+        return ledgers[0]
+
+    def export(period: str, fmt: str, tenant: str | None, as_of: float | None) -> tuple[bytes, int, Decimal, str]:
+        card = read_rate_card()
+        rows = chargeback_rows(ledger(), period, card, cost_centres=read_cost_centres(), now=as_of)
+        if tenant is not None:
+            rows = [row for row in rows if row["SubAccountId"] == tenant]
+        total = sum((row["BilledCost"] for row in rows), Decimal("0.00"))
+        return encode_rows(rows, fmt), len(rows), total, card.currency  # type: ignore[arg-type]
+
+    @router.get(
+        "/exports/chargeback",
+        summary="Chargeback export of one month (finance only)",
+        responses={
+            200: {"description": "FOCUS-style rows as CSV or Parquet", "content": {m.split(";")[0]: {} for m in FORMATS.values()}},
+            403: {"description": f"The caller is not finance ({ROLE_HEADER}: {FINANCE_ROLE})"},
+            422: {"description": "Bad period or format"},
+            500: {"description": "The rate card cannot price the usage, or cannot be read"},
+        },
+    )
+    async def export_chargeback(
+        period: str = Query(..., description="Billing month, YYYY-MM"),
+        format: str = Query("csv", description="csv or parquet"),
+        as_of: float | None = Query(None, description="Meter open runs up to this Unix time (default: now)"),
+        role: RoleHeader = None,
+        tenant: TenantHeader = None,
+    ) -> Response:
+        require_finance(role, "the chargeback export")
+        problems = []
+        if format not in FORMATS:
+            problems.append(ValidationError("format", f"{format!r} is not supported; use csv or parquet"))
+        try:
+            period_bounds(period)
+        except ValueError as err:
+            problems.append(ValidationError("period", str(err)))
+        if problems:
+            raise InvalidRequest(problems)
+        try:
+            body, count, total, currency = await asyncio.to_thread(export, period, format, tenant, as_of)
+        except RateCardError as err:
+            return error_response(500, "configuration_error", f"the chargeback cannot be priced: {err}")
+        name = f"chargeback-{period}{'-' + tenant if tenant else ''}.{format}"
+        headers = {
+            "Content-Disposition": f'attachment; filename="{name}"',
+            "X-Trainyard-Rows": str(count),
+            "X-Trainyard-Billed-Total": f"{total} {currency}",
+        }
+        return Response(content=body, media_type=FORMATS[format], headers=headers)
+
+    return router

@@ -283,14 +283,27 @@ def create_app(
     @app.get(
         "/v1/usage",
         summary="GPU usage rows from accounting",
-        responses={**_FORBIDDEN, **_doc(501, "No usage source is connected", "ErrorBody")},
+        description="Tenants (X-Trainyard-Tenant) read only their own usage; finance (X-Trainyard-Role: finance) "
+        "reads every tenant's. `from`/`to` take a date (`to` includes that day), an ISO 8601 time or Unix seconds; "
+        "`group_by` is a comma-separated list of tenant, queue, gpu_type, job.",
+        responses={**_FORBIDDEN, **_INVALID, **_doc(501, "No usage source is connected", "ErrorBody")},
     )
-    async def usage(scope: TenantScope = None, tenant: str | None = None) -> Response:
+    async def usage(
+        scope: TenantScope = None,
+        tenant: str | None = None,
+        role: str | None = Header(None, alias="X-Trainyard-Role", description="`finance` reads every tenant."),
+        start: str | None = Query(None, alias="from", description="Start of the window (inclusive)."),
+        end: str | None = Query(None, alias="to", description="End of the window (a date includes that day)."),
+        group_by: str | None = Query(None, description="Comma-separated: tenant, queue, gpu_type, job."),
+    ) -> Response:
+        from trainyard.api.finance_api import FINANCE_ROLE, usage_query
+
         if usage_source is None:
             return error_response(
                 501, "not_implemented", "usage is not available: this gateway has no usage source (accounting)"
             )
-        rows = usage_source(check_tenant(scope, tenant))
+        tenant = tenant if role == FINANCE_ROLE else check_tenant(scope, tenant)
+        rows = usage_source(tenant, **usage_query(start, end, group_by))
         if inspect.isawaitable(rows):
             rows = await rows
         return json_response(rows)

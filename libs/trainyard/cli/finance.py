@@ -1,6 +1,242 @@
-"""``trainyard export ...`` and ``trainyard report ...``: chargeback and capacity planning."""
+"""``trainyard export ...`` and ``trainyard report ...``: chargeback and capacity planning.
 
+Both read the ledger directly when they can find it (``--ledger-url``,
+``TRAINYARD_LEDGER_URL``, or the running ``trainyard up`` stack's
+state.json); ``export chargeback --via-api`` (or ``--api-url``) asks the
+gateway instead, as finance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import os
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Optional
+
+import httpx
 import typer
+from rich.console import Console
 
 export_app = typer.Typer(help="Chargeback exports for finance.", no_args_is_help=True)
-report_app = typer.Typer(help="Capacity-planning reports.", no_args_is_help=True)
+report_app = typer.Typer(help="Capacity-planning and usage reports.", no_args_is_help=True)
+
+err_console = Console(stderr=True)
+console = Console()
+
+DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR", help="Where `up` keeps its state.")
+LedgerUrl = typer.Option(
+    None, "--ledger-url", help="Ledger database URL (default: $TRAINYARD_LEDGER_URL, else the running stack's)."
+)
+ApiUrl = typer.Option(None, "--api-url", help="Gateway URL (default: $TRAINYARD_API_URL, the running stack, :8080).")
+
+
+def _fail(message: str) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(1)
+
+
+def _ledger_url(ledger_url: str | None, data_dir: str) -> str:
+    from trainyard.local.stack import read_state
+
+    if ledger_url:
+        return ledger_url
+    if os.environ.get("TRAINYARD_LEDGER_URL"):
+        return os.environ["TRAINYARD_LEDGER_URL"]
+    state = read_state(data_dir)
+    if state is not None:
+        return state.ledger_url
+    raise _fail(f"no ledger: pass --ledger-url, set TRAINYARD_LEDGER_URL, or run `trainyard up` (data dir {data_dir})")
+
+
+def _api_url(api_url: str | None, data_dir: str) -> str:
+    from trainyard.cli.client import resolve_api_url
+
+    return resolve_api_url(api_url, data_dir)
+
+
+def _get(url: str, path: str, params: dict, headers: dict) -> httpx.Response:
+    try:
+        response = httpx.get(url.rstrip("/") + path, params=params, headers=headers, timeout=120)
+    except httpx.HTTPError as err:
+        raise _fail(f"cannot reach the Trainyard API at {url} ({err}); is `trainyard up` running?") from err
+    if response.status_code >= 400:
+        try:
+            body = response.json()
+            message = body.get("message", body)
+            details = "; ".join(f"{e['field']}: {e['message']}" for e in body.get("errors", []))
+        except ValueError:
+            message, details = response.text, ""
+        raise _fail(f"request refused ({response.status_code}): {message}{' - ' + details if details else ''}")
+    return response
+
+
+# --- export chargeback ---------------------------------------------------------------------------------
+
+
+@export_app.command("chargeback")
+def export_chargeback(
+    period: str = typer.Option(..., help="Billing month, YYYY-MM."),
+    fmt: str = typer.Option("csv", "--format", help="csv or parquet."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="File to write (default chargeback-PERIOD.FORMAT; '-' for stdout)."),
+    ledger_url: Optional[str] = LedgerUrl,
+    rate_card: Optional[Path] = typer.Option(None, help="Rate card file (default: $TRAINYARD_RATE_CARD, else examples/)."),
+    cost_centres: Optional[Path] = typer.Option(None, help="Cost-centre map (default: $TRAINYARD_COST_CENTRES, else examples/)."),
+    as_of: Optional[float] = typer.Option(None, help="Charge open runs up to this Unix time (default: now)."),
+    via_api: bool = typer.Option(False, "--via-api", help="Ask the gateway (as finance) instead of reading the ledger."),
+    api_url: Optional[str] = ApiUrl,
+    data_dir: str = DataDir,
+) -> None:
+    """Export one month's chargeback (FOCUS-style columns) as CSV or Parquet."""
+    from trainyard.ledger import Ledger, RateCardError, chargeback_rows, encode_rows, period_bounds
+    from trainyard.ledger.finance_config import read_cost_centres, read_rate_card
+
+    if fmt not in ("csv", "parquet"):
+        raise _fail(f"--format {fmt!r} is not supported; use csv or parquet")
+    try:
+        period_bounds(period)
+    except ValueError as err:
+        raise _fail(str(err)) from err
+    if via_api or api_url:
+        params = {"period": period, "format": fmt} | ({"as_of": as_of} if as_of is not None else {})
+        response = _get(_api_url(api_url, data_dir), "/v1/exports/chargeback", params, {"X-Trainyard-Role": "finance"})
+        body, rows, total = response.content, response.headers.get("X-Trainyard-Rows", "?"), response.headers.get("X-Trainyard-Billed-Total", "?")
+    else:
+        ledger = Ledger(_ledger_url(ledger_url, data_dir))
+        try:
+            card = read_rate_card(rate_card)
+            result = chargeback_rows(ledger, period, card, cost_centres=read_cost_centres(cost_centres), now=as_of)
+        except RateCardError as err:
+            raise _fail(str(err)) from err
+        finally:
+            ledger.close()
+        body, rows = encode_rows(result, fmt), str(len(result))  # type: ignore[arg-type]
+        total = f"{sum((r['BilledCost'] for r in result), Decimal('0.00'))} {card.currency}"
+    if output is not None and str(output) == "-":
+        sys.stdout.buffer.write(body)
+        sys.stdout.flush()
+        return
+    path = output or Path(f"chargeback-{period}.{fmt}")
+    path.write_bytes(body)
+    err_console.print(f"wrote {path}: {rows} rows, billed total {total}")
+
+
+# --- report capacity -----------------------------------------------------------------------------------
+
+
+async def _stack_capacity(redis_url: str, prefix: str) -> dict[str, int]:
+    from trainyard.reports import capacity_from_nodes
+    from trainyard.store import Store, views
+
+    store = Store.from_url(redis_url, prefix)
+    try:
+        nodes = await views.node_views(store)
+    finally:
+        await store.close()
+    return capacity_from_nodes((info.gpu_type, info.gpus) for info, _, _ in nodes)
+
+
+def _capacity(capacity: str | None, data_dir: str) -> tuple[dict[str, int], str]:
+    from trainyard.local.stack import read_state
+    from trainyard.reports import parse_capacity
+
+    if capacity:
+        try:
+            return parse_capacity(capacity), "--capacity"
+        except ValueError as err:
+            raise _fail(str(err)) from err
+    state = read_state(data_dir)
+    if state is None:
+        raise _fail("no capacity: pass --capacity H100=128 (GPUs) or H100=16x8 (nodes x GPUs), or run `trainyard up`")
+    prefix = os.environ.get("TRAINYARD_REDIS_PREFIX", "ty:")
+    import redis.exceptions
+
+    try:
+        found = asyncio.run(_stack_capacity(state.redis_url, prefix))
+    except (OSError, redis.exceptions.RedisError) as err:
+        raise _fail(f"cannot read the NODES projection at {state.redis_url} ({err}); pass --capacity") from err
+    if not found:
+        raise _fail("the running stack has no registered nodes yet; pass --capacity H100=128")
+    return found, f"the NODES projection at {state.redis_url}"
+
+
+@report_app.command("capacity")
+def report_capacity(
+    start: str = typer.Option(..., "--from", help="First day, YYYY-MM-DD (UTC)."),
+    end: str = typer.Option(..., "--to", help="Last day, YYYY-MM-DD (UTC), included."),
+    out: Path = typer.Option(Path("capacity-report"), "--out", help="Directory for capacity.html and the CSV files."),
+    capacity: Optional[str] = typer.Option(None, help="GPUs per type, e.g. 'H100=128,A100=16x8' (default: the running stack's nodes)."),
+    bucket: str = typer.Option("day", help="Time bucket of the allocation table and charts: day or hour."),
+    horizon: int = typer.Option(14, help="Days of demand forecast past the last complete day."),
+    as_of: Optional[float] = typer.Option(None, help="Report as of this Unix time (default: now)."),
+    ledger_url: Optional[str] = LedgerUrl,
+    data_dir: str = DataDir,
+) -> None:
+    """Allocation vs capacity per GPU type, pending demand, queue waits, lost work and a demand forecast."""
+    from trainyard.api.finance_api import parse_instant
+    from trainyard.api.jobs import InvalidRequest
+    from trainyard.ledger import Ledger
+    from trainyard.reports import capacity_report, report_files
+
+    try:
+        lo, hi = parse_instant("from", start), parse_instant("to", end, end_of_day=True)
+    except InvalidRequest as err:
+        raise _fail("; ".join(f"--{e.field}: {e.message}" for e in err.errors)) from err
+    if lo is None or hi is None or hi <= lo or lo % 86_400 or hi % 86_400:
+        raise _fail("--from and --to must be dates (YYYY-MM-DD), --to on or after --from")
+    if bucket not in ("day", "hour") or horizon < 0:
+        raise _fail("--bucket must be day or hour and --horizon 0 or more")
+    gpus, source = _capacity(capacity, data_dir)
+    ledger = Ledger(_ledger_url(ledger_url, data_dir))
+    try:
+        jobs = ledger.jobs(end=hi)
+        runs = [r for r in ledger.runs() if (r.placed_at if r.placed_at is not None else r.started_at or hi) < hi]
+    finally:
+        ledger.close()
+    now = time.time() if as_of is None else as_of
+    report = capacity_report(runs, jobs, gpus, lo, hi, now, bucket_s=86_400.0 if bucket == "day" else 3_600.0, horizon_days=horizon)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in report_files(report, source).items():
+        (out / name).write_text(text)
+    err_console.print(f"wrote {out / 'capacity.html'} and {len(report_files(report)) - 1} CSV files to {out}")
+
+
+# --- report usage -------------------------------------------------------------------------------------
+
+
+@report_app.command("usage")
+def report_usage(
+    start: Optional[str] = typer.Option(None, "--from", help="Start: YYYY-MM-DD, ISO time or Unix seconds."),
+    end: Optional[str] = typer.Option(None, "--to", help="End: a date includes that day."),
+    group_by: str = typer.Option("tenant,gpu_type", help="Comma-separated: tenant, queue, gpu_type, job."),
+    tenant: Optional[str] = typer.Option(None, help="Only this tenant."),
+    as_tenant: Optional[str] = typer.Option(None, "--as-tenant", envvar="TRAINYARD_TENANT", help="Act as this tenant only."),
+    finance: bool = typer.Option(False, "--finance", help="Act as finance (every tenant)."),
+    as_csv: bool = typer.Option(False, "--csv", help="Print CSV instead of a table."),
+    api_url: Optional[str] = ApiUrl,
+    data_dir: str = DataDir,
+) -> None:
+    """GPU usage through GET /v1/usage, over a window and grouped."""
+    from rich.table import Table
+
+    params = {k: v for k, v in {"from": start, "to": end, "group_by": group_by, "tenant": tenant}.items() if v}
+    headers = {"X-Trainyard-Role": "finance"} if finance else {}
+    if as_tenant:
+        headers["X-Trainyard-Tenant"] = as_tenant
+    rows = _get(_api_url(api_url, data_dir), "/v1/usage", params, headers).json()
+    columns = list(rows[0].keys()) if rows else [*group_by.split(","), "gpu_seconds", "gpu_hours"]
+    if as_csv:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        sys.stdout.write(buffer.getvalue())
+        return
+    table = Table(*columns)
+    for row in rows:
+        table.add_row(*(f"{row[c]:,.3f}" if isinstance(row[c], float) else str(row[c]) for c in columns))
+    console.print(table)

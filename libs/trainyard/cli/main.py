@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainyard.cli.client import ApiError, Client, resolve_api_url
+from trainyard.cli.config import config_app
 from trainyard.cli.finance import export_app, report_app
 from trainyard.cli.nodes import node_app
 from trainyard.cli.sim import sim_app
@@ -32,6 +33,7 @@ app.add_typer(node_app, name="node")
 app.add_typer(export_app, name="export")
 app.add_typer(report_app, name="report")
 app.add_typer(sim_app, name="sim")
+app.add_typer(config_app, name="config")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -53,8 +55,14 @@ def _call(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         raise typer.Exit(1) from err
 
 
-def _ts(value: float | None) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(value)) if value else "-"
+def _age(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.0f}h"
+    return f"{seconds / 86400:.0f}d"
 
 
 # --- the local stack ---
@@ -189,12 +197,14 @@ def jobs(
     if as_json:
         console.print_json(data=items)
         return
-    table = Table("job", "tenant", "queue", "name", "GPUs", "status", "attempt", "submitted", "finished", "why waiting")
+    table = Table("job", "tenant", "queue", "GPUs", "status", "run", "age", "why waiting")
+    table.columns[0].no_wrap = True
+    now = time.time()
     for j in items:
-        waiting = j.get("reason") if j.get("status") == "pending" else ""
-        table.add_row(j["job_id"], j["tenant"], j.get("queue") or "", j.get("name") or "", str(j.get("gpus", 0)),
-                      j["status"], str(j.get("attempt", 0)), _ts(j.get("submitted_at")), _ts(j.get("finished_at")),
-                      waiting or "")  # fmt: skip
+        waiting = (j.get("reason") or "") if j.get("status") == "pending" else ""
+        age = _age(now - j["submitted_at"]) if j.get("submitted_at") else "-"
+        table.add_row(j["job_id"], j["tenant"], j.get("queue") or "", str(j.get("gpus", 0)), j["status"],
+                      str(j.get("attempt", 0)), age, waiting)  # fmt: skip
     console.print(table)
 
 
@@ -267,7 +277,7 @@ def usage(
         return
     table = Table(*(items[0].keys() if items else ["tenant", "gpu_seconds"]))
     for row in items:
-        table.add_row(*(f"{v:,.1f}" if isinstance(v, float) else str(v) for v in row.values()))
+        table.add_row(*(f"{v:,.3f}" if isinstance(v, float) else str(v) for v in row.values()))
     console.print(table)
 
 

@@ -1,5 +1,204 @@
-"""``trainyard node ...`` and ``trainyard agent``: operator commands for GPU nodes."""
+"""``trainyard node ...``, ``trainyard agent`` and ``trainyard emulate inject``:
+operator commands for GPU nodes, the node agent, and fault injection into the
+emulated cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import os
+import socket
+import sys
+import time
+from typing import Optional
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from trainyard.cli.client import ApiError, Client, resolve_api_url
 
 node_app = typer.Typer(help="Cordon, drain, uncordon and inspect GPU nodes.", no_args_is_help=True)
+
+console = Console()
+err_console = Console(stderr=True)
+
+DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR", help="Where `up` keeps its state.")
+ApiUrl = typer.Option(None, "--api-url", help="Gateway URL (default: the running `trainyard up`, else :8080).")
+Reason = typer.Option(..., "--reason", help="Why (recorded in the node's history and the audit stream).")
+Operator = typer.Option(None, "--operator", envvar="TRAINYARD_OPERATOR", help="Who is acting (default: your login).")
+
+
+def _request(api_url: str | None, data_dir: str, method: str, path: str, **kwargs):  # type: ignore[no-untyped-def]
+    try:
+        return Client(resolve_api_url(api_url, data_dir)).request(method, path, **kwargs)
+    except ApiError as err:
+        err_console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(1) from err
+
+
+def _operator(name: str | None) -> str:
+    if name:
+        return name
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no login name (containers): say so
+        return "unknown"
+
+
+def _command(op: str, node_id: str, reason: str, operator: str | None, api_url: str | None, data_dir: str) -> None:
+    body = {"reason": reason, "operator": _operator(operator)}
+    result = _request(api_url, data_dir, "POST", f"/v1/nodes/{node_id}/{op}", json=body)
+    console.print(f"{op} of {node_id} accepted: {result['state']} -> {result['expected_state']}")
+
+
+@node_app.command("cordon")
+def cordon(node_id: str, reason: str = Reason, operator: Optional[str] = Operator,
+           api_url: Optional[str] = ApiUrl, data_dir: str = DataDir) -> None:  # fmt: skip
+    """Stop placing new work on a node; its runs keep running."""
+    _command("cordon", node_id, reason, operator, api_url, data_dir)
+
+
+@node_app.command("drain")
+def drain(node_id: str, reason: str = Reason, operator: Optional[str] = Operator,
+          api_url: Optional[str] = ApiUrl, data_dir: str = DataDir) -> None:  # fmt: skip
+    """Cordon a node and move its runs elsewhere (they are requeued at the head of their queues)."""
+    _command("drain", node_id, reason, operator, api_url, data_dir)
+
+
+@node_app.command("uncordon")
+def uncordon(node_id: str, reason: str = Reason, operator: Optional[str] = Operator,
+             api_url: Optional[str] = ApiUrl, data_dir: str = DataDir) -> None:  # fmt: skip
+    """Return a node to service (also a lemon node, whose incident count starts afresh)."""
+    _command("uncordon", node_id, reason, operator, api_url, data_dir)
+
+
+def _ts(value: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value)) if value else "-"
+
+
+@node_app.command("history")
+def history(node_id: str, as_json: bool = typer.Option(False, "--json"), api_url: Optional[str] = ApiUrl,
+            data_dir: str = DataDir) -> None:  # fmt: skip
+    """A node's health state, current incident and history of transitions."""
+    h = _request(api_url, data_dir, "GET", f"/v1/nodes/{node_id}/history")
+    if as_json:
+        console.print_json(data=h)
+        return
+    lemon = "  [red]lemon[/red]" if h.get("lemon") else ""
+    console.print(f"[bold]{h['node_id']}[/bold]  {h['state']} since {_ts(h['since'])}{lemon}  {h['reason']}")
+    if h.get("remedy"):
+        console.print(f"  remedy: {h['remedy']}  GPUs: {h.get('gpus') or '-'}  incidents: {len(h.get('incidents', []))}")
+    table = Table("at", "from", "to", "cause", "detail")
+    for e in h.get("history", []):
+        table.add_row(_ts(e["at"]), e["from_state"], e["to_state"], e["cause"], e["detail"])
+    console.print(table)
+
+
+# --- the node agent: registered as `trainyard agent` ---
+
+
+def agent_command(
+    node_id: str = typer.Option(socket.gethostname().split(".")[0], help="This node's id."),
+    gpu_type: Optional[str] = typer.Option(None, help="GPU type (default: from the first GPU's name)."),
+    zone: str = typer.Option("z1"), block: str = typer.Option("b1"), rack: str = typer.Option("r1"),
+    nvlink_domain: Optional[str] = typer.Option(None),
+    telemetry_interval: float = typer.Option(5.0, help="Seconds between GPU samples."),
+    fake_gpus: int = typer.Option(0, help="Use N fake GPUs instead of NVML (tests and demos)."),
+    probe: bool = typer.Option(False, "--probe", help="Print which NVML calls work on GPU 0 and exit."),
+) -> None:  # fmt: skip
+    """Run the node agent: heartbeats, GPU telemetry, XIDs and checks, against TRAINYARD_* settings."""
+    from trainyard.gpu import FakeGpuBackend, NvmlBackend, NvmlUnavailable
+
+    try:
+        backend = FakeGpuBackend(fake_gpus, clock=time.time) if fake_gpus else NvmlBackend()
+    except NvmlUnavailable as err:
+        err_console.print(f"[red]error:[/red] {err} (use --fake-gpus N to run without GPUs)")
+        raise typer.Exit(2) from err
+    if probe:
+        report = backend.probe(0) if isinstance(backend, NvmlBackend) else {"backend": "fake: nothing to probe"}
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        backend.close()
+        return
+
+    from trainyard.agent import NodeAgent
+    from trainyard.domain.node import NodeInfo
+    from trainyard.runtime import Runtime, serve
+
+    count = backend.device_count()
+    name = gpu_type or (backend.sample(0).name or "unknown" if count else "none")
+
+    async def main(rt: Runtime) -> None:
+        info = NodeInfo(node_id=node_id, cluster=rt.settings.cluster, gpu_type=name.replace(" ", "-"), gpus=count,
+                        zone=zone, block=block, rack=rack, nvlink_domain=nvlink_domain)  # fmt: skip
+        agent = NodeAgent(rt.bus, info, backend, heartbeat_interval_s=rt.settings.heartbeat_interval_s,
+                          telemetry_interval_s=telemetry_interval)  # fmt: skip
+        await agent.run(rt.stop)
+
+    serve("agent", main)
+
+
+# --- fault injection: registered as `trainyard emulate inject` ---
+
+
+def emulate_inject(
+    node: str = typer.Option(..., "--node", help="Emulated node id, e.g. n12."),
+    gpu: int = typer.Option(0, "--gpu", help="GPU index on the node."),
+    xid: Optional[int] = typer.Option(None, "--xid", help="Inject this XID (79: fallen off the bus)."),
+    ecc: Optional[int] = typer.Option(None, "--ecc", help="A burst of this many corrected ECC errors."),
+    uncorrected: int = typer.Option(0, "--uncorrected", help="Uncorrected ECC errors in the burst."),
+    overheat: Optional[float] = typer.Option(None, "--overheat", help="Set the GPU temperature (C)."),
+    nvlink_down: Optional[str] = typer.Option(None, "--nvlink-down", help="Comma-separated NVLink links to take down."),
+    gpu_lost: bool = typer.Option(False, "--gpu-lost", help="The GPU falls off the bus."),
+    silent: bool = typer.Option(False, "--silent", help="The node stops heartbeating."),
+    clear: bool = typer.Option(False, "--clear", help="Undo every fault on the node."),
+    cluster: str = typer.Option(os.environ.get("TRAINYARD_CLUSTER", "local"), "--cluster"),
+    nats_url: Optional[str] = typer.Option(None, "--nats-url", envvar="TRAINYARD_NATS_URL"),
+    data_dir: str = DataDir,
+) -> None:  # fmt: skip
+    """Inject a fault into a running emulated cluster (over NATS request/reply)."""
+    from trainyard.agent.control import ControlRequest, decode_reply, emulator_control_subject, encode
+
+    chosen = {
+        "xid": xid is not None, "ecc": ecc is not None or uncorrected > 0, "overheat": overheat is not None,
+        "nvlink_down": nvlink_down is not None, "gpu_lost": gpu_lost, "silent": silent, "clear": clear,
+    }  # fmt: skip
+    ops = [op for op, on in chosen.items() if on]
+    if len(ops) != 1:
+        err_console.print("[red]error:[/red] give exactly one of --xid, --ecc, --overheat, --nvlink-down, "
+                          "--gpu-lost, --silent, --clear")  # fmt: skip
+        raise typer.Exit(2)
+    try:
+        links = [int(x) for x in nvlink_down.split(",") if x.strip()] if nvlink_down else None
+    except ValueError as err:
+        err_console.print(f"[red]error:[/red] --nvlink-down takes link numbers like 0,1: {err}")
+        raise typer.Exit(2) from err
+    request = ControlRequest(op=ops[0], node_id=node, gpu=gpu, xid=xid, count=ecc, uncorrected=uncorrected,
+                             temperature_c=overheat, links=links, by=f"operator:{_operator(None)}")  # fmt: skip
+    url = nats_url
+    if url is None:
+        from trainyard.local.stack import read_state
+
+        state = read_state(data_dir)
+        url = state.nats_url if state else "nats://127.0.0.1:4222"
+
+    async def send() -> bytes:
+        import nats
+
+        nc = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=0)
+        try:
+            msg = await nc.request(emulator_control_subject(cluster), encode(request), timeout=5)
+            return msg.data
+        finally:
+            await nc.close()
+
+    try:
+        reply = decode_reply(asyncio.run(send()))
+    except Exception as err:  # noqa: BLE001 - say what failed, plainly
+        err_console.print(f"[red]error:[/red] no answer from the emulator of cluster {cluster!r} at {url}: {err!r}")
+        raise typer.Exit(1) from err
+    if not reply.ok:
+        err_console.print(f"[red]refused:[/red] {reply.message}")
+        raise typer.Exit(1)
+    console.print(reply.message)

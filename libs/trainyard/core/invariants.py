@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from trainyard.events.jobs import (
-    INFRASTRUCTURE_FAILURES,
     JobAccepted,
     JobAdmitted,
     JobCancelled,
@@ -20,6 +19,7 @@ from trainyard.events.jobs import (
     RunFailed,
     RunStarted,
     RunSucceeded,
+    failure_category,
 )
 
 ACTIVE = ("admitted", "placed", "running")
@@ -31,6 +31,8 @@ class JobLogFold:
         self.current_run: dict[str, str] = {}  # job -> its current run id
         self.holders: dict[tuple[str, int], str] = {}  # (node, gpu) -> run id holding it
         self.successes: dict[str, int] = {}  # job -> successful runs
+        self.failures: dict[str, int] = {}  # job -> failures of its own so far
+        self.max_retries: dict[str, int] = {}  # job -> from its spec
         self.violations: list[str] = []
         self._held: dict[str, list[tuple[str, int]]] = {}  # run -> GPUs it holds
         self._started: set[str] = set()
@@ -65,6 +67,8 @@ class JobLogFold:
                 self.violations.append(f"event {self._n}: run {event.run_id} started twice")
             self._started.add(event.run_id)
         if isinstance(event, JobAccepted | JobRejected):
+            if isinstance(event, JobAccepted):
+                self.max_retries.setdefault(job_id, event.spec.max_retries)
             if st is None:
                 self.status[job_id] = "pending" if isinstance(event, JobAccepted) else "rejected"
         elif isinstance(event, JobAdmitted) and st == "pending":
@@ -82,7 +86,11 @@ class JobLogFold:
                 self.violations.append(f"event {self._n}: job {job_id} succeeded twice")
         elif isinstance(event, RunFailed) and st in ACTIVE and current:
             self._release(job_id)
-            self.status[job_id] = "pending" if event.reason in INFRASTRUCTURE_FAILURES else "failed"
+            self.status[job_id] = "pending"
+            if failure_category(event.reason)[0] == "own":
+                self.failures[job_id] = self.failures.get(job_id, 0) + 1
+                if self.failures[job_id] > self.max_retries.get(job_id, 0):
+                    self.status[job_id] = "failed"
         elif isinstance(event, JobCancelled) and st in (*ACTIVE, "pending"):
             self._release(job_id)
             self.status[job_id] = "cancelled"

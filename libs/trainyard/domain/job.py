@@ -22,6 +22,7 @@ MAX_GPUS_PER_REPLICA = 72
 MAX_ROLES = 16
 MAX_RUNTIME_S = 90 * 24 * 3600
 MAX_LABELS = 64
+MAX_RETRIES = 100
 
 
 class TopologyLevel(str, enum.Enum):
@@ -74,8 +75,12 @@ class JobSpec(msgspec.Struct, frozen=True):
     image: str | None = None
     command: list[str] = []
     workload_ref: str | None = None
-    # Emulated clusters only: how long a run takes before it reports success.
+    # Retries after failures that are the job's own (not node failures or preemption).
+    max_retries: int = 3
+    # Emulated clusters only: how long a run takes before it reports success,
+    # and how often it writes a checkpoint.
     simulated_duration_s: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    simulated_checkpoint_interval_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
 
     @property
     def total_gpus(self) -> int:
@@ -159,6 +164,8 @@ def validate_job_spec(spec: JobSpec) -> list[ValidationError]:
         )
     if spec.simulated_duration_s is not None and spec.simulated_duration_s > spec.max_runtime_s:
         errors.append(ValidationError("simulated_duration_s", "must not exceed max_runtime_s"))
+    if not 0 <= spec.max_retries <= MAX_RETRIES:
+        errors.append(ValidationError("max_retries", f"must be between 0 and {MAX_RETRIES}, got {spec.max_retries}"))
     if len(spec.labels) > MAX_LABELS:
         errors.append(ValidationError("labels", f"at most {MAX_LABELS} labels, got {len(spec.labels)}"))
     for key, value in spec.labels.items():

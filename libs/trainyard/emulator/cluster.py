@@ -29,9 +29,12 @@ from trainyard.agent.node import NodeAgent
 from trainyard.bus import Bus, ConsumerSpec, PoisonMessage, PublishRequest, RetryLater, run_consumer
 from trainyard.domain.node import NodeInfo
 from trainyard.events import (
+    CheckpointSaved,
     JobAccepted,
+    JobAdmitted,
     JobCancelled,
     JobPlaced,
+    PreemptionNotice,
     NodeHeartbeat,
     NodeRegistered,
     RunFailed,
@@ -88,6 +91,10 @@ class EmulatedCluster:
         self.silent: set[str] = set()  # nodes that stopped heartbeating (fault injection)
         self.running: dict[str, asyncio.TimerHandle] = {}  # run id -> completion timer
         self.durations: dict[str, float] = {}  # job id -> simulated run time, from JobAccepted
+        self.checkpoint_every: dict[str, float] = {}  # job id -> simulated checkpoint interval
+        self.progress: dict[str, int] = {}  # job id -> seconds of work in its last checkpoint
+        self.runs: dict[str, tuple[str, str, float, int]] = {}  # run id -> (job, tenant, started_at, base step)
+        self.checkpointers: dict[str, asyncio.Task] = {}  # run id -> its periodic checkpoint task
         self.finished: set[str] = set()  # runs this process reported done
         self._finished_order: collections.deque[str] = collections.deque()
         self._pending: set[asyncio.Task] = set()
@@ -161,9 +168,51 @@ class EmulatedCluster:
                 msg_id=f"{run_id}:started",
             )
             started_at = self.clock()
-        delay = max(0.0, started_at + duration - self.clock())
+        # A run resumed from a checkpoint only has the rest of the work to do.
+        base = min(self.progress.get(job_id, 0), int(duration))
+        delay = max(0.0, started_at + duration - base - self.clock())
         loop = asyncio.get_running_loop()
         self.running[run_id] = loop.call_later(delay, self._finish_soon, job_id, tenant, run_id)
+        self.runs[run_id] = (job_id, tenant, started_at, base)
+        every = self.checkpoint_every.get(job_id)
+        if every:
+            self.checkpointers[run_id] = asyncio.ensure_future(self._checkpoint_every(run_id, every))
+
+    def _step(self, run_id: str) -> int:
+        _, _, started_at, base = self.runs[run_id]
+        return base + int(self.clock() - started_at)
+
+    async def _checkpoint(self, run_id: str) -> None:
+        job_id, tenant, _, _ = self.runs[run_id]
+        step = self._step(run_id)
+        await self.bus.publish(
+            subjects.job(tenant, job_id),
+            CheckpointSaved(at=self.clock(), job_id=job_id, tenant=tenant, run_id=run_id, step=step),
+            msg_id=f"{run_id}:checkpoint:{step}",
+        )
+
+    async def _checkpoint_every(self, run_id: str, every: float) -> None:
+        while run_id in self.running:
+            await asyncio.sleep(every)
+            if run_id in self.running:
+                try:
+                    await self._checkpoint(run_id)
+                except Exception as err:  # noqa: BLE001 - the next checkpoint may succeed
+                    log.warning("checkpoint of %s failed: %r", run_id, err)
+
+    async def _yield(self, run_id: str) -> None:
+        """A preemption notice: write a checkpoint, then stop the run."""
+        if run_id not in self.running:
+            return
+        job_id, tenant, _, _ = self.runs[run_id]
+        await self._checkpoint(run_id)
+        self._stop_run(run_id)
+        await self.bus.publish(
+            subjects.job(tenant, job_id),
+            RunFailed(at=self.clock(), job_id=job_id, tenant=tenant, run_id=run_id, reason="preempted",
+                      message="stopped at a checkpoint after a preemption notice"),
+            msg_id=f"{run_id}:failed",
+        )  # fmt: skip
 
     def _finish_soon(self, job_id: str, tenant: str, run_id: str) -> None:
         task = asyncio.ensure_future(self._finish(job_id, tenant, run_id))
@@ -182,8 +231,10 @@ class EmulatedCluster:
             except Exception as err:  # noqa: BLE001 - NATS briefly away; keep the result
                 log.warning("reporting %s failed (%r); retrying", run_id, err)
                 await asyncio.sleep(min(0.2 * (attempt + 1), 2.0))
-        self.running.pop(run_id, None)
+        self._stop_run(run_id)
         self.durations.pop(job_id, None)
+        self.checkpoint_every.pop(job_id, None)
+        self.progress.pop(job_id, None)
         self._remember_finished(run_id)
 
     def _remember_finished(self, run_id: str, keep: int = 100_000) -> None:
@@ -196,6 +247,10 @@ class EmulatedCluster:
         handle = self.running.pop(run_id or "", None)
         if handle is not None:
             handle.cancel()
+        checkpointer = self.checkpointers.pop(run_id or "", None)
+        if checkpointer is not None:
+            checkpointer.cancel()
+        self.runs.pop(run_id or "", None)
 
     async def handle(self, msgs: Sequence[Msg]) -> list[BaseException | None]:
         outcomes: list[BaseException | None] = [None] * len(msgs)
@@ -208,6 +263,16 @@ class EmulatedCluster:
                 continue
             if isinstance(event, JobAccepted):
                 self.durations[event.job_id] = event.spec.simulated_duration_s or DEFAULT_DURATION_S
+                if event.spec.simulated_checkpoint_interval_s:
+                    self.checkpoint_every[event.job_id] = event.spec.simulated_checkpoint_interval_s
+            elif isinstance(event, JobAdmitted) and event.resume_from_step:
+                self.progress[event.job_id] = event.resume_from_step
+            elif isinstance(event, CheckpointSaved):
+                self.progress[event.job_id] = max(self.progress.get(event.job_id, 0), event.step)
+            elif isinstance(event, PreemptionNotice) and event.run_id in self.running:
+                task = asyncio.ensure_future(self._yield(event.run_id))
+                self._pending.add(task)
+                task.add_done_callback(self._pending.discard)
             elif isinstance(event, JobPlaced) and self._mine(event):
                 starts.append((i, event))
             elif isinstance(event, JobCancelled):

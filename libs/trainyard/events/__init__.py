@@ -8,6 +8,8 @@ new producers; new fields always get defaults.
 from trainyard.events.codec import decode_intake, decode_job_event, decode_node_event, encode
 from trainyard.events.jobs import (
     CancelJob,
+    CheckpointSaved,
+    PreemptionNotice,
     IntakeCommand,
     JobAccepted,
     JobAdmitted,
@@ -25,6 +27,8 @@ from trainyard.events.nodes import NodeEvent, NodeHeartbeat, NodeLost, NodeRegis
 
 __all__ = [
     "CancelJob",
+    "CheckpointSaved",
+    "PreemptionNotice",
     "IntakeCommand",
     "JobAccepted",
     "JobAdmitted",

@@ -14,11 +14,31 @@ import msgspec
 
 from trainyard.domain.job import JobSpec, ValidationError
 
-FailureReason = Literal["node_failure", "workload_error", "timeout", "preempted", "lost"]
+FailureReason = Literal["node_failure", "workload_error", "timeout", "preempted", "lost", "placement_timeout"]
 
-#: Failure reasons that are not the job's fault: the job is requeued at the
-#: head of its queue and the attempt does not count against its retries.
-INFRASTRUCTURE_FAILURES: frozenset[str] = frozenset({"node_failure", "lost", "preempted"})
+#: Failure reasons that are not the job's fault: the job is requeued and the
+#: attempt does not count against its retries.  A node failure puts it at the
+#: head of its queue; a preempted job or a gang placement could not find room
+#: for keeps its place (the latter after a backoff).
+INFRASTRUCTURE_FAILURES: frozenset[str] = frozenset({"node_failure", "lost", "preempted", "placement_timeout"})
+HEAD_OF_QUEUE_FAILURES: frozenset[str] = frozenset({"node_failure", "lost"})
+
+#: Backoff before a job is considered again: after its n-th placement timeout,
+#: and after its n-th failure of its own (it is then retried up to max_retries).
+PLACEMENT_BACKOFF_S = (5.0, 300.0)  # base, cap: min(base * 2**(n-1), cap)
+RETRY_BACKOFF_S = (10.0, 600.0)
+
+
+
+def failure_category(reason: str) -> tuple[str, tuple[float, float]]:
+    """How the fold requeues a job whose run failed for ``reason``, and its backoff."""
+    if reason in HEAD_OF_QUEUE_FAILURES:
+        return "head", (0.0, 0.0)
+    if reason == "placement_timeout":
+        return "timeout", PLACEMENT_BACKOFF_S
+    if reason in INFRASTRUCTURE_FAILURES:
+        return "keep", (0.0, 0.0)
+    return "own", RETRY_BACKOFF_S
 
 
 class _Message(msgspec.Struct, tag_field="type", kw_only=True, frozen=True):
@@ -66,6 +86,8 @@ class JobAdmitted(_Message, tag="JobAdmitted"):
     tenant: str
     run_id: str
     attempt: int
+    # The run restarts from this checkpoint of an earlier run, if there is one.
+    resume_from_step: int | None = None
 
 
 class ReplicaPlacement(msgspec.Struct, frozen=True):
@@ -108,6 +130,29 @@ class RunFailed(_Message, tag="RunFailed"):
     node_id: str | None = None
 
 
+class PreemptionNotice(_Message, tag="PreemptionNotice"):
+    """Stop within ``grace_period_s`` (checkpoint first); the run is then
+    stopped with ``RunFailed(reason="preempted")`` and the job requeued,
+    keeping its place."""
+
+    job_id: str
+    tenant: str
+    run_id: str
+    preemptor: str  # the job the room is for
+    reason: str  # priority, reclaim or fair_share
+    grace_period_s: float
+    lost_gpu_seconds: float = 0.0  # GPU time since the last checkpoint, were it stopped now
+
+
+class CheckpointSaved(_Message, tag="CheckpointSaved"):
+    """The run wrote a checkpoint; a later run of the job resumes from it."""
+
+    job_id: str
+    tenant: str
+    run_id: str
+    step: int
+
+
 class JobCancelled(_Message, tag="JobCancelled"):
     job_id: str
     tenant: str
@@ -124,4 +169,6 @@ JobEvent = (
     | RunSucceeded
     | RunFailed
     | JobCancelled
+    | PreemptionNotice
+    | CheckpointSaved
 )

@@ -13,16 +13,18 @@ from trainyard.ledger.chargeback import (
     chargeback,
     chargeback_rows,
     chargeback_totals,
+    encode_rows,
     load_rate_card,
     period_bounds,
 )
 from trainyard.ledger.ledger import GROUP_KEYS, Ledger
-from trainyard.ledger.records import LedgerRun
+from trainyard.ledger.records import LedgerJob, LedgerRun
 
 __all__ = [
     "COLUMNS",
     "GROUP_KEYS",
     "Ledger",
+    "LedgerJob",
     "LedgerRun",
     "RateCard",
     "RateCardError",
@@ -30,6 +32,7 @@ __all__ = [
     "chargeback",
     "chargeback_rows",
     "chargeback_totals",
+    "encode_rows",
     "load_rate_card",
     "period_bounds",
 ]

@@ -40,6 +40,7 @@ __all__ = [
     "chargeback",
     "chargeback_rows",
     "chargeback_totals",
+    "encode_rows",
     "load_rate_card",
     "period_bounds",
 ]
@@ -225,6 +226,13 @@ def chargeback(
     if fmt not in ("csv", "parquet"):
         raise ValueError(f"export format {fmt!r} is not supported; use 'csv' or 'parquet'")
     rows = chargeback_rows(ledger, period, rate_card, cost_centres=cost_centres, now=now)
+    return encode_rows(rows, fmt)
+
+
+def encode_rows(rows: list[dict[str, Any]], fmt: Literal["csv", "parquet"] = "csv") -> bytes:
+    """Export rows (from :func:`chargeback_rows`, possibly filtered) as CSV or Parquet bytes."""
+    if fmt not in ("csv", "parquet"):
+        raise ValueError(f"export format {fmt!r} is not supported; use 'csv' or 'parquet'")
     return _csv(rows) if fmt == "csv" else _parquet(rows)
 
 

@@ -27,7 +27,7 @@ from sqlalchemy.exc import DBAPIError
 from trainyard.core.accounting.metering import overlap
 from trainyard.events.jobs import JobEvent
 from trainyard.ledger.batch import apply_batch, insert_ignore, lock_rows, write_runs
-from trainyard.ledger.records import LedgerRun, facts_from_row, ledger_run_from_row
+from trainyard.ledger.records import LedgerJob, LedgerRun, facts_from_row, ledger_job_from_row, ledger_run_from_row
 from trainyard.ledger.schema import build_tables
 
 _ATTEMPTS = 5  # tries of a batch that deadlocked with a concurrent writer
@@ -158,6 +158,20 @@ class Ledger:
         with self.engine.connect() as conn:
             result = conn.execute(stmt.order_by(t.runs.c.run_id))
             return [ledger_run_from_row(r._mapping) for r in result]
+
+    def jobs(self, *, tenant: str | None = None, start: float | None = None, end: float | None = None) -> list[LedgerJob]:
+        """Accepted jobs ordered by job id.  With ``end``, only jobs accepted
+        before it; with ``start``, only jobs not cancelled before it."""
+        t = self.tables
+        stmt = sa.select(t.jobs).where(t.jobs.c.accepted_at.is_not(None))
+        if tenant is not None:
+            stmt = stmt.where(t.jobs.c.tenant == tenant)
+        if end is not None:
+            stmt = stmt.where(t.jobs.c.accepted_at < end)
+        if start is not None:
+            stmt = stmt.where(sa.or_(t.jobs.c.cancelled_at.is_(None), t.jobs.c.cancelled_at >= start))
+        with self.engine.connect() as conn:
+            return [ledger_job_from_row(r._mapping) for r in conn.execute(stmt.order_by(t.jobs.c.job_id))]
 
     def usage(
         self,

@@ -43,6 +43,40 @@ class LedgerRun(msgspec.Struct, frozen=True, kw_only=True):
         return self.gpus * overlap(self.started_at, until, start, end)
 
 
+class LedgerJob(msgspec.Struct, frozen=True, kw_only=True):
+    """A job as the ledger holds it.  Spec fields are None (and the GPU maps
+    empty) until the job's JobAccepted has been applied."""
+
+    job_id: str
+    tenant: str
+    queue: str | None
+    name: str | None
+    gpus_by_type: dict[str, int]  # GPUs the spec asks for, by GPU type
+    submitted_at: float | None
+    accepted_at: float | None  # when the job joined its queue
+    cancelled_at: float | None  # earliest job-wide cancel
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.gpus_by_type.values())
+
+
+def ledger_job_from_row(row: Any) -> LedgerJob:
+    by_type: dict[str, int] = {}
+    for gpu_type, gpus in (row["roles"] or {}).values():
+        by_type[gpu_type] = by_type.get(gpu_type, 0) + int(gpus)
+    return LedgerJob(
+        job_id=row["job_id"],
+        tenant=row["tenant"],
+        queue=row["queue"],
+        name=row["name"],
+        gpus_by_type=dict(sorted(by_type.items())),
+        submitted_at=row["submitted_at"],
+        accepted_at=row["accepted_at"],
+        cancelled_at=row["cancelled_at"],
+    )
+
+
 def facts_from_row(row: Any) -> RunFacts:
     return RunFacts(
         run_id=row["run_id"],

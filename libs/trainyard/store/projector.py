@@ -16,6 +16,8 @@ from redis.exceptions import RedisError
 
 from trainyard.bus.connection import Bus
 from trainyard.events import (
+    CheckpointSaved,
+    PreemptionNotice,
     JobAccepted,
     JobAdmitted,
     JobCancelled,
@@ -30,7 +32,7 @@ from trainyard.events import (
     decode_node_event,
 )
 from trainyard.events import subjects
-from trainyard.events.jobs import INFRASTRUCTURE_FAILURES
+from trainyard.events.jobs import failure_category
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,7 @@ def job_event_args(seq: int, event: object) -> list[str]:
         return head + [
             event.job_id, repr(event.at), spec.tenant, spec.queue, str(seq),
             json.dumps(by_type), _json.encode(spec).decode(), repr(event.submitted_at),
-            spec.priority_class, spec.name, str(spec.total_gpus),
+            spec.priority_class, spec.name, str(spec.total_gpus), str(spec.max_retries),
         ]  # fmt: skip
     if isinstance(event, JobRejected):
         errors = _json.encode(event.errors).decode()
@@ -95,8 +97,15 @@ def job_event_args(seq: int, event: object) -> list[str]:
     if isinstance(event, (RunStarted, RunSucceeded)):
         return head + [event.job_id, repr(event.at), event.run_id]
     if isinstance(event, RunFailed):
-        requeue = "1" if event.reason in INFRASTRUCTURE_FAILURES else "0"
-        return head + [event.job_id, repr(event.at), event.run_id, event.reason, event.message, requeue]
+        category, (base, cap) = failure_category(event.reason)
+        return head + [
+            event.job_id, repr(event.at), event.run_id, event.reason, event.message, category, repr(base), repr(cap),
+        ]  # fmt: skip
+    if isinstance(event, PreemptionNotice):
+        deadline = repr(event.at + event.grace_period_s)
+        return head + [event.job_id, repr(event.at), event.run_id, deadline, event.preemptor, event.reason]
+    if isinstance(event, CheckpointSaved):
+        return head + [event.job_id, repr(event.at), event.run_id, str(event.step)]
     if isinstance(event, JobCancelled):
         return head + [event.job_id, repr(event.at), event.run_id or "", event.reason]
     raise TypeError(f"no projection for {type(event).__name__}")

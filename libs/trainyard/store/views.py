@@ -224,3 +224,98 @@ async def set_pending_reasons(store: Store, reasons: dict[str, tuple[str, int]])
     for job_id, (reason, position) in reasons.items():
         pipe.hset(store.key("job", job_id), mapping={"reason": reason, "position": position})
     await pipe.execute()
+
+
+# --- placement's reads and writes -------------------------------------------
+
+
+class ActiveJob(msgspec.Struct):
+    """An admitted, placed or running job as the placement cycle reads it."""
+
+    job_id: str
+    status: str
+    tenant: str
+    order: int
+    run_id: str | None
+    last_seq: int  # the job subject's last sequence, for Nats-Expected-Last-Subject-Sequence
+    started_at: float | None
+    placed_at: float | None
+    preemptible: bool = False
+    priority: int = 0
+    last_checkpoint_at: float | None = None
+
+
+_ACTIVE_FIELDS = (
+    "status", "tenant", "order", "run_id", "last_seq", "started_at", "placed_at",
+    "preemptible", "priority", "last_checkpoint_at",
+)  # fmt: skip
+
+
+def _float(raw: str | None) -> float | None:
+    return float(raw) if raw else None
+
+
+async def placement_state(
+    store: Store, job_ids: list[str]
+) -> tuple[list[tuple[NodeInfo, str, list[int]]], list[ActiveJob]]:
+    """Every node as ``(info, state, free GPU indices)`` and the given jobs'
+    heads, read in one transaction so the free GPUs and the runs holding GPUs
+    describe the same moment of the projection."""
+    pipe = store.redis.pipeline(transaction=True)
+    pipe.hgetall(store.key("nodeinfo"))
+    pipe.hgetall(store.key("nodestate"))
+    pipe.hgetall(store.key("gpumap"))
+    for job_id in job_ids:
+        pipe.hmget(store.key("job", job_id), *_ACTIVE_FIELDS)
+    infos, states, maps, *rows = await pipe.execute()
+    nodes = []
+    for node_id in sorted(infos):
+        info = _node_info(infos[node_id])
+        held = maps.get(node_id, "")
+        nodes.append((info, states.get(node_id, "unknown"), [g for g in range(info.gpus) if g >= len(held) or held[g] != "#"]))
+    jobs = [
+        ActiveJob(
+            job_id=job_id, status=status, tenant=tenant or "", order=int(order or 0), run_id=run_id or None,
+            last_seq=int(last_seq or 0), started_at=_float(started), placed_at=_float(placed),
+            preemptible=(preemptible or "").lower() in ("1", "true", "yes"), priority=int(priority or 0),
+            last_checkpoint_at=_float(checkpoint),
+        )  # fmt: skip
+        for job_id, (status, tenant, order, run_id, last_seq, started, placed, preemptible, priority, checkpoint) in zip(
+            job_ids, rows, strict=True
+        )
+        if status is not None
+    ]
+    return nodes, jobs
+
+
+async def run_placements(store: Store, job_ids: list[str]) -> dict[str, tuple[str, list[ReplicaPlacement]]]:
+    """Each placed job's ``(current run id, replicas)``; jobs without a placement are left out."""
+    pipe = store.redis.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hmget(store.key("job", job_id), "run_id", "placement")
+    out = {}
+    for job_id, (run_id, raw) in zip(job_ids, await pipe.execute(), strict=True):
+        if run_id and raw:
+            out[job_id] = (run_id, _replicas.decode(raw))
+    return out
+
+
+async def set_placement_outlook(
+    store: Store, waiting: dict[str, tuple[str, float | None]], placed: list[str] | tuple[str, ...] = ()
+) -> None:
+    """Record why each admitted job still waits for GPUs and, when it holds a
+    reservation, its ``expected_start`` (seconds since the epoch); clear both
+    for jobs just placed.  Written by the placement leader every cycle."""
+    if not waiting and not placed:
+        return
+    pipe = store.redis.pipeline(transaction=False)
+    for job_id, (reason, expected_start) in waiting.items():
+        key = store.key("job", job_id)
+        if expected_start is None:
+            pipe.hset(key, "reason", reason)
+            pipe.hdel(key, "expected_start")
+        else:
+            pipe.hset(key, mapping={"reason": reason, "expected_start": repr(expected_start)})
+    for job_id in placed:
+        pipe.hdel(store.key("job", job_id), "reason", "expected_start")
+    await pipe.execute()

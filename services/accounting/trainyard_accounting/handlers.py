@@ -3,6 +3,8 @@
 A batch is committed in one transaction before any of it is acknowledged; the
 ledger skips event ids (stream sequences) it has already applied, so a
 redelivery after a crash between commit and ack charges nothing twice.
+Checkpoints are recorded too, so work lost to preemption or a node failure is
+measured from the run's last checkpoint.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import msgspec
 from nats.aio.msg import Msg
 
 from trainyard.bus import PoisonMessage
-from trainyard.events import decode_job_event
+from trainyard.events import CheckpointSaved, decode_job_event
 from trainyard.ledger import Ledger
 
 
@@ -30,6 +32,12 @@ class LedgerHandler:
                 events.append((str(msg.metadata.sequence.stream), decode_job_event(msg.data)))
             except (msgspec.DecodeError, msgspec.ValidationError) as err:
                 outcomes[i] = PoisonMessage(f"not a job event: {err}")
-        # The database call blocks; keep the event loop (and acks) moving.
+        # The database calls block; keep the event loop (and acks) moving.
         await asyncio.to_thread(self.ledger.apply, events)
+        checkpoints: dict[str, list[float]] = {}
+        for _, event in events:
+            if isinstance(event, CheckpointSaved):
+                checkpoints.setdefault(event.run_id, []).append(event.at)
+        for run_id, times in checkpoints.items():  # idempotent: a checkpoint time is recorded once
+            await asyncio.to_thread(self.ledger.record_checkpoints, run_id, times)
         return outcomes

@@ -17,8 +17,8 @@ import msgspec
 from nats.aio.msg import Msg
 
 from trainyard.bus import Bus, PoisonMessage, PublishRequest, RetryLater, WrongLastSequence
-from trainyard.core.admission import AdmissionPolicy, AdmissionSnapshot, PendingJob, admit
-from trainyard.domain.job import JobSpec, ValidationError, validate_job_spec
+from trainyard.core.admission import validate_against_tenancy
+from trainyard.domain.job import ValidationError, validate_job_spec
 from trainyard.events import (
     CancelJob,
     JobAccepted,
@@ -29,22 +29,12 @@ from trainyard.events import (
     decode_intake,
     subjects,
 )
-from trainyard.store import Projector, Store
+from trainyard.store import Store
+from trainyard_admission.tenancy import TenancyHolder
 from trainyard.store import views
 from trainyard.store.views import TERMINAL
 
 log = logging.getLogger(__name__)
-
-
-def gpu_demand(spec: JobSpec) -> dict[str, int]:
-    demand: dict[str, int] = {}
-    for role in spec.roles:
-        demand[role.gpu_type] = demand.get(role.gpu_type, 0) + role.gpus
-    return demand
-
-
-def run_id_for(job_id: str, attempt: int) -> str:
-    return f"{job_id}-r{attempt}"
 
 
 def _rejection_from_bad_payload(msg: Msg, err: Exception, clock: Callable[[], float]) -> PublishRequest:
@@ -69,10 +59,13 @@ def _rejection_from_bad_payload(msg: Msg, err: Exception, clock: Callable[[], fl
 class IntakeHandler:
     """SubmitJob -> JobAccepted | JobRejected;  CancelJob -> JobCancelled."""
 
-    def __init__(self, bus: Bus, store: Store, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, bus: Bus, store: Store, clock: Callable[[], float], tenancy: TenancyHolder | None = None
+    ) -> None:
         self.bus = bus
         self.store = store
         self.clock = clock
+        self.tenancy = tenancy or TenancyHolder()
 
     def _decide_submit(self, msg: Msg, cmd: SubmitJob) -> PublishRequest:
         tenant = msg.subject.split(".")[-1]
@@ -86,6 +79,8 @@ class IntakeHandler:
             errors.append(
                 ValidationError("tenant", f"spec is for tenant {cmd.spec.tenant!r} but was sent to {msg.subject}")
             )
+        if not errors and self.tenancy.compiled is not None:
+            errors = validate_against_tenancy(cmd.spec, self.tenancy.compiled)
         if errors:
             event: JobAccepted | JobRejected = JobRejected(at=self.clock(), job_id=job_id, tenant=tenant, errors=errors)
         else:
@@ -133,75 +128,3 @@ class IntakeHandler:
             elif isinstance(result, Exception):
                 outcomes[i] = result
         return outcomes
-
-
-class AdmissionCycle:
-    """Reads the projection, calls the pure core, publishes the decisions."""
-
-    def __init__(
-        self, bus: Bus, store: Store, projector: Projector, policy: AdmissionPolicy, clock: Callable[[], float],
-        window: int = 20_000, node_projector: tuple[Projector, ...] = (),
-    ) -> None:  # fmt: skip
-        self.bus = bus
-        self.store = store
-        self.projector = projector
-        self.projections = [projector, *node_projector]  # caught up before every snapshot
-        self.policy = policy
-        self.clock = clock
-        self.window = window  # how many of the oldest pending jobs one cycle considers
-        self._demand: dict[str, tuple[str, dict[str, int]]] = {}  # job id -> (queue, GPUs by type)
-
-    async def snapshot(self) -> tuple[AdmissionSnapshot, dict[str, views.JobHead]]:
-        pending_ids = await views.ids_in(self.store, "pending", self.window - 1)
-        heads = {j.job_id: j for j in await views.job_heads(self.store, pending_ids) if j.status == "pending"}
-        missing = [j for j in heads if j not in self._demand]
-        if missing:
-            for job_id, spec in (await views.job_specs(self.store, missing)).items():
-                self._demand[job_id] = (spec.queue, gpu_demand(spec))
-        for job_id in [j for j in self._demand if j not in heads]:
-            del self._demand[job_id]
-        pending = [
-            PendingJob(j.job_id, j.tenant, self._demand[j.job_id][0], j.order, self._demand[j.job_id][1])
-            for j in heads.values()
-            if j.job_id in self._demand
-        ]
-        capacity = await views.gpus_by_type(self.store, "capacity")
-        in_use = await views.gpus_by_type(self.store, "inuse")
-        return AdmissionSnapshot(pending=pending, capacity=capacity, in_use=in_use), heads
-
-    async def run_once(self) -> int:
-        """One cycle; returns how many jobs were admitted."""
-        # 1. Snapshot the projection, once it holds everything the log holds.
-        for projector in self.projections:
-            await projector.caught_up()
-        snapshot, jobs = await self.snapshot()
-        if not snapshot.pending:
-            return 0
-        # 2. Decide (pure).
-        result = admit(snapshot, self.policy, self.clock())
-        # 3. Publish the decisions, each fenced by the job's last subject sequence.
-        requests = []
-        for decision in result.admitted:
-            job = jobs[decision.job_id]
-            attempt = job.attempt + 1
-            event = JobAdmitted(
-                at=self.clock(), job_id=job.job_id, tenant=job.tenant, run_id=run_id_for(job.job_id, attempt), attempt=attempt
-            )
-            requests.append(
-                PublishRequest(
-                    subjects.job(job.tenant, job.job_id), event, f"{job.job_id}:admit:{attempt}", job.last_seq
-                )
-            )
-        results = await self.bus.publish_many(requests)
-        seqs = [r.seq for r in results if not isinstance(r, Exception)]
-        for r in results:
-            if isinstance(r, Exception) and not isinstance(r, WrongLastSequence):
-                log.warning("admission publish failed: %r", r)
-        # 4. Say why everyone else waits.
-        await views.set_pending_reasons(
-            self.store, {w.job_id: (w.reason.value, w.position) for w in result.waiting}
-        )
-        # 5. Read our own writes before the next cycle.
-        if seqs:
-            await self.projector.wait_for(max(seqs))
-        return len(seqs)

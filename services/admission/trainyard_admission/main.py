@@ -12,14 +12,22 @@ from trainyard.events import subjects
 from trainyard.cycles import decision_loop
 from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard.store import Projector
-from trainyard_admission.handlers import AdmissionCycle, IntakeHandler
+from trainyard.config.store import ConfigStore
+from trainyard_admission.cycle import AdmissionCycle
+from trainyard_admission.handlers import IntakeHandler
+from trainyard_admission.tenancy import TenancyHolder
 
 
 async def main(rt: Runtime) -> None:
     jobs = Projector(rt.bus, rt.store, "JOBS")
     nodes = Projector(rt.bus, rt.store, "NODES")
-    intake = IntakeHandler(rt.bus, rt.store, time.time)
-    cycle = AdmissionCycle(rt.bus, rt.store, jobs, AdmissionPolicy(), time.time, node_projector=(nodes,))
+    tenancy = TenancyHolder()
+    config = await ConfigStore.open(rt.bus)
+    intake = IntakeHandler(rt.bus, rt.store, time.time, tenancy)
+    cycle = AdmissionCycle(
+        rt.bus, rt.store, jobs, AdmissionPolicy(), time.time, node_projector=(nodes,), tenancy=tenancy,
+        placement_timeout_s=rt.settings.placement_timeout_s,
+    )
     lease = await Lease.open(rt.bus, f"admission.{rt.settings.cluster}", holder=f"{os.getpid()}")
     spec = ConsumerSpec(stream="INTAKE", durable="admission-intake", filter_subject=subjects.INTAKE_ALL)
     try:
@@ -28,6 +36,7 @@ async def main(rt: Runtime) -> None:
             jobs.run(rt.stop),
             nodes.run(rt.stop),
             lease.keep(rt.stop),
+            config.follow(tenancy.use, rt.stop),
             run_consumer(rt.bus, spec, intake, rt.stop),
             decision_loop(rt, cycle.run_once, lease, [jobs, nodes], "admission"),
         )

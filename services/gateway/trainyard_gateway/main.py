@@ -37,21 +37,27 @@ class HttpServer(uvicorn.Server):
 
 def build_usage_source(settings: Settings) -> UsageSource | None:
     """``GET /v1/usage`` reads the accounting ledger at ``settings.ledger_url``:
-    GPU-seconds per tenant and GPU type, open runs metered up to now."""
+    GPU-seconds inside [start, end) per group (tenant and GPU type unless
+    asked otherwise), open runs metered up to now."""
     if not settings.ledger_url:
         return None
     ledger = Ledger(settings.ledger_url)
     ledger.create_schema()  # idempotent; the gateway may start before accounting
 
-    def read(tenant: str | None) -> list[dict[str, object]]:
-        totals = ledger.usage(tenant=tenant, group_by=("tenant", "gpu_type"))
+    def read(
+        tenant: str | None,
+        start: float | None = None,
+        end: float | None = None,
+        group_by: tuple[str, ...] = ("tenant", "gpu_type"),
+    ) -> list[dict[str, object]]:
+        totals = ledger.usage(tenant=tenant, start=start, end=end, group_by=group_by)
         return [
-            {"tenant": t, "gpu_type": g, "gpu_seconds": round(s, 3), "gpu_hours": round(s / 3600, 6)}
-            for (t, g), s in totals.items()
+            dict(zip(group_by, key)) | {"gpu_seconds": round(s, 3), "gpu_hours": round(s / 3600, 6)}
+            for key, s in totals.items()
         ]
 
-    async def usage(tenant: str | None) -> list[dict[str, object]]:
-        return await asyncio.to_thread(read, tenant)
+    async def usage(tenant: str | None, **query: object) -> list[dict[str, object]]:
+        return await asyncio.to_thread(read, tenant, **query)  # type: ignore[arg-type]
 
     return usage
 

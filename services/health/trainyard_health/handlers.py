@@ -1,5 +1,10 @@
-"""Health's handlers: heartbeats in; ``NodeLost`` and the failure of the runs
-on a lost node out.
+"""Health's handlers.
+
+- ``TelemetryHandler`` (TELEMETRY): heartbeats, GPU samples and XIDs; samples
+  and XIDs go through the rules and the monitor.
+- ``NodeEventsHandler`` (NODES): registrations (a lost node that reports again
+  goes to repair), ``NodeLost`` (the record follows), and operator commands.
+- ``LivenessCheck``: marks silent nodes lost and fails the runs on them.
 
 The heartbeat clock is health's own: a heartbeat counts when health receives
 it, so a node with a wrong clock is judged fairly.  After a restart every
@@ -14,10 +19,30 @@ from collections.abc import Callable, Sequence
 import msgspec
 from nats.aio.msg import Msg
 
-from trainyard.bus import Bus, PoisonMessage, PublishRequest
-from trainyard.events import NodeHeartbeat, NodeLost, RunFailed, decode_node_event, subjects
+from trainyard.bus import Bus, PoisonMessage, PublishRequest, RetryLater
+from trainyard.core.health import (
+    Cordon,
+    Drain,
+    Finding,
+    FindingKind,
+    HeartbeatResumed,
+    Remedy,
+    Severity,
+    Uncordon,
+    evaluate_sample,
+    evaluate_xids,
+)
+from trainyard.domain.node import NodeState
+from trainyard.events import NodeHeartbeat, NodeLost, NodeRegistered, RunFailed, decode_node_event, subjects
+from trainyard.events.nodes import CordonNode, DrainNode, GpuTelemetry, UncordonNode, XidObserved
 from trainyard.store import Store
 from trainyard.store import views
+from trainyard_health.monitor import Monitor
+from trainyard_health.records import VersionConflict
+
+#: Operator commands older than this when health first sees them (a new
+#: consumer replaying the stream) are not carried out.
+COMMAND_MAX_AGE_S = 300.0
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +67,96 @@ class HeartbeatHandler:
                 pipe.hset(self.store.key("hbboot"), event.node_id, event.boot_id)
         await pipe.execute()
         return outcomes
+
+
+class TelemetryHandler:
+    """Heartbeats, samples and XIDs from agents; one batch -> one monitor decision."""
+
+    def __init__(self, monitor: Monitor, clock: Callable[[], float]) -> None:
+        self.monitor = monitor
+        self.store = monitor.store
+        self.clock = clock
+
+    async def __call__(self, msgs: Sequence[Msg]) -> list[BaseException | None]:
+        outcomes: list[BaseException | None] = [None] * len(msgs)
+        now = self.clock()
+        pipe = self.store.redis.pipeline(transaction=False)
+        findings: list[Finding] = []
+        records = self.monitor.records
+        for i, msg in enumerate(msgs):
+            try:
+                event = decode_node_event(msg.data)
+            except (msgspec.DecodeError, msgspec.ValidationError) as err:
+                outcomes[i] = PoisonMessage(f"not a node event: {err}")
+                continue
+            if isinstance(event, NodeHeartbeat):
+                pipe.zadd(self.store.key("hb"), {event.node_id: now})
+                pipe.hset(self.store.key("hbboot"), event.node_id, event.boot_id)
+            elif isinstance(event, XidObserved):
+                record = await records.load(event.node_id)
+                findings += evaluate_xids(record, event.events, self.monitor.policy)
+                for x in event.events:
+                    self.monitor.metrics.xids.labels(str(x.xid)).inc()
+            elif isinstance(event, GpuTelemetry):
+                if event.sample.node_id != event.node_id:
+                    outcomes[i] = PoisonMessage(f"sample of {event.sample.node_id} sent as {event.node_id}")
+                    continue
+                record = await records.load(event.node_id)
+                previous = await records.previous_sample(event.node_id)
+                if previous is not None and previous.at >= event.sample.at:
+                    continue  # an older reading, delivered late
+                findings += evaluate_sample(record, event.sample, previous, self.monitor.policy)
+                await records.keep_sample(event.sample)
+        await pipe.execute()
+        try:
+            await self.monitor.on_findings(findings)
+        except VersionConflict as err:
+            raise RetryLater(f"record of {err} changed meanwhile", 0.1) from err
+        return outcomes
+
+
+class NodeEventsHandler:
+    """Registrations, losses and operator commands from the NODES stream."""
+
+    def __init__(self, monitor: Monitor, clock: Callable[[], float]) -> None:
+        self.monitor = monitor
+        self.clock = clock
+
+    async def __call__(self, msgs: Sequence[Msg]) -> list[BaseException | None]:
+        outcomes: list[BaseException | None] = [None] * len(msgs)
+        for i, msg in enumerate(msgs):
+            try:
+                event = decode_node_event(msg.data)
+            except (msgspec.DecodeError, msgspec.ValidationError) as err:
+                outcomes[i] = PoisonMessage(f"not a node event: {err}")
+                continue
+            try:
+                await self.one(event)
+            except VersionConflict as err:
+                outcomes[i] = RetryLater(f"record of {err} changed meanwhile", 0.1)
+        return outcomes
+
+    async def one(self, event: object) -> None:
+        m = self.monitor
+        if isinstance(event, NodeRegistered):
+            record = await m.records.load(event.node.node_id)
+            if record.state == NodeState.LOST:
+                await m.on_command(HeartbeatResumed(node_id=event.node.node_id))
+        elif isinstance(event, NodeLost):
+            boot = await m.store.redis.hget(m.store.key("node", event.node_id), "boot_id")
+            if boot != event.boot_id:
+                return  # a newer boot of the node reports: it is not lost
+            lost = Finding(
+                node_id=event.node_id, gpu=None, kind=FindingKind.HEARTBEAT_TIMEOUT, severity=Severity.FATAL,
+                action=Remedy.REBOOT_NODE, message=event.reason, at=event.at, rules_version=m.policy.rules_version,
+            )  # fmt: skip
+            await m.on_findings([lost], limited=False)  # the node is already lost: nothing to hold back
+        elif isinstance(event, CordonNode | DrainNode | UncordonNode):
+            if self.clock() - event.at > COMMAND_MAX_AGE_S:
+                log.warning("ignoring %s of %s from %.0f s ago", type(event).__name__, event.node_id, self.clock() - event.at)
+                return
+            kind = {CordonNode: Cordon, DrainNode: Drain, UncordonNode: Uncordon}[type(event)]
+            await m.on_command(kind(node_id=event.node_id, by=event.by, reason=event.reason), by=event.by)
 
 
 class LivenessCheck:

@@ -2,30 +2,78 @@
 
 GPUs are taken by the ``JobPlaced`` event itself: the projection's Lua fold
 writes each GPU's holder (fenced by run id) and frees it exactly once when the
-run ends.  One leader per cluster decides, and it reads its own writes before
-its next cycle, so no GPU is given twice.
+run ends.  One leader per cluster decides (a lease in NATS KV), and it reads
+its own writes before its next cycle, so no GPU is given twice.
+
+Each ``JobPlaced`` is also fenced by the job subject's last sequence, so a job
+is placed at most once per run even if two processes decide.  That fence is
+per job, not per GPU: two deciders working from different snapshots can give
+the same GPU to two different jobs.  Only the lease prevents that, which is
+why the cycle checks it before deciding and again right before publishing.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Protocol
+
+import msgspec
 
 from trainyard.bus import Bus, PublishRequest, WrongLastSequence
-from trainyard.core.placement import ClusterSnapshot, NodeView, PlacementRequest, place
+from trainyard.core.placement import (
+    ClusterSnapshot,
+    NodeView,
+    PlacementPolicy,
+    PlacementRequest,
+    PlacementResult,
+    RunningAlloc,
+    place,
+)
 from trainyard.domain.job import JobSpec
 from trainyard.domain.node import NodeState
-from trainyard.events import JobPlaced, subjects
+from trainyard.events import JobPlaced, ReplicaPlacement, subjects
 from trainyard.store import Projector, Store
 from trainyard.store import views
 
 log = logging.getLogger(__name__)
 
+#: Job statuses whose current run holds GPUs.
+HOLDING = frozenset({"placed", "running"})
+
+
+class Leadership(Protocol):
+    """What the cycle needs of a lease: whether it may decide right now."""
+
+    @property
+    def held(self) -> bool: ...
+
+
+class PlacementStats(msgspec.Struct):
+    """Counters of one process's cycles (logged; read by tests)."""
+
+    cycles: int = 0  # cycles that decided
+    placed: int = 0  # JobPlaced events this process published
+    backfilled: int = 0  # of those, started ahead of a reserved gang
+    conflicts: int = 0  # JobPlaced refused by the expected-last-sequence fence
+    dropped: int = 0  # decisions thrown away because the lease was lost before publishing
+    reservations: int = 0  # reservations in the last cycle (recomputed every cycle)
+    placed_jobs: list[str] = []  # job ids this process placed, in order
+
+
+class Snapshot(msgspec.Struct):
+    """One cycle's view: the cluster for the core, the requests, and the jobs' heads."""
+
+    cluster: ClusterSnapshot
+    requests: list[PlacementRequest]
+    waiting: dict[str, views.ActiveJob]  # admitted jobs by id
+
 
 class PlacementCycle:
     def __init__(
         self, bus: Bus, store: Store, projector: Projector, cluster: str, clock: Callable[[], float],
-        node_projector: tuple[Projector, ...] = (),
+        node_projector: tuple[Projector, ...] = (), lease: Leadership | None = None,
+        policy: PlacementPolicy = PlacementPolicy(),
     ) -> None:  # fmt: skip
         self.bus = bus
         self.store = store
@@ -33,58 +81,128 @@ class PlacementCycle:
         self.projections = [projector, *node_projector]  # caught up before every snapshot
         self.cluster = cluster
         self.clock = clock
-        self._specs: dict[str, JobSpec] = {}  # job id -> spec, for jobs waiting to be placed
+        self.lease = lease  # None: always decide (a test's single decider)
+        self.policy = policy
+        self.stats = PlacementStats()
+        self._specs: dict[str, JobSpec] = {}  # job id -> spec, for every active job (specs never change)
+        self._replicas: dict[str, list[ReplicaPlacement]] = {}  # run id -> where it runs, decoded once
 
-    async def snapshot(self) -> tuple[ClusterSnapshot, list[PlacementRequest], dict[str, views.JobHead]]:
-        admitted = await views.ids_in(self.store, "admitted")
-        jobs = {j.job_id: j for j in await views.job_heads(self.store, admitted) if j.status == "admitted" and j.run_id}
+    @property
+    def leading(self) -> bool:
+        return self.lease is None or self.lease.held
+
+    async def snapshot(self) -> Snapshot:
+        active = await views.ids_in(self.store, "active")
+        node_rows, heads = await views.placement_state(self.store, active)
+        jobs = {j.job_id: j for j in heads if j.run_id and (j.status == "admitted" or j.status in HOLDING)}
         missing = [j for j in jobs if j not in self._specs]
         if missing:
             self._specs.update(await views.job_specs(self.store, missing))
+        # Forget specs of jobs no longer active.
+        for job_id in [j for j in self._specs if j not in jobs]:
+            del self._specs[job_id]
+        running = await self._running([j for j in jobs.values() if j.status in HOLDING])
         cluster = ClusterSnapshot(
             nodes=[
                 NodeView(info=info, free_gpus=tuple(free), schedulable=state == NodeState.HEALTHY.value)
-                for info, state, free in await views.node_views(self.store)
+                for info, state, free in node_rows
                 if info.cluster == self.cluster
-            ]
+            ],
+            running=running,
+            policy=self.policy,
         )
+        waiting = {j.job_id: j for j in jobs.values() if j.status == "admitted" and j.job_id in self._specs}
         requests = [
             PlacementRequest(job_id=j.job_id, run_id=j.run_id or "", spec=self._specs[j.job_id], order=j.order)
-            for j in jobs.values()
-            if j.job_id in self._specs
+            for j in waiting.values()
         ]
-        # Specs never change; forget those of jobs no longer waiting for placement.
-        for job_id in [j for j in self._specs if j not in jobs]:
-            del self._specs[job_id]
-        return cluster, requests, jobs
+        return Snapshot(cluster, requests, waiting)
+
+    async def _running(self, holding: list[views.ActiveJob]) -> list[RunningAlloc]:
+        """Every run holding GPUs, with its latest end, for reservations."""
+        new = [j.job_id for j in holding if j.run_id not in self._replicas]
+        if new:
+            for run_id, replicas in (await views.run_placements(self.store, new)).values():
+                self._replicas[run_id] = replicas
+        current = {j.run_id for j in holding}
+        for run_id in [r for r in self._replicas if r not in current]:
+            del self._replicas[run_id]
+        out = []
+        for j in holding:
+            replicas = self._replicas.get(j.run_id or "")
+            spec = self._specs.get(j.job_id)
+            started = j.started_at if j.started_at is not None else j.placed_at
+            if replicas is None or spec is None or started is None:
+                continue
+            out.append(
+                RunningAlloc(
+                    job_id=j.job_id, run_id=j.run_id or "", replicas=replicas, started_at=started,
+                    max_runtime_s=float(spec.max_runtime_s), preemptible=j.preemptible,
+                    last_checkpoint_at=j.last_checkpoint_at, priority=j.priority,
+                )  # fmt: skip
+            )
+        return out
 
     async def run_once(self) -> int:
+        # 0. Only the leader decides.
+        if not self.leading:
+            return 0
         # 1. Snapshot the projection, once it holds everything the log holds.
         for projector in self.projections:
             await projector.caught_up()
-        cluster, requests, jobs = await self.snapshot()
-        if not requests:
+        snap = await self.snapshot()
+        if not snap.requests:
             return 0
         # 2. Decide (pure).
-        result = place(cluster, requests, self.clock())
+        result = place(snap.cluster, snap.requests, self.clock())
         # 3. Publish, each fenced by the job's last subject sequence.
-        publish = []
+        return await self.publish(snap, result)
+
+    async def publish(self, snap: Snapshot, result: PlacementResult) -> int:
+        self.stats.cycles += 1
+        self._note_reservations(result)
+        # The lease may have lapsed while we decided: another process may lead now.
+        if not self.leading:
+            self.stats.dropped += len(result.placements)
+            log.warning("placement: lease lost before publishing; dropping %d placements", len(result.placements))
+            return 0
+        # 3a. Clear the waiting reasons of the jobs about to be placed; record the others'.
+        await views.set_placement_outlook(
+            self.store,
+            {u.job_id: (u.reason.value, u.expected_start) for u in result.unplaced},
+            [p.job_id for p in result.placements],
+        )
+        requests = []
         for p in result.placements:
-            job = jobs[p.job_id]
+            job = snap.waiting[p.job_id]
             event = JobPlaced(
-                at=self.clock(), job_id=p.job_id, tenant=job.tenant, run_id=p.run_id, cluster=self.cluster, replicas=p.replicas
-            )
-            publish.append(
-                PublishRequest(subjects.job(job.tenant, job.job_id), event, f"{p.run_id}:placed", job.last_seq)
-            )
-        results = await self.bus.publish_many(publish)
-        for r in results:
-            if isinstance(r, Exception) and not isinstance(r, WrongLastSequence):
+                at=self.clock(), job_id=p.job_id, tenant=job.tenant, run_id=p.run_id, cluster=self.cluster,
+                replicas=p.replicas,
+            )  # fmt: skip
+            requests.append(PublishRequest(subjects.job(job.tenant, job.job_id), event, f"{p.run_id}:placed", job.last_seq))
+        results = await self.bus.publish_many(requests) if requests else []
+        seqs = []
+        for p, r in zip(result.placements, results, strict=True):
+            if isinstance(r, WrongLastSequence):
+                self.stats.conflicts += 1
+            elif isinstance(r, Exception):
                 log.warning("placement publish failed: %r", r)
-        # 4. Record why the others wait.
-        await views.set_pending_reasons(self.store, {u.job_id: (u.reason.value, 0) for u in result.unplaced})
-        # 5. Read our own writes before the next cycle.
-        seqs = [r.seq for r in results if not isinstance(r, Exception)]
+            elif not r.duplicate:
+                seqs.append(r.seq)
+                self.stats.placed += 1
+                self.stats.backfilled += p.backfilled
+                self.stats.placed_jobs.append(p.job_id)
+            else:
+                seqs.append(r.seq)
+        # 4. Read our own writes before the next cycle.
         if seqs:
             await self.projector.wait_for(max(seqs))
         return len(seqs)
+
+    def _note_reservations(self, result: PlacementResult) -> None:
+        """Reservations are not published (each cycle recomputes them): log and count them."""
+        if len(result.reservations) != self.stats.reservations:
+            log.info("placement: %d reservation(s)", len(result.reservations))
+        self.stats.reservations = len(result.reservations)
+        for r in result.reservations:
+            log.debug("placement: %s reserved from %.0f on %d GPUs", r.job_id, r.start_at, sum(len(x.gpus) for x in r.replicas))

@@ -4,6 +4,7 @@ Pure functions over plain values; the ledger (``trainyard.ledger``) stores
 what they compute.
 """
 
+from trainyard.core.accounting.costcentres import CostCentres, load_cost_centres
 from trainyard.core.accounting.metering import (
     CANCELLED,
     FAILED,
@@ -33,6 +34,7 @@ from trainyard.core.accounting.pricing import (
 
 __all__ = [
     "CANCELLED",
+    "CostCentres",
     "FAILED",
     "SUCCEEDED",
     "UNKNOWN_GPU_TYPE",
@@ -46,6 +48,7 @@ __all__ = [
     "end_run",
     "fold_run",
     "gpus_held",
+    "load_cost_centres",
     "load_rate_card",
     "meter",
     "meter_run",

@@ -59,8 +59,8 @@ if kind == 'JobAccepted' then
   local order = tonumber(ARGV[7])
   redis.call('HSET', jk, 'tenant', ARGV[5], 'queue', ARGV[6], 'order', order,
     'gpus_by_type', ARGV[8], 'spec', ARGV[9], 'submitted_at', ARGV[10],
-    'priority_class', ARGV[11], 'name', ARGV[12], 'gpus', ARGV[13],
-    'accepted_at', at, 'attempt', 0, 'requeues', 0, 'last_seq', seq)
+    'priority_class', ARGV[11], 'name', ARGV[12], 'gpus', ARGV[13], 'max_retries', ARGV[14],
+    'accepted_at', at, 'attempt', 0, 'requeues', 0, 'failures', 0, 'timeouts', 0, 'last_seq', seq)
   set_status('pending')
   redis.call('ZADD', p .. 'pending', order, jid)
   redis.call('ZADD', p .. 'jobs', order, jid)
@@ -78,7 +78,7 @@ elseif kind == 'JobAdmitted' then
   local by_type = cjson.decode(redis.call('HGET', jk, 'gpus_by_type'))
   for t, n in pairs(by_type) do redis.call('HINCRBY', p .. 'inuse', t, n) end
   redis.call('HSET', jk, 'run_id', ARGV[5], 'attempt', ARGV[6], 'admitted_at', at, 'placement', '')
-  redis.call('HDEL', jk, 'reason', 'position', 'started_at')
+  redis.call('HDEL', jk, 'reason', 'position', 'started_at', 'placed_at', 'not_before', 'expected_start')
   set_status('admitted')
   local order = redis.call('HGET', jk, 'order')
   redis.call('ZREM', p .. 'pending', jid)
@@ -115,17 +115,47 @@ elseif kind == 'RunSucceeded' then
 elseif kind == 'RunFailed' then
   if not active[status] or redis.call('HGET', jk, 'run_id') ~= ARGV[5] then return 0 end
   release()
-  redis.call('HSET', jk, 'reason', ARGV[6], 'message', ARGV[7])
-  if ARGV[8] == '1' then
-    -- Not the job's fault: back to the head of the line, keeping its place.
-    redis.call('HINCRBY', jk, 'requeues', 1)
-    redis.call('HSET', jk, 'placement', '')
-    set_status('pending')
-    redis.call('ZADD', p .. 'pending', redis.call('HGET', jk, 'order'), jid)
-  else
-    redis.call('HSET', jk, 'finished_at', at)
-    set_status('failed')
+  redis.call('HSET', jk, 'reason', ARGV[6], 'message', ARGV[7], 'placement', '')
+  redis.call('HDEL', jk, 'notice_at', 'preempt_deadline', 'preemptor', 'preempt_reason')
+  -- ARGV[8]: head (node failure: back to the head of the queue), keep (keep
+  -- its place), timeout (keep its place after a backoff), own (the job's own
+  -- failure: retried after a backoff up to max_retries).  ARGV[9], ARGV[10]:
+  -- backoff base and cap in seconds.
+  local category = ARGV[8]
+  local order = tonumber(redis.call('HGET', jk, 'order'))
+  local function backoff(n)
+    return math.min(tonumber(ARGV[9]) * 2 ^ (n - 1), tonumber(ARGV[10]))
   end
+  local function requeue(not_before)
+    if not_before then redis.call('HSET', jk, 'not_before', not_before) end
+    set_status('pending')
+    redis.call('ZADD', p .. 'pending', order, jid)
+  end
+  if category == 'head' then
+    if order >= 0 then order = order - 1e12 end  -- ahead of every job never run
+    redis.call('HSET', jk, 'order', string.format('%d', order))
+    redis.call('HINCRBY', jk, 'requeues', 1)
+    requeue(nil)
+  elseif category == 'keep' then
+    redis.call('HINCRBY', jk, 'requeues', 1)
+    requeue(nil)
+  elseif category == 'timeout' then
+    requeue(tonumber(at) + backoff(redis.call('HINCRBY', jk, 'timeouts', 1)))
+  else
+    local n = redis.call('HINCRBY', jk, 'failures', 1)
+    if n <= tonumber(redis.call('HGET', jk, 'max_retries') or '0') then
+      requeue(tonumber(at) + backoff(n))
+    else
+      redis.call('HSET', jk, 'finished_at', at)
+      set_status('failed')
+    end
+  end
+elseif kind == 'PreemptionNotice' then
+  if not active[status] or redis.call('HGET', jk, 'run_id') ~= ARGV[5] then return 0 end
+  redis.call('HSET', jk, 'notice_at', at, 'preempt_deadline', ARGV[6], 'preemptor', ARGV[7], 'preempt_reason', ARGV[8])
+elseif kind == 'CheckpointSaved' then
+  if not active[status] or redis.call('HGET', jk, 'run_id') ~= ARGV[5] then return 0 end
+  redis.call('HSET', jk, 'last_checkpoint_at', at, 'last_checkpoint_step', ARGV[6])
 elseif kind == 'JobCancelled' then
   if not status or status == 'succeeded' or status == 'failed' or status == 'cancelled' or status == 'rejected' then
     return 0

@@ -1,0 +1,122 @@
+"""``trainyard config validate|diff|apply|show``: the tenancy configuration."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import os
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from trainyard.config.store import ConfigStore, parse_and_validate
+from trainyard.config.tenancy import TenancyConfigError
+
+config_app = typer.Typer(help="Tenancy configuration: organisations, teams, queues, quotas.", no_args_is_help=True)
+console = Console()
+err_console = Console(stderr=True)
+
+FileArg = typer.Argument(..., exists=True, dir_okay=False, readable=True, help="A tenancy YAML file.")
+DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR")
+
+
+def nats_url(data_dir: str) -> str:
+    """TRAINYARD_NATS_URL, else the running `trainyard up`, else the default."""
+    from trainyard.local.stack import read_state
+    from trainyard.settings import load_settings
+
+    if "TRAINYARD_NATS_URL" in os.environ:
+        return os.environ["TRAINYARD_NATS_URL"]
+    state = read_state(data_dir)
+    return state.nats_url if state else load_settings().nats_url
+
+
+def _validated(path: Path):  # type: ignore[no-untyped-def]
+    try:
+        return parse_and_validate(path.read_text())
+    except TenancyConfigError as err:
+        err_console.print(f"[red]{path}: {len(err.errors)} problem(s)[/red]")
+        for e in err.errors:
+            err_console.print(f"  {e.path}: {e.message}")
+        raise typer.Exit(1) from err
+
+
+async def _with_store(url: str, fn):  # type: ignore[no-untyped-def]
+    from trainyard.bus import Bus
+
+    try:
+        bus = await Bus.connect(url, "trainyard-cli")
+    except Exception as err:  # noqa: BLE001 - say where we tried
+        err_console.print(f"[red]error:[/red] cannot reach NATS at {url} ({err}); is `trainyard up` running?")
+        raise typer.Exit(1) from err
+    try:
+        return await fn(await ConfigStore.open(bus))
+    finally:
+        await bus.close()
+
+
+@config_app.command()
+def validate(file: Path = FileArg) -> None:
+    """Check a tenancy file; every problem is listed with the path to fix."""
+    cfg = _validated(file)
+    queues = sum(len(t.queues) for o in cfg.organisations for t in o.teams)
+    console.print(f"{file}: valid ({len(cfg.organisations)} organisations, {queues} queues)")
+
+
+@config_app.command()
+def diff(file: Path = FileArg, data_dir: str = DataDir) -> None:
+    """Show what applying FILE would change."""
+    from trainyard.config.diff import diff_tenancy
+
+    new = _validated(file)
+
+    async def run(store: ConfigStore) -> None:
+        current = await store.current()
+        if current is None:
+            console.print("no tenancy configuration is in force; applying would install this one")
+            return
+        changes = diff_tenancy(current.config, new)
+        console.print(f"against revision {current.revision}:")
+        for line in changes or ["no changes"]:
+            console.print(f"  {line}")
+
+    asyncio.run(_with_store(nats_url(data_dir), run))
+
+
+@config_app.command()
+def apply(
+    file: Path = FileArg,
+    reason: str = typer.Option("", help="Why (kept in the audit trail)."),
+    actor: str = typer.Option("", help="Who (default: the login name)."),
+    data_dir: str = DataDir,
+) -> None:
+    """Validate FILE, store it as the next revision (services pick it up live) and audit it."""
+    _validated(file)
+    who = f"operator:{actor or getpass.getuser()}"
+
+    async def run(store: ConfigStore) -> None:
+        revision, changes = await store.apply(file.read_text(), who, reason)
+        if not changes:
+            console.print(f"no changes; revision {revision} stays in force")
+            return
+        console.print(f"applied as revision {revision}:")
+        for line in changes:
+            console.print(f"  {line}")
+
+    asyncio.run(_with_store(nats_url(data_dir), run))
+
+
+@config_app.command()
+def show(data_dir: str = DataDir) -> None:
+    """Print the tenancy configuration in force."""
+
+    async def run(store: ConfigStore) -> None:
+        current = await store.current()
+        if current is None:
+            console.print("no tenancy configuration is in force: any tenant may submit, first in first out")
+            return
+        console.print(f"# revision {current.revision}")
+        console.print(current.text, markup=False, highlight=False)
+
+    asyncio.run(_with_store(nats_url(data_dir), run))

@@ -1,0 +1,45 @@
+"""Invariants of a simulator state, checked every N cycles.
+
+- quota: what admitted and running jobs hold breaks no quota, borrowing or
+  lending limit (the admission core's own ``check_quota``);
+- allocation: no GPU is held by two runs, and the live tree's used GPUs are
+  exactly those the runs hold;
+- gangs are whole: every placed run has every replica of every role, each on
+  the GPUs its role asks for;
+- the GPUs counted in use are exactly those admitted jobs hold.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from trainyard.core.admission import check_quota
+
+if TYPE_CHECKING:
+    from trainyard.sim.engine import Simulator
+
+
+def check_state(sim: Simulator) -> list[str]:
+    at = f"t={sim.now:.0f}"
+    problems = [f"{at}: {p}" for p in check_quota(sim.tenancy, list(sim.admitted_running.values()))]
+    held: dict[tuple[str, int], str] = {}
+    for i, alloc in sim.allocs.items():
+        job = sim.jobs[i].job
+        want = sorted((name, g) for name, r, g in job.roles for _ in range(r))
+        got = sorted((rp.role, len(rp.gpus)) for rp in alloc.replicas)
+        if want != got:
+            problems.append(f"{at}: {alloc.run_id} is not whole: wants {want}, holds {got}")
+        for rp in alloc.replicas:
+            for g in rp.gpus:
+                other = held.get((rp.node_id, g))
+                if other is not None:
+                    problems.append(f"{at}: GPU {rp.node_id}/{g} held by {other} and {alloc.run_id}")
+                held[(rp.node_id, g)] = alloc.run_id
+    live = {(n, g) for n, gpus in sim.cluster.held_gpus().items() for g in gpus}
+    ours = {k for k in held if k[0] not in sim.cluster.down}
+    if live != ours:
+        problems.append(f"{at}: tree and runs disagree on {len(live ^ ours)} GPUs")
+    admitted = sum(sim.jobs[i].job.gpus for i in sim.admitted_running)
+    if admitted != sim.in_use:
+        problems.append(f"{at}: {sim.in_use} GPUs counted in use but admitted jobs hold {admitted}")
+    return problems

@@ -1,0 +1,405 @@
+"""The discrete-event loop: a virtual clock over arrivals, completions, failures and scheduling ticks.
+
+Every scheduling decision comes from the core: ``admit`` (admission,
+trainyard.core.admission) and the placement cycle behind ``place``
+(trainyard.core.placement), fed with the snapshots a service would build.  The
+loop emits the services' event types (JobAccepted, JobAdmitted, JobPlaced,
+RunStarted, RunSucceeded, RunFailed), so ``check_job_log`` can verify a run.
+
+A cycle runs at most once per ``tick_s`` of virtual time, and only after
+something changed (a job arrived or ended, a node failed or came back); with
+``tick_s = 0`` it runs at the very moment of the change.  Admission sees, per
+queue, only the jobs up to the first one that could not fit in the free GPUs:
+the later ones would wait behind it anyway.
+"""
+
+from __future__ import annotations
+
+import math
+from heapq import heappop, heappush
+
+from msgspec.structs import replace
+
+from trainyard.core.admission import AdmissionPolicy, AdmissionSnapshot, PendingJob, RunningJob, admit, decay_usage
+from trainyard.core.admission.tree import TreeIndex
+from trainyard.core.placement import PlacementRequest, RunningAlloc, fragmentation
+from trainyard.domain.job import ValidationError
+from trainyard.events.jobs import (
+    JobAccepted, JobAdmitted, JobPlaced, JobRejected, RunFailed, RunStarted, RunSucceeded,
+)
+from trainyard.sim.checks import check_state
+from trainyard.sim.cluster import SimCluster
+from trainyard.sim.failures import FailureSource, progress_lost
+from trainyard.sim.placing import place_live
+from trainyard.sim.policies import REQUEUE_BASE, Policy, first_order, multifactor
+from trainyard.sim.state import JobState, Scenario
+from trainyard.sim.workloads import GPU_TYPE, QUEUE, Workload, tenancy_for
+
+ARRIVE, FINISH, FAIL, DETECT, STOP, REPAIR, TICK = range(7)  # same-time events run in this order
+
+
+class Simulator:
+    def __init__(self, workload: Workload, cluster: SimCluster, policy: Policy, scenario: Scenario = Scenario()) -> None:
+        self.workload, self.cluster, self.policy, self.scenario = workload, cluster, policy, scenario
+        self.tenancy = tenancy_for(workload.quotas, borrowing=scenario.borrowing, preemption=policy.preemption,
+                                   fair_share_preemption=policy.fair_share_preemption,
+                                   min_runtime_s=policy.min_runtime_s)
+        self.admission = AdmissionPolicy(tenancy=self.tenancy)
+        index = TreeIndex(self.tenancy, [GPU_TYPE])
+        self.ceiling = {index.names[q].split("/")[0]: index.ceiling[q][0] for q in index.queue_nodes}
+        self.entitled = {t: index.entitlement[index.queue_of[f"{t}/{QUEUE}"]] for t in workload.quotas}
+        self.jobs = [JobState(j, first_order(policy, j.index, j.duration)) for j in workload.jobs]
+        self.pending: dict[str, list[tuple[int, int, int]]] = {t: [] for t in workload.quotas}  # (-prio, order, idx)
+        self.to_place: dict[int, int] = {}  # admitted, not yet placed: job -> admission sequence
+        self.admitted_running: dict[int, RunningJob] = {}  # admission's view of holders
+        self.allocs: dict[int, RunningAlloc] = {}  # placement's view of holders
+        self.on_node: dict[str, set[int]] = {n: set() for n in cluster.order}
+        self.in_use = 0  # GPUs held by admitted and placed jobs
+        self.held_by: dict[str, int] = dict.fromkeys(workload.quotas, 0)  # tenant -> GPUs placed
+        self.history: dict[str, dict[str, float]] = {}  # queue -> type -> decayed GPU-seconds
+        self.hist_at = 0.0  # when the history was last decayed
+        self.hist_used: dict[str, float] = {}  # used_s at that time
+        self.used_s: dict[str, float] = dict.fromkeys(workload.quotas, 0.0)  # GPU-seconds placed per tenant
+        self.recent_preemptions: list[float] = []
+        self.events: list = []
+        self.heap: list[tuple[float, int, int, int, object]] = []
+        self.seq = 0
+        self.now = 0.0
+        self.last = 0.0  # time of the last accounting step
+        self.tick_at: float | None = None
+        self.cycles = 0
+        self.admit_seq = 0
+        self.requeues = 0
+        self.left = len(self.jobs)  # jobs not yet done or rejected
+        self.busy_s = 0.0  # GPU-seconds held by placed runs
+        self.up_s = 0.0  # GPU-seconds of nodes in service
+        self.timeline: list[tuple[float, float, int, int, int]] = []  # (t, utilisation, pending, running, down)
+        self.fragmentation: list[tuple[float, dict[str, float]]] = []
+        self.violations: list[str] = []
+        self.decisions: list[tuple] = []  # ("admit", snapshot, now, result) / ("place", snapshot, requests, now, result)
+        self.failure_log: list[tuple[float, str, str]] = []  # (t, node, cause)
+        self.failures = FailureSource(scenario.failures, cluster.order, scenario.seed)
+
+    # --- the loop ---
+
+    def push(self, at: float, kind: int, what: object) -> None:
+        self.seq += 1
+        heappush(self.heap, (at, kind, self.seq, kind, what))
+
+    def emit(self, event: object) -> None:
+        if self.scenario.record_events:
+            self.events.append(event)
+
+    def run(self) -> Simulator:
+        for i, j in enumerate(self.workload.jobs):
+            self.push(j.submit, ARRIVE, i)
+        for node in self.cluster.order:
+            at = self.failures.next_failure(node, 0.0)
+            if at is not None:
+                self.push(at, FAIL, node)
+        horizon = self.scenario.horizon_s if self.scenario.horizon_s is not None else math.inf
+        next_sample = 0.0
+        frag_every = self._frag_every()
+        next_frag = 0.0
+        handlers = (self._arrive, self._finish, self._fail, self._detect, self._stop, self._repair)
+        while self.heap and self.left > 0:
+            at, kind, _, _, what = heappop(self.heap)
+            if at > horizon:
+                break
+            self._advance(at)
+            while next_sample <= at:
+                self._sample(next_sample)
+                next_sample += self.scenario.sample_s
+            if kind == TICK:
+                self.tick_at = None
+                self.cycle()
+                if at >= next_frag and frag_every:
+                    self._sample_fragmentation()
+                    next_frag = at + frag_every
+                continue
+            handlers[kind](what)
+            if self.tick_at is None:
+                tick = self.scenario.tick_s
+                self.tick_at = at if tick <= 0 else max(at, math.ceil(at / tick) * tick)
+                self.push(self.tick_at, TICK, None)
+        self._advance(self.now)
+        return self
+
+    def _advance(self, at: float) -> None:
+        dt = at - self.last
+        if dt > 0:
+            placed = 0
+            for tenant, gpus in self.held_by.items():
+                if gpus:
+                    self.used_s[tenant] += gpus * dt
+                    placed += gpus
+            self.busy_s += placed * dt
+            self.up_s += self.cluster.up_gpus * dt
+            self.last = at
+        self.now = at
+
+    # --- event handlers ---
+
+    def _arrive(self, i: int) -> None:
+        st = self.jobs[i]
+        job = st.job
+        self.emit(JobAccepted(at=self.now, job_id=job.job_id, spec=self._spec(st), submitted_at=job.submit))
+        ceiling = min(self.ceiling.get(job.tenant, 0), self.cluster.capacity)
+        if job.gpus > ceiling:
+            st.status = "rejected"
+            self.left -= 1
+            self.emit(JobRejected(at=self.now, job_id=job.job_id, tenant=job.tenant, errors=[ValidationError(
+                "roles", f"the gang needs {job.gpus} GPUs but queue {job.tenant}/{QUEUE} can get at most {ceiling}")]))
+            return
+        self._enqueue(i)
+
+    def _enqueue(self, i: int) -> None:
+        st = self.jobs[i]
+        st.status = "pending"
+        pend = self.pending[st.job.tenant]
+        key = (0, st.order, i)
+        if not pend or pend[-1] < key:
+            pend.append(key)
+        else:
+            lo, hi = 0, len(pend)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if pend[mid] < key:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            pend.insert(lo, key)
+
+    def _finish(self, what: tuple[int, str]) -> None:
+        i, run_id = what
+        st = self.jobs[i]
+        if st.run_id != run_id or st.status != "running" or st.failed_at is not None:
+            return  # an old run, or one whose node already failed
+        self._release(i)
+        st.status, st.end, st.remaining = "done", self.now, 0.0
+        self.left -= 1
+        self.emit(RunSucceeded(at=self.now, job_id=st.job.job_id, tenant=st.job.tenant, run_id=run_id))
+
+    def _fail(self, node: str) -> None:
+        cause, repair_s = self.failures.cause()
+        self.failure_log.append((self.now, node, cause))
+        self.cluster.fail(node)
+        for i in sorted(self.on_node[node]):
+            st = self.jobs[i]
+            if st.failed_at is None and st.status == "running":
+                st.failed_at = self.now
+                self.push(self.now + self.scenario.failures.detection_s, DETECT, (i, st.run_id, node))
+        self.push(self.now + repair_s, REPAIR, node)
+
+    def _detect(self, what: tuple[int, str, str]) -> None:
+        i, run_id, node = what
+        st = self.jobs[i]
+        if st.run_id != run_id or st.status != "running":
+            return
+        self._interrupt(i, "node_failure", st.failed_at, node)
+        st.failures += 1
+
+    def _stop(self, what: tuple[int, str]) -> None:
+        i, run_id = what
+        st = self.jobs[i]
+        if st.run_id != run_id or st.status not in ("admitted", "running"):
+            return
+        self._interrupt(i, "preempted", self.now, None)
+        st.preemptions += 1
+
+    def _repair(self, node: str) -> None:
+        self.cluster.repair(node)
+        at = self.failures.next_failure(node, self.now)
+        if at is not None:
+            self.push(at, FAIL, node)
+
+    def _interrupt(self, i: int, reason: str, stopped_at: float, node: str | None) -> None:
+        """End the current run early; keep the work up to its last checkpoint and requeue at the head."""
+        st = self.jobs[i]
+        model = self.scenario.failures
+        if st.status == "running":
+            ran = stopped_at - st.placed_at - st.overhead
+            saved, lost = progress_lost(min(ran, st.remaining), model.checkpoint_interval_s)
+            st.remaining -= saved
+            wasted = lost + (self.now - stopped_at) + min(max(stopped_at - st.placed_at, 0.0), st.overhead)
+            st.gpus_lost += wasted * st.job.gpus
+        self._release(i)
+        self.emit(RunFailed(at=self.now, job_id=st.job.job_id, tenant=st.job.tenant, run_id=st.run_id,
+                            reason=reason, node_id=node))  # type: ignore[arg-type]
+        self.requeues += 1
+        st.order = REQUEUE_BASE + self.requeues
+        self._enqueue(i)
+
+    def _release(self, i: int) -> None:
+        st = self.jobs[i]
+        self.to_place.pop(i, None)
+        if self.admitted_running.pop(i, None) is not None:
+            self.in_use -= st.job.gpus
+        alloc = self.allocs.pop(i, None)
+        if alloc is not None:
+            self.cluster.release(alloc.replicas)
+            self.held_by[st.job.tenant] -= st.job.gpus
+            for r in alloc.replicas:
+                self.on_node[r.node_id].discard(i)
+        st.alloc, st.running, st.failed_at = None, None, None
+
+    def _spec(self, st: JobState):
+        if st.spec is None:
+            st.spec = st.job.spec()
+        return st.spec
+
+    # --- one scheduling cycle ---
+
+    def cycle(self) -> None:
+        self.cycles += 1
+        now = self.now
+        self._decay_history()
+        # 1. Admission: the jobs that could fit, the holders, the capacity in service.
+        snapshot = self._admission_snapshot()
+        result = admit(snapshot, self.admission, now)
+        if self.scenario.trace_decisions:
+            self.decisions.append(("admit", snapshot, now, result))
+        for a in result.admitted:
+            self._admitted(int(a.job_id[1:]))
+        for p in result.preemptions:
+            i = int(p.job_id[1:])
+            st = self.jobs[i]
+            if p.reason.value == "fair_share":
+                self.recent_preemptions.append(now)
+            if st.running is not None:
+                st.running = replace(st.running, notice_at=now)
+                self.admitted_running[i] = st.running
+            self.push(now + p.grace_period_s, STOP, (i, st.run_id))
+        # 2. Placement: every admitted gang not yet placed, in admission order, on the live tree.
+        if self.to_place:
+            requests = [PlacementRequest(job_id=self.jobs[i].job.job_id, run_id=self.jobs[i].run_id,
+                                         spec=self._spec(self.jobs[i]), order=seq) for i, seq in self.to_place.items()]
+            running = list(self.allocs.values())
+            before = self.cluster.snapshot(running, self.policy.placement) if self.scenario.trace_decisions else None
+            placed = place_live(self.cluster, running, self.policy.placement, requests, now)
+            if before is not None:
+                self.decisions.append(("place", before, requests, now, placed))
+            for p in placed.placements:
+                self._placed(int(p.job_id[1:]), p)
+        # 3. Invariants.
+        every = self.scenario.check_every
+        if every and self.cycles % every == 0:
+            self.violations.extend(check_state(self))
+
+    def _admission_snapshot(self) -> AdmissionSnapshot:
+        free = self.cluster.up_gpus - self.in_use
+        pending: list[PendingJob] = []
+        multi = self.policy.order_by == "multifactor"
+        for tenant, queue in self.pending.items():
+            if not queue:
+                continue
+            if multi:
+                queue = self._reprioritise(tenant, queue)
+            want = 0
+            for neg_priority, order, i in queue:
+                st = self.jobs[i]
+                pending.append(PendingJob(job_id=st.job.job_id, tenant=tenant, queue=QUEUE, order=order,
+                                          gpus_by_type={GPU_TYPE: st.job.gpus}, priority=-neg_priority))
+                want += st.job.gpus
+                if want > free:
+                    break  # later jobs of this queue wait behind this one
+        self.recent_preemptions = [t for t in self.recent_preemptions if self.now - t < 3600.0]
+        return AdmissionSnapshot(
+            pending=pending, capacity={GPU_TYPE: self.cluster.up_gpus}, in_use={GPU_TYPE: self.in_use},
+            running=list(self.admitted_running.values()), usage_history=self.history,
+            recent_preemptions=self.recent_preemptions,
+        )
+
+    def _reprioritise(self, tenant: str, queue: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+        share = self._share(tenant)
+        cap = self.cluster.capacity
+        keyed = sorted(
+            (-(multifactor(self.policy, self.now - self.jobs[i].job.submit, share, self.jobs[i].job.gpus, cap)
+               if order >= 0 else 10**9), order, i)
+            for _, order, i in queue
+        )
+        self.pending[tenant] = keyed
+        return keyed
+
+    def _share(self, tenant: str) -> float:
+        hist = self.history.get(f"{tenant}/{QUEUE}", {}).get(GPU_TYPE, 0.0)
+        recent = hist * math.log(2) / self.tenancy.half_life_s
+        return recent / max(self.entitled[tenant] * self.cluster.capacity, 1e-9)
+
+    def _decay_history(self) -> None:
+        elapsed = self.now - self.hist_at
+        if elapsed <= 0:
+            return
+        half = self.tenancy.half_life_s
+        last = self.hist_used
+        out = {}
+        for tenant, total in self.used_s.items():
+            used = total - last.get(tenant, 0.0)
+            key = f"{tenant}/{QUEUE}"
+            prev = self.history.get(key, {}).get(GPU_TYPE, 0.0)
+            if used or prev:
+                out[key] = {GPU_TYPE: decay_usage(prev, used, elapsed, half)}
+        self.history = out
+        self.hist_at, self.hist_used = self.now, dict(self.used_s)
+
+    def _admitted(self, i: int) -> None:
+        st = self.jobs[i]
+        job = st.job
+        pend = self.pending[job.tenant]
+        for k, (_, _, idx) in enumerate(pend):
+            if idx == i:
+                del pend[k]
+                break
+        st.attempt += 1
+        st.status = "admitted"
+        st.run_id = f"{job.job_id}.{st.attempt}"
+        st.running = RunningJob(job_id=job.job_id, tenant=job.tenant, queue=QUEUE, gpus_by_type={GPU_TYPE: job.gpus},
+                                started_at=self.now)
+        self.admitted_running[i] = st.running
+        self.in_use += job.gpus
+        self.admit_seq += 1
+        self.to_place[i] = self.admit_seq
+        self.emit(JobAdmitted(at=self.now, job_id=job.job_id, tenant=job.tenant, run_id=st.run_id, attempt=st.attempt))
+
+    def _placed(self, i: int, p) -> None:
+        st = self.jobs[i]
+        job = st.job
+        del self.to_place[i]
+        st.status = "running"
+        st.placed_at = self.now
+        st.overhead = self.scenario.failures.restart_overhead_s if st.attempt > 1 else 0.0
+        if st.first_start is None:
+            st.first_start = self.now
+        st.alloc = RunningAlloc(job_id=job.job_id, run_id=st.run_id, replicas=p.replicas, started_at=self.now,
+                                max_runtime_s=job.limit_s, preemptible=True)
+        self.allocs[i] = st.alloc
+        self.held_by[job.tenant] += job.gpus
+        for r in p.replicas:
+            self.on_node[r.node_id].add(i)
+        self.emit(JobPlaced(at=self.now, job_id=job.job_id, tenant=job.tenant, run_id=st.run_id, cluster="sim",
+                            replicas=p.replicas))
+        self.emit(RunStarted(at=self.now, job_id=job.job_id, tenant=job.tenant, run_id=st.run_id))
+        self.push(self.now + st.overhead + st.remaining, FINISH, (i, st.run_id))
+
+    # --- samples for the report ---
+
+    def _sample(self, t: float) -> None:
+        up = self.cluster.up_gpus
+        placed = sum(self.held_by.values())
+        pending = sum(len(q) for q in self.pending.values())
+        self.timeline.append((t, placed / up if up else 0.0, pending, len(self.allocs), len(self.cluster.down)))
+
+    def _frag_every(self) -> float:
+        jobs = self.workload.jobs
+        if not jobs or self.scenario.fragmentation_samples <= 0:
+            return 0.0
+        span = jobs[-1].submit - jobs[0].submit
+        return max(span / self.scenario.fragmentation_samples, 1.0)
+
+    def _sample_fragmentation(self) -> None:
+        snap = self.cluster.snapshot([], self.policy.placement)
+        self.fragmentation.append((self.now, fragmentation(snap)))
+
+
+def simulate(workload: Workload, cluster: SimCluster, policy: Policy, scenario: Scenario = Scenario()) -> Simulator:
+    return Simulator(workload, cluster, policy, scenario).run()

@@ -1,0 +1,49 @@
+"""What one simulation is set up with, and what it tracks per job."""
+
+from __future__ import annotations
+
+import msgspec
+
+from trainyard.core.admission import RunningJob
+from trainyard.core.placement import RunningAlloc
+from trainyard.sim.failures import NO_FAILURES, FailureModel
+from trainyard.sim.workloads import SimJob
+
+
+class Scenario(msgspec.Struct, frozen=True):
+    tick_s: float = 60.0  # scheduling cycles at most this often (virtual seconds); 0: on every change
+    seed: int = 0
+    failures: FailureModel = NO_FAILURES
+    borrowing: bool = True  # tenants may use quota others leave idle
+    check_every: int = 0  # check the invariants every N cycles; 0: never
+    record_events: bool = True  # keep the job event log (memory grows with the workload)
+    sample_s: float = 3600.0  # utilisation timeline resolution
+    fragmentation_samples: int = 48  # times the fragmentation of free GPUs is measured
+    horizon_s: float | None = None  # stop here even if jobs remain
+    trace_decisions: bool = False  # keep every cycle's snapshots and decisions (tests; costs O(nodes) a cycle)
+
+
+class JobState:
+    """What the simulator knows of one job across its attempts."""
+
+    __slots__ = ("job", "status", "attempt", "run_id", "remaining", "order", "first_start", "end", "placed_at",
+                 "alloc", "running", "gpus_lost", "failures", "preemptions", "spec", "failed_at", "overhead")
+
+    def __init__(self, job: SimJob, order: int) -> None:
+        self.job = job
+        self.status = "future"  # future, pending, admitted, running, done, rejected
+        self.attempt = 0
+        self.run_id = ""
+        self.remaining = job.duration  # seconds of work still to do
+        self.order = order  # key inside the queue (lower first)
+        self.first_start: float | None = None
+        self.end: float | None = None
+        self.placed_at = 0.0  # when the current run started
+        self.alloc: RunningAlloc | None = None
+        self.running: RunningJob | None = None
+        self.gpus_lost = 0.0  # GPU-seconds of work thrown away by failures and preemption
+        self.failures = 0
+        self.preemptions = 0
+        self.spec = None
+        self.failed_at: float | None = None  # the current run's node failed at this time
+        self.overhead = 0.0  # restart overhead of the current run

@@ -1,0 +1,206 @@
+"""One admission cycle: read the projection, call the pure core, publish.
+
+Besides admitting, a cycle gives preemption notices, stops victims whose grace
+period is over (``RunFailed(preempted)``: requeued keeping their place), gives
+back the quota of gangs placement could not place in time
+(``RunFailed(placement_timeout)``: requeued after a backoff), and keeps the
+decayed usage behind fair share.  Every decision about a job is fenced by the
+job's last subject sequence.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+
+from trainyard.bus import Bus, PublishRequest, WrongLastSequence
+from trainyard.core.admission import (
+    AdmissionPolicy,
+    AdmissionResult,
+    AdmissionSnapshot,
+    PendingJob,
+    RunningJob,
+    admit,
+    decay_usage_table,
+    queue_key,
+)
+from trainyard.domain.job import JobSpec
+from trainyard.events import JobAdmitted, PreemptionNotice, RunFailed, subjects
+from trainyard.store import Projector, Store
+from trainyard.store import views
+from trainyard_admission.tenancy import TenancyHolder
+
+log = logging.getLogger(__name__)
+
+#: Job hash fields a cycle reads for every pending and active job.
+FIELDS = (
+    "status", "tenant", "order", "run_id", "last_seq", "attempt", "not_before", "priority_class",
+    "last_checkpoint_step", "last_checkpoint_at", "admitted_at", "notice_at", "preempt_deadline", "preemptor",
+)  # fmt: skip
+
+
+def gpu_demand(spec: JobSpec) -> dict[str, int]:
+    demand: dict[str, int] = {}
+    for role in spec.roles:
+        demand[role.gpu_type] = demand.get(role.gpu_type, 0) + role.gpus
+    return demand
+
+
+def run_id_for(job_id: str, attempt: int) -> str:
+    return f"{job_id}-r{attempt}"
+
+
+def _float(value: str | None) -> float | None:
+    return float(value) if value else None
+
+
+class AdmissionCycle:
+    def __init__(
+        self, bus: Bus, store: Store, projector: Projector, policy: AdmissionPolicy, clock: Callable[[], float],
+        window: int = 20_000, node_projector: tuple[Projector, ...] = (), tenancy: TenancyHolder | None = None,
+        placement_timeout_s: float = 60.0,
+    ) -> None:  # fmt: skip
+        self.bus = bus
+        self.store = store
+        self.projector = projector
+        self.projections = [projector, *node_projector]  # caught up before every snapshot
+        self.policy = policy
+        self.clock = clock
+        self.window = window  # how many of the oldest pending jobs one cycle considers
+        self.tenancy = tenancy or TenancyHolder()
+        self.placement_timeout_s = placement_timeout_s
+        self._demand: dict[str, tuple[str, dict[str, int]]] = {}  # job id -> (queue, GPUs by type)
+
+    async def _rows(self, ids: list[str]) -> dict[str, dict[str, str | None]]:
+        pipe = self.store.redis.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hmget(self.store.key("job", job_id), *FIELDS)
+        rows = await pipe.execute()
+        out = {j: dict(zip(FIELDS, row, strict=True)) for j, row in zip(ids, rows, strict=True) if row[0] is not None}
+        missing = [j for j in out if j not in self._demand]
+        if missing:
+            for job_id, spec in (await views.job_specs(self.store, missing)).items():
+                self._demand[job_id] = (spec.queue, gpu_demand(spec))
+        return {j: r for j, r in out.items() if j in self._demand}
+
+    async def snapshot(self) -> tuple[AdmissionSnapshot, dict[str, dict[str, str | None]]]:
+        pending_ids = await views.ids_in(self.store, "pending", self.window - 1)
+        active_ids = await views.ids_in(self.store, "active")
+        rows = await self._rows(pending_ids + active_ids)
+        for job_id in [j for j in self._demand if j not in rows]:
+            del self._demand[job_id]  # no longer pending or active
+        pending, running = [], []
+        for job_id, r in rows.items():
+            queue, demand = self._demand[job_id]
+            priority, preemptible, only_borrow = self.tenancy.priority_class(r["priority_class"])
+            if r["status"] == "pending":
+                pending.append(
+                    PendingJob(job_id, r["tenant"] or "", queue, int(r["order"] or 0), demand, priority,
+                               _float(r["not_before"]), only_borrow)  # fmt: skip
+                )
+            elif r["status"] in ("admitted", "placed", "running"):
+                running.append(
+                    RunningJob(job_id, r["tenant"] or "", queue, demand, _float(r["admitted_at"]) or 0.0,
+                               _float(r["last_checkpoint_at"]), priority, preemptible, only_borrow,
+                               _float(r["notice_at"]))  # fmt: skip
+                )
+        capacity = await views.gpus_by_type(self.store, "capacity")
+        in_use = await views.gpus_by_type(self.store, "inuse")
+        history, recent = await self._fair_share_state(running)
+        snapshot = AdmissionSnapshot(pending, capacity, in_use, running, history, recent)
+        return snapshot, rows
+
+    async def _fair_share_state(self, running: list[RunningJob]) -> tuple[dict[str, dict[str, float]], list[float]]:
+        """Decay the usage table by the time since the last cycle, add what the
+        running jobs used meanwhile, and store it (admission is the only writer)."""
+        now = self.clock()
+        raw = await self.store.redis.hgetall(self.store.key("fairshare"))
+        updated = float(raw.get("updated_at", now))
+        history = json.loads(raw.get("usage", "{}"))
+        elapsed = max(0.0, now - updated)
+        used: dict[str, dict[str, float]] = {}
+        for job in running:
+            per_type = used.setdefault(queue_key(job.tenant, job.queue), {})
+            for gpu_type, gpus in job.gpus_by_type.items():
+                per_type[gpu_type] = per_type.get(gpu_type, 0.0) + gpus * elapsed
+        half_life = self.tenancy.compiled.half_life_s if self.tenancy.compiled else 7 * 24 * 3600.0
+        if elapsed > 0 or not raw:
+            history = decay_usage_table(history, used, elapsed, half_life)
+            await self.store.redis.hset(
+                self.store.key("fairshare"), mapping={"usage": json.dumps(history), "updated_at": repr(now)}
+            )
+        window = self.tenancy.compiled.preemption.fair_share_window_s if self.tenancy.compiled else 600.0
+        recent = [float(t) for t in await self.store.redis.zrangebyscore(self.store.key("preemptions"), now - window, "+inf")]
+        return history, recent
+
+    async def run_once(self) -> int:
+        """One cycle; returns how many decisions it published."""
+        # 1. Snapshot the projection, once it holds everything the log holds.
+        for projector in self.projections:
+            await projector.caught_up()
+        snapshot, rows = await self.snapshot()
+        now = self.clock()
+        # 2. Decide (pure).
+        policy = AdmissionPolicy(self.policy.max_admissions_per_cycle, self.tenancy.compiled, self.policy.max_preemptors_per_cycle)
+        result = admit(snapshot, policy, now) if snapshot.pending else AdmissionResult([], [])
+        # 3. Publish the decisions, each fenced by the job's last subject sequence.
+        requests = self._admissions(result, rows, now) + self._notices(result, rows, now) + self._stops(rows, now)
+        results = await self.bus.publish_many(requests)
+        for r in results:
+            if isinstance(r, Exception) and not isinstance(r, WrongLastSequence):
+                log.warning("admission publish failed: %r", r)
+        fair_share = [p for p in result.preemptions if p.reason.value == "fair_share"]
+        if fair_share:
+            await self.store.redis.zadd(self.store.key("preemptions"), {f"{p.job_id}@{now}": now for p in fair_share})
+        # 4. Say why everyone else waits.
+        await views.set_pending_reasons(self.store, {w.job_id: (w.reason.value, w.position) for w in result.waiting})
+        # 5. Read our own writes before the next cycle.
+        seqs = [r.seq for r in results if not isinstance(r, Exception)]
+        if seqs:
+            await self.projector.wait_for(max(seqs))
+        return len(seqs)
+
+    def _admissions(self, result: AdmissionResult, rows: dict, now: float) -> list[PublishRequest]:
+        out = []
+        for decision in result.admitted:
+            r = rows[decision.job_id]
+            attempt = int(r["attempt"] or 0) + 1
+            step = r["last_checkpoint_step"]
+            event = JobAdmitted(
+                at=now, job_id=decision.job_id, tenant=r["tenant"], run_id=run_id_for(decision.job_id, attempt),
+                attempt=attempt, resume_from_step=int(step) if step else None,
+            )  # fmt: skip
+            subject = subjects.job(r["tenant"], decision.job_id)
+            out.append(PublishRequest(subject, event, f"{decision.job_id}:admit:{attempt}", int(r["last_seq"])))
+        return out
+
+    def _notices(self, result: AdmissionResult, rows: dict, now: float) -> list[PublishRequest]:
+        out = []
+        for p in result.preemptions:
+            r = rows.get(p.job_id)
+            if r is None or not r["run_id"] or r["notice_at"]:
+                continue
+            event = PreemptionNotice(
+                at=now, job_id=p.job_id, tenant=r["tenant"], run_id=r["run_id"], preemptor=p.preemptor,
+                reason=p.reason.value, grace_period_s=p.grace_period_s, lost_gpu_seconds=p.lost_gpu_seconds,
+            )  # fmt: skip
+            subject = subjects.job(r["tenant"], p.job_id)
+            out.append(PublishRequest(subject, event, f"{r['run_id']}:notice", int(r["last_seq"])))
+        return out
+
+    def _stops(self, rows: dict, now: float) -> list[PublishRequest]:
+        """Victims past their grace period, and gangs placement did not place in time."""
+        out = []
+        for job_id, r in rows.items():
+            reason = message = None
+            deadline = _float(r["preempt_deadline"])
+            if deadline is not None and now >= deadline and r["status"] in ("admitted", "placed", "running"):
+                reason, message = "preempted", f"preempted for {r.get('preemptor') or 'a waiting job'}"
+            elif r["status"] == "admitted" and (_float(r["admitted_at"]) or now) + self.placement_timeout_s <= now:
+                reason, message = "placement_timeout", f"not placed within {self.placement_timeout_s:.0f}s"
+            if reason is None or not r["run_id"]:
+                continue
+            event = RunFailed(at=now, job_id=job_id, tenant=r["tenant"], run_id=r["run_id"], reason=reason, message=message)
+            out.append(PublishRequest(subjects.job(r["tenant"], job_id), event, f"{r['run_id']}:failed", int(r["last_seq"])))
+        return out

@@ -1,0 +1,112 @@
+"""What the health service keeps in Redis, next to the projections.
+
+- ``health:rec`` / ``health:ver``: node id -> ``NodeHealthRecord`` (JSON, with
+  its bounded history) and its version; saved with a version check so two
+  health processes never overwrite each other's decisions.
+- ``health:sample``: node id -> the last GPU sample (rates compare two samples).
+- ``health:recent``: recent suspect and fatal findings, scored by time, for
+  rack correlation across the fleet.
+- ``health:checks``: node id -> why health checks are wanted (retried until an
+  agent answers).
+
+The gateway reads ``health:rec`` for ``GET /v1/nodes/{id}/history``.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from trainyard.core.health import Finding, NodeHealthRecord
+from trainyard.domain.node import NodeState
+from trainyard.gpu.nvml import NodeSample
+from trainyard.store import Store
+
+_record = msgspec.json.Decoder(NodeHealthRecord)
+_sample = msgspec.json.Decoder(NodeSample)
+_finding = msgspec.json.Decoder(Finding)
+_json = msgspec.json.Encoder()
+
+_SAVE = """
+local current = redis.call('HGET', KEYS[2], ARGV[1]) or '0'
+if current ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
+return 1
+"""
+
+
+class VersionConflict(Exception):
+    """Another health process changed the record first."""
+
+
+class RecordStore:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.redis = store.redis
+        self._save = store.redis.register_script(_SAVE)
+
+    def _k(self, name: str) -> str:
+        return self.store.key("health", name)
+
+    async def load_all(self, projection_states: dict[str, str] | None = None) -> dict[str, NodeHealthRecord]:
+        """Every known node's record; a node without one starts from its projected state."""
+        raw = await self.redis.hgetall(self._k("rec"))
+        records = {node_id: _record.decode(data) for node_id, data in raw.items()}
+        for node_id, state in (projection_states or {}).items():
+            if node_id not in records:
+                records[node_id] = fresh(node_id, state)
+        return records
+
+    async def load(self, node_id: str, projected_state: str | None = None) -> NodeHealthRecord:
+        data = await self.redis.hget(self._k("rec"), node_id)
+        return _record.decode(data) if data else fresh(node_id, projected_state)
+
+    async def save(self, before: NodeHealthRecord, after: NodeHealthRecord) -> None:
+        if after is before or after == before:
+            return
+        expected = str(before.version)  # a node without a record is at version 0
+        ok = await self._save(
+            keys=[self._k("rec"), self._k("ver")],
+            args=[after.node_id, expected, _json.encode(after).decode(), str(after.version)],
+        )
+        if not ok:
+            raise VersionConflict(after.node_id)
+
+    async def previous_sample(self, node_id: str) -> NodeSample | None:
+        data = await self.redis.hget(self._k("sample"), node_id)
+        return _sample.decode(data) if data else None
+
+    async def keep_sample(self, sample: NodeSample) -> None:
+        await self.redis.hset(self._k("sample"), sample.node_id, _json.encode(sample))
+
+    async def recent_findings(self, new: list[Finding], now: float, window_s: float) -> list[Finding]:
+        """Add ``new`` to the recent findings and return every one within the window."""
+        key = self._k("recent")
+        pipe = self.redis.pipeline(transaction=False)
+        for f in new:
+            pipe.zadd(key, {_json.encode(f).decode(): f.at})
+        pipe.zremrangebyscore(key, "-inf", now - window_s)
+        pipe.zrangebyscore(key, now - window_s, "+inf")
+        results = await pipe.execute()
+        return [_finding.decode(item) for item in results[-1]]
+
+    async def once(self, name: str, ttl_s: float) -> bool:
+        """True the first time ``name`` is seen within ``ttl_s`` (alert deduplication)."""
+        return bool(await self.redis.set(self._k("once:" + name), "1", nx=True, px=max(1, int(ttl_s * 1000))))
+
+    async def want_checks(self, node_id: str, reason: str) -> None:
+        await self.redis.hset(self._k("checks"), node_id, reason)
+
+    async def wanted_checks(self) -> dict[str, str]:
+        return await self.redis.hgetall(self._k("checks"))
+
+    async def checks_done(self, node_id: str) -> None:
+        await self.redis.hdel(self._k("checks"), node_id)
+
+
+def fresh(node_id: str, projected_state: str | None = None) -> NodeHealthRecord:
+    try:
+        state = NodeState(projected_state) if projected_state else NodeState.HEALTHY
+    except ValueError:  # "registering", "unknown"
+        state = NodeState.HEALTHY
+    return NodeHealthRecord(node_id=node_id, state=state)

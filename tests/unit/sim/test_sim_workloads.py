@@ -1,0 +1,109 @@
+"""Trace loading, synthetic mixes, what-if knobs and the report."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from trainyard.cli.main import app
+from trainyard.sim import load_philly, synthetic
+from trainyard.sim.report import jain, percentile
+from trainyard.sim.scenarios import build, parse_quotas
+from trainyard.sim.workloads import gang_of, traces_dir
+
+ROWS = """timestamp,duration,num_gpus,gpu_time,cluster
+2017-10-09 07:01:55,66.0,1,66.0,vca
+2017-10-09 06:13:03,2951.0,16,47216.0,vcb
+2017-10-10 00:00:00,10.0,12,120.0,vcz
+"""
+
+
+@pytest.fixture
+def traces(tmp_path):
+    (tmp_path / "philly").mkdir()
+    (tmp_path / "philly" / "philly_jobs_adaptdl.csv").write_text(ROWS)
+    (tmp_path / "philly" / "philly_vc_nodes.csv").write_text("vc,node num\nvca,2\nvcb,4\n")
+    return tmp_path
+
+
+def test_philly_rows_are_sorted_and_vcs_become_tenants(traces):
+    w = load_philly(traces)
+    assert [j.tenant for j in w.jobs] == ["vcb", "vca", "vcz"]
+    assert [j.submit for j in w.jobs] == [0.0, 48 * 60 + 52, 17 * 3600 + 46 * 60 + 57]
+    assert w.quotas == {"vca": 16, "vcb": 32, "vcz": 16}  # vcz is not in the VC list: 2 nodes by default
+    assert w.jobs[0].roles == (("worker", 2, 8),)
+    assert w.jobs[2].roles == (("worker", 1, 8), ("tail", 1, 4))
+    assert w.jobs[2].gpus == 12
+
+
+def test_philly_date_window_and_env_path(traces, monkeypatch):
+    monkeypatch.setenv("TRAINYARD_TRACES", str(traces))
+    assert traces_dir() == traces
+    assert len(load_philly(start="2017-10-10").jobs) == 1
+
+
+@pytest.mark.parametrize(
+    "gpus, roles",
+    [
+        pytest.param(1, (("worker", 1, 1),), id="one GPU is one replica"),
+        pytest.param(8, (("worker", 1, 8),), id="a full node is one replica"),
+        pytest.param(64, (("worker", 8, 8),), id="64 GPUs are 8 whole-node replicas"),
+        pytest.param(20, (("worker", 2, 8), ("tail", 1, 4)), id="20 GPUs are 2 whole nodes and a 4-GPU tail"),
+    ],
+)
+def test_gang_shapes(gpus, roles):
+    assert gang_of(gpus) == roles
+
+
+def test_synthetic_mix_is_seeded_and_has_every_kind():
+    a, b = synthetic(4000, 32768, seed=7), synthetic(4000, 32768, seed=7)
+    assert [(j.tenant, j.submit, j.duration, j.roles) for j in a.jobs] == [
+        (j.tenant, j.submit, j.duration, j.roles) for j in b.jobs
+    ]
+    sizes = [j.gpus for j in a.jobs]
+    assert sum(1 for g in sizes if g <= 8) > 0.7 * len(sizes)
+    assert any(64 <= g <= 512 for g in sizes)
+    assert any(len(j.roles) == 2 and j.roles[0][0] == "trainer" for j in a.jobs)
+    assert all(j.submit <= k.submit for j, k in zip(a.jobs, a.jobs[1:]))
+
+
+def test_what_if_knobs(traces):
+    w, nodes = build("philly", str(traces), add_nodes=3, quotas={"vca": 64}, arrival_scale=2.0)
+    assert nodes == (16 + 32 + 16) // 8 + 3
+    assert w.quotas["vca"] == 64
+    assert w.jobs[1].submit == pytest.approx((48 * 60 + 52) / 2)
+    with pytest.raises(ValueError, match="no such tenant"):
+        build("philly", str(traces), quotas={"nope": 8})
+    assert parse_quotas(["a=8", "b = 16"]) == {"a": 8, "b": 16}
+    with pytest.raises(ValueError, match="TENANT=GPUS"):
+        parse_quotas(["a:8"])
+
+
+def test_percentile_and_jain():
+    assert percentile([5, 1, 3, 2, 4], 50) == 3
+    assert percentile(list(range(1, 101)), 99) == 99
+    assert jain([1, 1, 1, 1]) == 1.0
+    assert jain([1, 0, 0, 0]) == 0.25
+
+
+def test_cli_compare_prints_policies_and_writes_outputs(tmp_path):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["sim", "compare", "--workload", "synthetic", "--jobs", "150", "--nodes", "8",
+                                      "--policies", "fifo,sjf", "--out", str(out), "--failures", "--check-every", "5"])
+    assert result.exit_code == 0, result.output
+    assert "fifo" in result.output and "sjf" in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["policy"] for s in summary] == ["fifo", "sjf"]
+    assert all(s["violations"] == 0 for s in summary)
+    assert (out / "jct_cdf.png").stat().st_size > 0 and (out / "jobs_sjf.csv").exists()
+
+
+def test_cli_run_json_and_bad_policy():
+    result = CliRunner().invoke(app, ["sim", "run", "--workload", "synthetic", "--jobs", "100", "--nodes", "8",
+                                      "--policy", "sjf", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["policy"] == "sjf"
+    result = CliRunner().invoke(app, ["sim", "compare", "--workload", "synthetic", "--jobs", "10", "--nodes", "2",
+                                      "--policies", "lottery"])
+    assert result.exit_code == 2
+    assert "unknown policy" in result.output
