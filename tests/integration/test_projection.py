@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
+import pytest
+
 from trainyard.bus import Bus, PublishRequest
 from trainyard.domain import JobSpec, NodeInfo, Role
 from trainyard.events import (
+    CheckpointSaved,
+    PreemptionNotice,
     JobAccepted,
     JobAdmitted,
     JobPlaced,
@@ -133,3 +138,75 @@ async def test_publish_many_reports_a_stale_expected_sequence_per_message(bus: B
     )
     assert not isinstance(results[0], Exception)
     assert isinstance(results[1], WrongLastSequence)
+
+
+def failed(job_id: str, run_id: str, reason: str, at: float = 10.0) -> RunFailed:
+    return RunFailed(at=at, job_id=job_id, tenant="acme", run_id=run_id, reason=reason)  # type: ignore[arg-type]
+
+
+async def fail_runs(bus: Bus, store: Store, reasons: list[str], max_retries: int = 3) -> None:
+    """Run job j1 and fail each of its attempts with the given reasons in turn."""
+    subject = subjects.job("acme", "j1")
+    s = msgspec.structs.replace(spec(2), max_retries=max_retries)
+    await bus.publish(subject, JobAccepted(at=1.0, job_id="j1", spec=s, submitted_at=0.5), msg_id="acc")
+    for attempt, reason in enumerate(reasons, start=1):
+        run = f"j1-r{attempt}"
+        await bus.publish(subject, JobAdmitted(at=2.0, job_id="j1", tenant="acme", run_id=run, attempt=attempt), msg_id=f"adm{attempt}")
+        await bus.publish(subject, failed("j1", run, reason, at=100.0 * attempt), msg_id=f"fail{attempt}")
+    await project(bus, store, "JOBS")
+
+
+@pytest.mark.parametrize(
+    ("reasons", "max_retries", "status", "not_before", "requeues"),
+    [
+        pytest.param(["workload_error"], 3, "pending", 100.0 + 10.0, 0, id="a job's own failure is retried after a 10 s backoff"),
+        pytest.param(
+            ["workload_error", "workload_error"], 3, "pending", 200.0 + 20.0, 0,
+            id="the backoff doubles with each failure of the job's own",
+        ),
+        pytest.param(
+            ["workload_error", "workload_error"], 1, "failed", None, 0,
+            id="a job that fails more often than it may retry fails for good",
+        ),
+        pytest.param(["node_failure"] * 5, 0, "pending", None, 5, id="node failures never use up the retry budget"),
+        pytest.param(["preempted"], 0, "pending", None, 1, id="a preempted job is requeued at once"),
+        pytest.param(
+            ["placement_timeout", "placement_timeout"], 0, "pending", 200.0 + 10.0, 0,
+            id="a gang placement could not place waits out a growing backoff",
+        ),
+    ],
+)
+async def test_failed_runs_requeue_or_fail_the_job(
+    bus: Bus, store: Store, reasons: list[str], max_retries: int, status: str, not_before: float | None, requeues: int
+) -> None:
+    await fail_runs(bus, store, reasons, max_retries)
+    job = await views.get_job(store, "j1")
+    assert job is not None
+    assert (job.status, job.not_before, job.requeues) == (status, not_before, requeues)
+    assert (await views.ids_in(store, "pending")) == (["j1"] if status == "pending" else [])
+    assert await views.gpus_by_type(store, "inuse") == {"H100": 0}
+
+
+async def test_a_node_failure_puts_the_job_ahead_of_jobs_that_never_ran(bus: Bus, store: Store) -> None:
+    await bus.publish(
+        subjects.job("acme", "later"), JobAccepted(at=3.0, job_id="later", spec=spec(), submitted_at=3.0), msg_id="l"
+    )
+    await fail_runs(bus, store, ["node_failure"])
+    assert await views.ids_in(store, "pending") == ["j1", "later"]
+    j1, later = await views.get_job(store, "j1"), await views.get_job(store, "later")
+    assert j1 is not None and later is not None and j1.order < later.order
+
+
+async def test_a_preemption_notice_and_checkpoints_are_recorded_for_the_current_run_only(bus: Bus, store: Store) -> None:
+    await lifecycle(bus, "j1", "j1-r1", "n1", [0, 1])
+    subject = subjects.job("acme", "j1")
+    notice = PreemptionNotice(
+        at=5.0, job_id="j1", tenant="acme", run_id="j1-r1", preemptor="urgent", reason="priority", grace_period_s=30.0
+    )
+    await bus.publish(subject, notice, msg_id="n")
+    await bus.publish(subject, CheckpointSaved(at=6.0, job_id="j1", tenant="acme", run_id="j1-r1", step=120), msg_id="c1")
+    await bus.publish(subject, CheckpointSaved(at=7.0, job_id="j1", tenant="acme", run_id="old-run", step=999), msg_id="c2")
+    await project(bus, store, "JOBS")
+    job = await views.get_job(store, "j1")
+    assert job is not None
+    assert (job.status, job.preempt_deadline, job.last_checkpoint_step) == ("running", 35.0, 120)

@@ -263,14 +263,21 @@ def nodes(as_json: bool = typer.Option(False, "--json"), api_url: Optional[str] 
 @app.command()
 def usage(
     tenant: Optional[str] = typer.Option(None, help="Only this tenant."),
+    start: Optional[str] = typer.Option(None, "--from", help="Start of the window (ISO date or time, UTC)."),
+    end: Optional[str] = typer.Option(None, "--to", help="End of the window (exclusive)."),
+    group_by: str = typer.Option("tenant,gpu_type", help="Comma-separated: tenant, queue, gpu_type, job."),
+    finance: bool = typer.Option(False, "--finance", help="Ask as finance (every tenant)."),
     as_json: bool = typer.Option(False, "--json"),
     api_url: Optional[str] = ApiUrl,
     data_dir: str = DataDir,
     as_tenant: Optional[str] = Tenant,
 ) -> None:
-    """GPU usage from the accounting ledger."""
-    params = {"tenant": tenant} if tenant else {}
-    rows = _call(_client(api_url, data_dir, as_tenant).request, "GET", "/v1/usage", params=params)
+    """GPU usage from the accounting ledger (a tenant sees only its own)."""
+    params = {k: v for k, v in {"tenant": tenant, "from": start, "to": end, "group_by": group_by}.items() if v}
+    client = _client(api_url, data_dir, as_tenant)
+    if finance:
+        client.http.headers["X-Trainyard-Role"] = "finance"
+    rows = _call(client.request, "GET", "/v1/usage", params=params)
     items = rows["usage"] if isinstance(rows, dict) else rows
     if as_json:
         console.print_json(data=items)
@@ -279,6 +286,36 @@ def usage(
     for row in items:
         table.add_row(*(f"{v:,.3f}" if isinstance(v, float) else str(v) for v in row.values()))
     console.print(table)
+
+
+@app.command()
+def why(
+    job_id: str,
+    api_url: Optional[str] = ApiUrl,
+    data_dir: str = DataDir,
+    as_tenant: Optional[str] = Tenant,
+) -> None:
+    """Why is this job pending, and where is it in line?"""
+    from trainyard.core.reasons import REASON_TEXT, PendingReason
+
+    j = _call(_client(api_url, data_dir, as_tenant).request, "GET", f"/v1/jobs/{job_id}")
+    status = j["status"]
+    if status != "pending":
+        detail = {"rejected": "it was rejected", "admitted": "it is admitted and waiting for placement",
+                  "placed": "it is placed and starting", "running": "it is running"}.get(status, f"it is {status}")
+        console.print(f"{job_id} is not waiting: {detail}.")
+        for e in j.get("errors") or []:
+            console.print(f"  [red]{e['field']}[/red]: {e['message']}")
+        return
+    reason = j.get("reason")
+    try:
+        text = REASON_TEXT[PendingReason(reason)]
+    except ValueError:
+        text = reason or "not yet considered by admission"
+    position = f", position {j['position']} in line" if j.get("position") else ""
+    console.print(f"{job_id} is pending: {text} ({reason or 'new'}{position}).")
+    if j.get("expected_start"):
+        console.print(f"  expected to start around {time.strftime('%H:%M:%S', time.localtime(j['expected_start']))}")
 
 
 # --- events ---

@@ -44,6 +44,10 @@ class JobView(msgspec.Struct):
     reason: str | None = None
     message: str | None = None
     position: int | None = None
+    not_before: float | None = None  # waiting out a backoff until then
+    expected_start: float | None = None  # placement's estimate, when a reservation holds room for it
+    last_checkpoint_step: int | None = None
+    preempt_deadline: float | None = None  # told to stop by then (preemption notice)
     errors: list[dict[str, str]] | None = None
     placement: list[ReplicaPlacement] | None = None
     spec: JobSpec | None = None
@@ -75,6 +79,10 @@ class JobView(msgspec.Struct):
             reason=h.get("reason") or None,
             message=h.get("message") or None,
             position=int(h["position"]) if h.get("position") else None,
+            not_before=f("not_before"),
+            expected_start=f("expected_start"),
+            last_checkpoint_step=int(h["last_checkpoint_step"]) if h.get("last_checkpoint_step") else None,
+            preempt_deadline=f("preempt_deadline"),
             errors=json.loads(h["errors"]) if h.get("errors") else None,
             placement=_replicas.decode(h["placement"]) if h.get("placement") else None,
             spec=_spec.decode(h["spec"]) if with_spec and h.get("spec") else None,

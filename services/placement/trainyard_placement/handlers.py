@@ -58,6 +58,7 @@ class PlacementStats(msgspec.Struct):
     conflicts: int = 0  # JobPlaced refused by the expected-last-sequence fence
     dropped: int = 0  # decisions thrown away because the lease was lost before publishing
     reservations: int = 0  # reservations in the last cycle (recomputed every cycle)
+    reserved_cycles: int = 0  # cycles that left at least one gang holding a reservation
     placed_jobs: list[str] = []  # job ids this process placed, in order
 
 
@@ -161,12 +162,7 @@ class PlacementCycle:
     async def publish(self, snap: Snapshot, result: PlacementResult) -> int:
         self.stats.cycles += 1
         self._note_reservations(result)
-        # The lease may have lapsed while we decided: another process may lead now.
-        if not self.leading:
-            self.stats.dropped += len(result.placements)
-            log.warning("placement: lease lost before publishing; dropping %d placements", len(result.placements))
-            return 0
-        # 3a. Clear the waiting reasons of the jobs about to be placed; record the others'.
+        # 3a. Record why the others wait, and clear the reasons of the jobs about to be placed.
         await views.set_placement_outlook(
             self.store,
             {u.job_id: (u.reason.value, u.expected_start) for u in result.unplaced},
@@ -180,6 +176,11 @@ class PlacementCycle:
                 replicas=p.replicas,
             )  # fmt: skip
             requests.append(PublishRequest(subjects.job(job.tenant, job.job_id), event, f"{p.run_id}:placed", job.last_seq))
+        # 3b. The lease may have lapsed while we decided, and another process may lead now.
+        if requests and not self.leading:
+            self.stats.dropped += len(requests)
+            log.warning("placement: lease lost before publishing; dropping %d placements", len(requests))
+            return 0
         results = await self.bus.publish_many(requests) if requests else []
         seqs = []
         for p, r in zip(result.placements, results, strict=True):
@@ -200,9 +201,9 @@ class PlacementCycle:
         return len(seqs)
 
     def _note_reservations(self, result: PlacementResult) -> None:
-        """Reservations are not published (each cycle recomputes them): log and count them."""
-        if len(result.reservations) != self.stats.reservations:
-            log.info("placement: %d reservation(s)", len(result.reservations))
+        """Reservations are not published (each cycle recomputes them): count and log them."""
         self.stats.reservations = len(result.reservations)
+        self.stats.reserved_cycles += bool(result.reservations)
         for r in result.reservations:
-            log.debug("placement: %s reserved from %.0f on %d GPUs", r.job_id, r.start_at, sum(len(x.gpus) for x in r.replicas))
+            gpus = sum(len(x.gpus) for x in r.replicas)
+            log.debug("placement: %s holds a reservation of %d GPUs from %.0f", r.job_id, gpus, r.start_at)
