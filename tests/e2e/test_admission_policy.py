@@ -107,7 +107,8 @@ async def test_a_tenancy_change_takes_effect_while_the_system_runs(clients) -> N
 
     async def two_running_one_waiting():  # type: ignore[no-untyped-def]
         jobs = {j: await views.get_job(store, j) for j in ("q0", "q1", "q2")}
-        return [j.status for j in jobs.values()] == ["running", "running", "pending"] and jobs["q2"]
+        statuses = [j.status if j else None for j in jobs.values()]
+        return statuses == ["running", "running", "pending"] and jobs["q2"].reason is not None and jobs["q2"]
     waiting = await wait_for(two_running_one_waiting, what="a 16-GPU quota to hold two 8-GPU jobs")
     assert waiting.reason in ("quota", "cohort_exhausted")
 

@@ -70,12 +70,12 @@ async def test_the_standby_takes_over_when_the_placement_leader_is_killed(stack:
         standby = (pids - {leader}).pop()
         submitting = asyncio.create_task(submit_all(stack, bus, jobs))
         # Kill the leader once it has placed part of the work.
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        deadline, placed_at_kill = time.monotonic() + 60, 0
+        while time.monotonic() < deadline and placed_at_kill < 40:
             counts = await views.status_counts(store)
-            if sum(counts.get(s, 0) for s in ("placed", "running", "succeeded")) >= 40:
-                break
+            placed_at_kill = sum(counts.get(s, 0) for s in ("placed", "running", "succeeded"))
             await asyncio.sleep(0.1)
+        assert 40 <= placed_at_kill < len(jobs)  # the rest can only be placed by the standby
         if leader == second.pid:
             os.kill(second.pid, signal.SIGKILL)
             second.wait()

@@ -68,7 +68,8 @@ class Harness:
     async def submit(self, job_id: str, spec: JobSpec, admit: bool = True) -> None:
         self.specs[job_id] = spec
         subject = subjects.job(spec.tenant, job_id)
-        await self.bus.publish(subject, JobAccepted(at=NOW - 500, job_id=job_id, spec=spec, submitted_at=NOW - 500), msg_id=f"{job_id}:acc")
+        accepted = JobAccepted(at=NOW - 500, job_id=job_id, spec=spec, submitted_at=NOW - 500)
+        await self.bus.publish(subject, accepted, msg_id=f"{job_id}:acc")
         if admit:
             await self.admit(job_id)
 
@@ -86,15 +87,19 @@ class Harness:
         ]
         subject = subjects.job(spec.tenant, job_id)
         run = f"{job_id}-r1"
-        placed = JobPlaced(at=started_at, job_id=job_id, tenant=spec.tenant, run_id=run, cluster=CLUSTER, replicas=replicas)
+        tenant = spec.tenant
+        placed = JobPlaced(at=started_at, job_id=job_id, tenant=tenant, run_id=run, cluster=CLUSTER, replicas=replicas)
         await self.bus.publish(subject, placed, msg_id=f"{run}:placed")
-        await self.bus.publish(subject, RunStarted(at=started_at, job_id=job_id, tenant=spec.tenant, run_id=run), msg_id=f"{run}:started")
+        started = RunStarted(at=started_at, job_id=job_id, tenant=tenant, run_id=run)
+        await self.bus.publish(subject, started, msg_id=f"{run}:started")
 
     async def finish(self, job_id: str, run_id: str) -> None:
         tenant = self.specs[job_id].tenant
         subject = subjects.job(tenant, job_id)
-        await self.bus.publish(subject, RunStarted(at=NOW, job_id=job_id, tenant=tenant, run_id=run_id), msg_id=f"{run_id}:started")
-        await self.bus.publish(subject, RunSucceeded(at=NOW, job_id=job_id, tenant=tenant, run_id=run_id), msg_id=f"{run_id}:done")
+        started = RunStarted(at=NOW, job_id=job_id, tenant=tenant, run_id=run_id)
+        await self.bus.publish(subject, started, msg_id=f"{run_id}:started")
+        done = RunSucceeded(at=NOW, job_id=job_id, tenant=tenant, run_id=run_id)
+        await self.bus.publish(subject, done, msg_id=f"{run_id}:done")
 
     async def settle(self) -> None:
         await self.jobs.caught_up()
@@ -211,7 +216,8 @@ async def test_the_cycle_places_from_the_projection(bus: Bus, store: Store, case
         for job_id, where in case.placed_in.items():
             view = await views.get_job(store, job_id)
             assert view is not None and view.status == "placed" and view.placement
-            landed = {f"node:{r.node_id}" if any(w.startswith("node:") for w in where) else r.node_id[:2] for r in view.placement}
+            by_node = any(w.startswith("node:") for w in where)
+            landed = {f"node:{r.node_id}" if by_node else r.node_id[:2] for r in view.placement}
             assert landed == where
         for job_id, reason in case.waits.items():
             view = await views.get_job(store, job_id)

@@ -280,7 +280,8 @@ async def placement_state(
     for node_id in sorted(infos):
         info = _node_info(infos[node_id])
         held = maps.get(node_id, "")
-        nodes.append((info, states.get(node_id, "unknown"), [g for g in range(info.gpus) if g >= len(held) or held[g] != "#"]))
+        free = [g for g in range(info.gpus) if g >= len(held) or held[g] != "#"]
+        nodes.append((info, states.get(node_id, "unknown"), free))
     jobs = [
         ActiveJob(
             job_id=job_id, status=status, tenant=tenant or "", order=int(order or 0), run_id=run_id or None,
@@ -290,7 +291,7 @@ async def placement_state(
         )  # fmt: skip
         for job_id, (status, tenant, order, run_id, last_seq, started, placed, preemptible, priority, checkpoint) in zip(
             job_ids, rows, strict=True
-        )
+        )  # fmt: skip
         if status is not None
     ]
     return nodes, jobs

@@ -105,8 +105,13 @@ class RecordStore:
 
 
 def fresh(node_id: str, projected_state: str | None = None) -> NodeHealthRecord:
+    """The record of a node health has not judged yet.  It starts from the
+    projected state, except ``lost``: the projection may show a ``NodeLost``
+    health is about to apply to the record itself."""
     try:
         state = NodeState(projected_state) if projected_state else NodeState.HEALTHY
     except ValueError:  # "registering", "unknown"
+        state = NodeState.HEALTHY
+    if state == NodeState.LOST:
         state = NodeState.HEALTHY
     return NodeHealthRecord(node_id=node_id, state=state)
