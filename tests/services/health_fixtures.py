@@ -55,7 +55,8 @@ class Harness:
 
     async def run_job(self, job_id: str, nodes: list[str], gpus_per_node: int = 8, tenant: str = "acme") -> str:
         """A job placed and running with one replica on each of ``nodes``; returns its run id."""
-        spec = JobSpec(tenant=tenant, queue="default", roles=[Role(name="w", replicas=len(nodes), gpus_per_replica=gpus_per_node)])
+        role = Role(name="w", replicas=len(nodes), gpus_per_replica=gpus_per_node)
+        spec = JobSpec(tenant=tenant, queue="default", roles=[role])
         run_id = f"{job_id}-r1"
         now = time.time()
         replicas = [ReplicaPlacement(role="w", replica=i, rank=i, node_id=n, gpus=list(range(gpus_per_node)))

@@ -22,7 +22,6 @@ from trainyard.events import NodeLost, NodeRegistered, RunFailed, subjects
 from trainyard.settings import Settings
 from trainyard.testing.streams import read_raw
 
-pytestmark = pytest.mark.asyncio
 
 
 def api(h) -> httpx.AsyncClient:  # type: ignore[no-untyped-def]
@@ -49,7 +48,8 @@ async def test_operator_commands_through_rest(bus, store, steps, final) -> None:
             await h.run_job("j", ["n6"])
             async with api(h) as http:
                 for op, status, expected in steps:
-                    r = await http.post(f"/v1/nodes/n6/{op}", json={"reason": "maintenance"}, headers={"X-Trainyard-Operator": "ann"})
+                    r = await http.post(f"/v1/nodes/n6/{op}", json={"reason": "maintenance"},
+                                        headers={"X-Trainyard-Operator": "ann"})  # fmt: skip
                     assert r.status_code == status, r.text
                     if status == 202:
                         assert r.json()["expected_state"] == expected
@@ -88,7 +88,9 @@ async def _history_has(h, node: str, state: str) -> bool:  # type: ignore[no-unt
         pytest.param("GET", "/v1/nodes/nope/history", {}, None, 404, id="history of an unknown node is 404"),
     ],
 )
-async def test_bad_node_requests_get_a_clear_answer_and_change_nothing(bus, store, method, path, headers, body, status) -> None:
+async def test_bad_node_requests_get_a_clear_answer_and_change_nothing(
+    bus, store, method, path, headers, body, status
+) -> None:
     async with harness(bus, store) as h:
         before = (await bus.js.stream_info("NODES")).state.last_seq
         async with api(h) as http:
@@ -120,7 +122,8 @@ async def test_an_emulated_node_answers_checks_and_injected_faults_reach_health(
             ok, message = await ask(op="xid", node_id="n5", gpu=2, xid=79)
             assert ok and "XID 79" in message
             assert await eventually(lambda: _is(h, "n5", "repair"))
-            xids = [d for _, _, d in await read_raw(bus, "TELEMETRY", subjects.telemetry(CLUSTER, "n5")) if b"XidObserved" in d]
+            n5 = await read_raw(bus, "TELEMETRY", subjects.telemetry(CLUSTER, "n5"))
+            xids = [d for _, _, d in n5 if b"XidObserved" in d]
             assert len(xids) == 1
             # A burst of corrected ECC errors: suspect, then back once checks pass.
             assert (await ask(op="ecc", node_id="n6", count=5000))[0]

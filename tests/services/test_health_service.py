@@ -17,7 +17,6 @@ from trainyard.gpu import FakeGpuBackend, XidEvent, sample_node
 from trainyard_health.handlers import NodeEventsHandler, TelemetryHandler
 from trainyard_health.repair import RepairLoop
 
-pytestmark = pytest.mark.asyncio
 
 
 async def consume(h, stop: asyncio.Event) -> list[asyncio.Task]:  # type: ignore[no-untyped-def]

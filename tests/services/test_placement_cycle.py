@@ -223,9 +223,8 @@ async def test_the_cycle_places_from_the_projection(bus: Bus, store: Store, case
             view = await views.get_job(store, job_id)
             assert view is not None and (view.status, view.reason) == ("admitted", reason)
         for job_id, _ in case.waiting:
-            raw = await store.redis.hget(store.key("job", job_id), "expected_start")
-            want = case.expected_start.get(job_id)
-            assert (float(raw) if raw else None) == want
+            view = await views.get_job(store, job_id)
+            assert view is not None and view.expected_start == case.expected_start.get(job_id)
         assert cycle.stats.backfilled == case.backfilled
         assert cycle.stats.reservations == len(case.expected_start)
         assert await views.violations(store) == []

@@ -189,7 +189,8 @@ class Simulator:
             if st.failed_at is None and st.status == "running":
                 st.failed_at = self.now
                 self.push(self.now + self.scenario.failures.detection_s, DETECT, (i, st.run_id, node))
-        self.push(self.now + repair_s, REPAIR, node)
+        # back in service only after its runs were noticed failed and gave their GPUs up
+        self.push(self.now + max(repair_s, self.scenario.failures.detection_s), REPAIR, node)
 
     def _detect(self, what: tuple[int, str, str]) -> None:
         i, run_id, node = what

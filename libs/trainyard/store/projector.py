@@ -154,6 +154,8 @@ class Projector:
         self.stream = stream
         self.position = 0
         self.changed = asyncio.Event()  # set after every applied batch
+        self._touched: set[str] = set()  # ids of entities with events since the last drain
+        self.lost_count = 0  # times Redis was found to have lost the projection
         self._advanced = asyncio.Condition()
 
     @property
@@ -184,6 +186,12 @@ class Projector:
             self._advanced.notify_all()
         self.changed.set()
 
+    def drain_touched(self) -> set[str]:
+        """Ids (job or node) that had events since the last call, whichever
+        process applied them: what a cache of the projection must re-read."""
+        touched, self._touched = self._touched, set()
+        return touched
+
     async def wait_for(self, seq: int, timeout: float = 10.0) -> None:
         async with self._advanced:
             await asyncio.wait_for(self._advanced.wait_for(lambda: self.position >= seq), timeout)
@@ -199,6 +207,7 @@ class Projector:
                 # Redis lost the projection (restarted empty, flushed, failed
                 # over to a stale replica): rebuild it by replaying the stream.
                 log.error("%s; replaying %s from the start", err, self.stream)
+                self.lost_count += 1  # caches of the projection must start over
                 async with self._advanced:
                     self.position = await self.store.last_seq(self.projection)
             except (nats.errors.Error, OSError, ConnectionError, RedisError) as err:
@@ -222,10 +231,12 @@ class Projector:
     async def _follow(self, stop: asyncio.Event, filter_subject: str, batch_size: int) -> None:
         start = max(self.position, await self.store.last_seq(self.projection)) + 1
         inbox: list[tuple[int, bytes]] = []
+        touched = self._touched
         arrived = asyncio.Event()
 
         async def on_msg(msg: Msg) -> None:
             inbox.append((msg.metadata.sequence.stream, msg.data))
+            touched.add(msg.subject.rsplit(".", 1)[-1])  # the job or node id
             arrived.set()
 
         config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)

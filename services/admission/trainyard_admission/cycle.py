@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 
 from trainyard.bus import Bus, PublishRequest, WrongLastSequence
@@ -71,18 +72,37 @@ class AdmissionCycle:
         self.tenancy = tenancy or TenancyHolder()
         self.placement_timeout_s = placement_timeout_s
         self._demand: dict[str, tuple[str, dict[str, int]]] = {}  # job id -> (queue, GPUs by type)
+        self._cache: dict[str, dict[str, str | None]] = {}  # job id -> FIELDS, while pending or active
+        self._lost_seen = 0
+        self.last_timings: dict[str, float] = {}  # seconds per step of the last cycle
+        self._reasons: dict[str, tuple[str, int]] = {}  # reasons last written, to write only changes
 
     async def _rows(self, ids: list[str]) -> dict[str, dict[str, str | None]]:
-        pipe = self.store.redis.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hmget(self.store.key("job", job_id), *FIELDS)
-        rows = await pipe.execute()
-        out = {j: dict(zip(FIELDS, row, strict=True)) for j, row in zip(ids, rows, strict=True) if row[0] is not None}
-        missing = [j for j in out if j not in self._demand]
+        """The job fields for ``ids``, re-reading from Redis only jobs that had
+        events since the last cycle (or that this process has not seen yet)."""
+        if self.projector.lost_count != self._lost_seen:
+            self._lost_seen = self.projector.lost_count
+            self._cache.clear()
+            self._reasons.clear()
+        for job_id in self.projector.drain_touched():
+            self._cache.pop(job_id, None)
+            self._reasons.pop(job_id, None)  # its record changed: write its reason again
+        missing = [j for j in ids if j not in self._cache]
         if missing:
-            for job_id, spec in (await views.job_specs(self.store, missing)).items():
+            pipe = self.store.redis.pipeline(transaction=False)
+            for job_id in missing:
+                pipe.hmget(self.store.key("job", job_id), *FIELDS)
+            for job_id, row in zip(missing, await pipe.execute(), strict=True):
+                if row[0] is not None:
+                    self._cache[job_id] = dict(zip(FIELDS, row, strict=True))
+        unknown = [j for j in ids if j in self._cache and j not in self._demand]
+        if unknown:
+            for job_id, spec in (await views.job_specs(self.store, unknown)).items():
                 self._demand[job_id] = (spec.queue, gpu_demand(spec))
-        return {j: r for j, r in out.items() if j in self._demand}
+        wanted = set(ids)
+        for job_id in [j for j in self._cache if j not in wanted]:
+            del self._cache[job_id]  # no longer pending or active
+        return {j: self._cache[j] for j in ids if j in self._cache and j in self._demand}
 
     async def snapshot(self) -> tuple[AdmissionSnapshot, dict[str, dict[str, str | None]]]:
         pending_ids = await views.ids_in(self.store, "pending", self.window - 1)
@@ -136,14 +156,18 @@ class AdmissionCycle:
 
     async def run_once(self) -> int:
         """One cycle; returns how many decisions it published."""
+        clock = time.perf_counter
+        t = [clock()]
         # 1. Snapshot the projection, once it holds everything the log holds.
         for projector in self.projections:
             await projector.caught_up()
         snapshot, rows = await self.snapshot()
         now = self.clock()
+        t.append(clock())
         # 2. Decide (pure).
         policy = AdmissionPolicy(self.policy.max_admissions_per_cycle, self.tenancy.compiled, self.policy.max_preemptors_per_cycle)
         result = admit(snapshot, policy, now) if snapshot.pending else AdmissionResult([], [])
+        t.append(clock())
         # 3. Publish the decisions, each fenced by the job's last subject sequence.
         requests = self._admissions(result, rows, now) + self._notices(result, rows, now) + self._stops(rows, now)
         results = await self.bus.publish_many(requests)
@@ -153,12 +177,19 @@ class AdmissionCycle:
         fair_share = [p for p in result.preemptions if p.reason.value == "fair_share"]
         if fair_share:
             await self.store.redis.zadd(self.store.key("preemptions"), {f"{p.job_id}@{now}": now for p in fair_share})
-        # 4. Say why everyone else waits.
-        await views.set_pending_reasons(self.store, {w.job_id: (w.reason.value, w.position) for w in result.waiting})
+        t.append(clock())
+        # 4. Say why everyone else waits (only what changed since the last cycle).
+        reasons = {w.job_id: (w.reason.value, w.position) for w in result.waiting}
+        await views.set_pending_reasons(self.store, {j: r for j, r in reasons.items() if self._reasons.get(j) != r})
+        self._reasons = reasons
+        t.append(clock())
         # 5. Read our own writes before the next cycle.
         seqs = [r.seq for r in results if not isinstance(r, Exception)]
         if seqs:
             await self.projector.wait_for(max(seqs))
+        t.append(clock())
+        self.last_timings = dict(zip(("snapshot", "decide", "publish", "reasons", "read_back"),
+                                     (b - a for a, b in zip(t, t[1:]))))  # fmt: skip
         return len(seqs)
 
     def _admissions(self, result: AdmissionResult, rows: dict, now: float) -> list[PublishRequest]:

@@ -23,14 +23,17 @@ class TenancyHolder:
         self._classes: dict[str, tuple[int, bool, bool]] = {}
 
     async def use(self, version: ConfigVersion) -> None:
-        self.config = version.config
-        self.compiled = compile_tenancy(version.config)
-        self.revision = version.revision
-        self._classes = {c.name: (c.priority, c.preemptible, c.may_only_borrow) for c in self.compiled.priority_classes}
+        self.set(compile_tenancy(version.config), version.config, version.revision)
         log.info("tenancy revision %d in force (%d queues)", version.revision, len(self.compiled.queues))
+
+    def set(self, compiled: Tenancy, config: TenancyConfig | None = None, revision: int | None = None) -> None:
+        self.config = config
+        self.compiled = compiled
+        self.revision = revision
+        self._classes = {c.name: (c.priority, c.preemptible, c.may_only_borrow) for c in compiled.priority_classes}
 
     def priority_class(self, name: str | None) -> tuple[int, bool, bool]:
         """(priority, preemptible, may_only_borrow) of a class; defaults without a config."""
-        if self.config is not None and name not in self._classes:
+        if self.config is not None and name not in self._classes:  # the cluster default
             name = self.config.default_priority_class
         return self._classes.get(name or "", (0, True, False))

@@ -252,5 +252,5 @@ class Monitor:
             return
         self.metrics.alerts.labels(alert.severity).inc()
         (log.error if alert.severity == "page" else log.warning)("ALERT %s: %s", alert.severity, alert.summary)
-        await audit(self.bus, "service:health", f"health.alert.{alert.severity}", alert.node_id or alert.rack or alert.pool or "fleet",
-                    alert.summary, at=now)  # fmt: skip
+        target = alert.node_id or alert.rack or alert.pool or "fleet"
+        await audit(self.bus, "service:health", f"health.alert.{alert.severity}", target, alert.summary, at=now)

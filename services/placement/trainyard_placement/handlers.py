@@ -135,11 +135,13 @@ class PlacementCycle:
             started = j.started_at if j.started_at is not None else j.placed_at
             if replicas is None or spec is None or started is None:
                 continue
+            # A checkpoint older than this run (it resumed from it) saves none of this run's work.
+            checkpoint = j.last_checkpoint_at if j.last_checkpoint_at and j.last_checkpoint_at >= started else None
             out.append(
                 RunningAlloc(
                     job_id=j.job_id, run_id=j.run_id or "", replicas=replicas, started_at=started,
                     max_runtime_s=float(spec.max_runtime_s), preemptible=j.preemptible,
-                    last_checkpoint_at=j.last_checkpoint_at, priority=j.priority,
+                    last_checkpoint_at=checkpoint, priority=j.priority,
                 )  # fmt: skip
             )
         return out

@@ -38,11 +38,14 @@ def test_checks_fail_when_gpus_are_missing() -> None:
 @pytest.mark.parametrize(
     "request_, effect",
     [
-        pytest.param(ControlRequest(op="xid", node_id="n1", gpu=2, xid=79), lambda g: g.wait_xid(0)[0].xid == 79, id="an XID is queued"),
+        pytest.param(ControlRequest(op="xid", node_id="n1", gpu=2, xid=79), lambda g: g.wait_xid(0)[0].xid == 79,
+                     id="an XID is queued"),  # fmt: skip
         pytest.param(ControlRequest(op="ecc", node_id="n1", gpu=1), lambda g: g.sample(1).ecc_corrected_volatile == 5000,
                      id="an ECC burst defaults to 5000 corrected errors"),  # fmt: skip
-        pytest.param(ControlRequest(op="overheat", node_id="n1"), lambda g: g.sample(0).temperature_c == 95.0, id="overheat defaults to 95 C"),
-        pytest.param(ControlRequest(op="nvlink_down", node_id="n1", links=[3, 4]), lambda g: g.sample(0).nvlink_links_down == [3, 4],
+        pytest.param(ControlRequest(op="overheat", node_id="n1"), lambda g: g.sample(0).temperature_c == 95.0,
+                     id="overheat defaults to 95 C"),  # fmt: skip
+        pytest.param(ControlRequest(op="nvlink_down", node_id="n1", links=[3, 4]),
+                     lambda g: g.sample(0).nvlink_links_down == [3, 4],
                      id="links go down"),  # fmt: skip
         pytest.param(ControlRequest(op="gpu_lost", node_id="n1", gpu=5), lambda g: g.sample(5).gpu_lost, id="a GPU is lost"),
     ],

@@ -24,9 +24,11 @@ OURS_HARD = {"key": TAINT_KEY, "value": "true", "effect": "NoExecute"}
 @pytest.mark.parametrize(
     "before, state, fatal, taints, unschedulable, cordoned_by_us",
     [
-        pytest.param(node(), "cordoned", False, [OURS_SOFT], True, "true", id="cordon taints NoSchedule and marks the node unschedulable"),
+        pytest.param(node(), "cordoned", False, [OURS_SOFT], True, "true",
+                     id="cordon taints NoSchedule and marks the node unschedulable"),  # fmt: skip
         pytest.param(node(), "draining", True, [OURS_HARD], True, "true", id="a fatal fault taints NoExecute"),
-        pytest.param(node(taints=[NOT_READY, GPU_VENDOR]), "cordoned", False, [NOT_READY, GPU_VENDOR, OURS_SOFT], True, "true",
+        pytest.param(node(taints=[NOT_READY, GPU_VENDOR]), "cordoned", False,
+                     [NOT_READY, GPU_VENDOR, OURS_SOFT], True, "true",
                      id="other owners' taints and node.kubernetes.io taints are kept as they are"),
         pytest.param(node(unschedulable=True), "cordoned", False, [OURS_SOFT], True, None,
                      id="a node a person cordoned is tainted but not claimed as ours"),
