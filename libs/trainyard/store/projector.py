@@ -230,13 +230,11 @@ class Projector:
 
     async def _follow(self, stop: asyncio.Event, filter_subject: str, batch_size: int) -> None:
         start = max(self.position, await self.store.last_seq(self.projection)) + 1
-        inbox: list[tuple[int, bytes]] = []
-        touched = self._touched
+        inbox: list[tuple[int, str, bytes]] = []
         arrived = asyncio.Event()
 
         async def on_msg(msg: Msg) -> None:
-            inbox.append((msg.metadata.sequence.stream, msg.data))
-            touched.add(msg.subject.rsplit(".", 1)[-1])  # the job or node id
+            inbox.append((msg.metadata.sequence.stream, msg.subject, msg.data))
             arrived.set()
 
         config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
@@ -257,9 +255,11 @@ class Projector:
                     # Another process's projector may have applied these already:
                     # skip them without decoding (the Lua fold would skip them too).
                     applied = await self._check_not_lost()
-                    todo = [(s, d) for s, d in items if s > max(self.position, applied)]
+                    todo = [(s, d) for s, _, d in items if s > max(self.position, applied)]
                     if todo:
                         await self.apply(todo)
+                    # Only now, with Redis holding these events, may a cache re-read them.
+                    self._touched.update(subject.rsplit(".", 1)[-1] for _, subject, _ in items)
                     await self._advance(items[-1][0])
         finally:
             await sub.unsubscribe()
