@@ -19,7 +19,7 @@ from rich.table import Table
 from trainyard.cli.client import ApiError, Client, resolve_api_url
 from trainyard.cli.config import config_app
 from trainyard.cli.finance import export_app, report_app
-from trainyard.cli.nodes import node_app
+from trainyard.cli.nodes import agent_command, emulate_inject, node_app
 from trainyard.cli.sim import sim_app
 
 app = typer.Typer(help="Trainyard: the operating system for large GPU training clusters.", no_args_is_help=True)
@@ -34,6 +34,8 @@ app.add_typer(export_app, name="export")
 app.add_typer(report_app, name="report")
 app.add_typer(sim_app, name="sim")
 app.add_typer(config_app, name="config")
+app.command("agent")(agent_command)
+emulate_app.command("inject")(emulate_inject)
 
 console = Console()
 err_console = Console(stderr=True)

@@ -25,6 +25,8 @@ def _run(policies: list[str], workload: str, traces: str | None, jobs: int, node
     from trainyard.sim.scenarios import build, parse_quotas, run_policies
 
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # piped or captured: keep the table whole
     try:
         overrides = parse_quotas(quota)
         w, n = build(workload, traces, jobs, nodes, seed, load, start, end, add_nodes, overrides, arrival_scale, limit)

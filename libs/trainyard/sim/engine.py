@@ -32,6 +32,7 @@ from trainyard.sim.cluster import SimCluster
 from trainyard.sim.failures import FailureSource, progress_lost
 from trainyard.sim.placing import place_live
 from trainyard.sim.policies import REQUEUE_BASE, Policy, first_order, multifactor
+from trainyard.sim.report import jain, water_fill
 from trainyard.sim.state import JobState, Scenario
 from trainyard.sim.workloads import GPU_TYPE, QUEUE, Workload, tenancy_for
 
@@ -75,6 +76,7 @@ class Simulator:
         self.up_s = 0.0  # GPU-seconds of nodes in service
         self.timeline: list[tuple[float, float, int, int, int]] = []  # (t, utilisation, pending, running, down)
         self.fragmentation: list[tuple[float, dict[str, float]]] = []
+        self.jain_samples: list[float] = []  # Jain's index of held vs fair GPUs, at samples with contention
         self.violations: list[str] = []
         self.decisions: list[tuple] = []  # ("admit", snapshot, now, result) / ("place", snapshot, requests, now, result)
         self.failure_log: list[tuple[float, str, str]] = []  # (t, node, cause)
@@ -389,6 +391,14 @@ class Simulator:
         placed = sum(self.held_by.values())
         pending = sum(len(q) for q in self.pending.values())
         self.timeline.append((t, placed / up if up else 0.0, pending, len(self.allocs), len(self.cluster.down)))
+        if placed and pending:
+            # fairness now: GPUs held against the weighted max-min split of them, capped by what each tenant wants
+            wanted = {}
+            for tenant, queue in self.pending.items():
+                wanted[tenant] = self.held_by[tenant] + sum(self.jobs[i].job.gpus for _, _, i in queue)
+            fair = water_fill(wanted, self.entitled, placed)
+            ratios = [self.held_by[t] / f for t, f in fair.items() if f > 0]
+            self.jain_samples.append(jain(ratios))
 
     def _frag_every(self) -> float:
         jobs = self.workload.jobs

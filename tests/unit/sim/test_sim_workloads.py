@@ -107,3 +107,11 @@ def test_cli_run_json_and_bad_policy():
                                       "--policies", "lottery"])
     assert result.exit_code == 2
     assert "unknown policy" in result.output
+
+
+def test_water_fill_caps_small_demands_and_splits_the_rest_by_weight():
+    from trainyard.sim.report import water_fill
+
+    fair = water_fill({"a": 10.0, "b": 100.0, "c": 100.0}, {"a": 1.0, "b": 1.0, "c": 2.0}, 100.0)
+    assert fair["a"] == pytest.approx(10.0)
+    assert fair["b"] == pytest.approx(30.0) and fair["c"] == pytest.approx(60.0)
