@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import pytest
 
-from test_placement_cycle import ALL8, CLUSTER, Harness, harness, job, rack
+from test_placement_cycle import CLUSTER, Harness, harness, job, rack
 from trainyard.bus import Bus
 from trainyard.bus.lease import Lease
 from trainyard.core.invariants import check_job_log

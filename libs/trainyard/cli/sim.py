@@ -61,29 +61,45 @@ def _run(policies: list[str], workload: str, traces: str | None, jobs: int, node
         console.print(f"[red]{bad} invariant violations[/red]")
         raise typer.Exit(1)
 
-
+# Options shared by `sim run` and `sim compare`.
+JOBS = typer.Option(10_000, help="synthetic: number of jobs")
+NODES = typer.Option(512, help="synthetic: 8-GPU nodes")
+LOAD = typer.Option(0.8, help="synthetic: offered load")
+START = typer.Option(None, help="philly: first submission day YYYY-mm-dd")
+END = typer.Option(None, help="philly: day after the last")
+ADD_NODES = typer.Option(0, help="what-if: extra 8-GPU nodes")
+QUOTA = typer.Option([], help="what-if: TENANT=GPUS nominal quota, repeatable")
+ARRIVAL_SCALE = typer.Option(1.0, help="what-if: arrivals this many times as fast")
+TICK = typer.Option(60.0, help="scheduling cycle at most every N virtual seconds (0: every change)")
+FAILURES = typer.Option(False, help="node failures at Llama 3 rates")
+LEMONS = typer.Option(0.0, help="share of lemon nodes (10x failure rate)")
+CHECKPOINT = typer.Option(3600.0, help="checkpoint interval (s)")
+BORROWING = typer.Option(None, "--borrowing/--no-borrowing", help="default: off for philly, on otherwise")
+OUT = typer.Option(None, help="folder for summary.json, CSVs and PNG charts")
+CHECK_EVERY = typer.Option(0, help="check invariants every N cycles (0: never)")
+LIMIT = typer.Option(None, help="philly: only the first N jobs")
 
 
 @sim_app.command("run")
 def run(
     policy: str = typer.Option("trainyard", help="trainyard, fifo, sjf or slurm"),
     workload: str = WORKLOAD, traces: str = TRACES,
-    jobs: int = typer.Option(10_000, help="synthetic: number of jobs"),
-    nodes: int = typer.Option(512, help="synthetic: 8-GPU nodes"),
-    seed: int = 0, load: float = typer.Option(0.8, help="synthetic: offered load"),
-    start: str = typer.Option(None, help="philly: first submission day YYYY-mm-dd"),
-    end: str = typer.Option(None, help="philly: day after the last"),
-    add_nodes: int = typer.Option(0, help="what-if: extra 8-GPU nodes"),
-    quota: list[str] = typer.Option([], help="what-if: TENANT=GPUS nominal quota, repeatable"),
-    arrival_scale: float = typer.Option(1.0, help="what-if: arrivals this many times as fast"),
-    tick: float = typer.Option(60.0, help="scheduling cycle at most every N virtual seconds (0: every change)"),
-    failures: bool = typer.Option(False, help="node failures at Llama 3 rates"),
-    lemons: float = typer.Option(0.0, help="share of lemon nodes (10x failure rate)"),
-    checkpoint: float = typer.Option(3600.0, help="checkpoint interval (s)"),
-    borrowing: bool = typer.Option(None, "--borrowing/--no-borrowing", help="default: off for philly, on otherwise"),
-    out: str = typer.Option(None, help="folder for summary.json, CSVs and PNG charts"),
-    check_every: int = typer.Option(0, help="check invariants every N cycles (0: never)"),
-    limit: int = typer.Option(None, help="philly: only the first N jobs"),
+    jobs: int = JOBS,
+    nodes: int = NODES,
+    seed: int = 0, load: float = LOAD,
+    start: str = START,
+    end: str = END,
+    add_nodes: int = ADD_NODES,
+    quota: list[str] = QUOTA,
+    arrival_scale: float = ARRIVAL_SCALE,
+    tick: float = TICK,
+    failures: bool = FAILURES,
+    lemons: float = LEMONS,
+    checkpoint: float = CHECKPOINT,
+    borrowing: bool = BORROWING,
+    out: str = OUT,
+    check_every: int = CHECK_EVERY,
+    limit: int = LIMIT,
     as_json: bool = typer.Option(False, "--json", help="print summary JSON instead of a table"),
 ) -> None:
     """Simulate one policy."""
@@ -109,22 +125,22 @@ def run(
 def compare(
     policies: str = typer.Option("trainyard,fifo,sjf,slurm", help="comma-separated policies"),
     workload: str = WORKLOAD, traces: str = TRACES,
-    jobs: int = typer.Option(10_000, help="synthetic: number of jobs"),
-    nodes: int = typer.Option(512, help="synthetic: 8-GPU nodes"),
-    seed: int = 0, load: float = typer.Option(0.8, help="synthetic: offered load"),
-    start: str = typer.Option(None, help="philly: first submission day YYYY-mm-dd"),
-    end: str = typer.Option(None, help="philly: day after the last"),
-    add_nodes: int = typer.Option(0, help="what-if: extra 8-GPU nodes"),
-    quota: list[str] = typer.Option([], help="what-if: TENANT=GPUS nominal quota, repeatable"),
-    arrival_scale: float = typer.Option(1.0, help="what-if: arrivals this many times as fast"),
-    tick: float = typer.Option(60.0, help="scheduling cycle at most every N virtual seconds (0: every change)"),
-    failures: bool = typer.Option(False, help="node failures at Llama 3 rates"),
-    lemons: float = typer.Option(0.0, help="share of lemon nodes (10x failure rate)"),
-    checkpoint: float = typer.Option(3600.0, help="checkpoint interval (s)"),
-    borrowing: bool = typer.Option(None, "--borrowing/--no-borrowing", help="default: off for philly, on otherwise"),
-    out: str = typer.Option(None, help="folder for summary.json, CSVs and PNG charts"),
-    check_every: int = typer.Option(0, help="check invariants every N cycles (0: never)"),
-    limit: int = typer.Option(None, help="philly: only the first N jobs"),
+    jobs: int = JOBS,
+    nodes: int = NODES,
+    seed: int = 0, load: float = LOAD,
+    start: str = START,
+    end: str = END,
+    add_nodes: int = ADD_NODES,
+    quota: list[str] = QUOTA,
+    arrival_scale: float = ARRIVAL_SCALE,
+    tick: float = TICK,
+    failures: bool = FAILURES,
+    lemons: float = LEMONS,
+    checkpoint: float = CHECKPOINT,
+    borrowing: bool = BORROWING,
+    out: str = OUT,
+    check_every: int = CHECK_EVERY,
+    limit: int = LIMIT,
 ) -> None:
     """Simulate several policies on the same workload and print them side by side."""
     names = [p.strip() for p in policies.split(",") if p.strip()]

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import msgspec
 
 # The sample types live in trainyard.domain.telemetry so the pure health
 # rules can read them; they are re-exported here for the agent and backends.

@@ -22,7 +22,6 @@ from trainyard.domain.job import ValidationError, validate_job_spec
 from trainyard.events import (
     CancelJob,
     JobAccepted,
-    JobAdmitted,
     JobCancelled,
     JobRejected,
     SubmitJob,

@@ -47,28 +47,6 @@ COMMAND_MAX_AGE_S = 300.0
 log = logging.getLogger(__name__)
 
 
-class HeartbeatHandler:
-    def __init__(self, store: Store, clock: Callable[[], float]) -> None:
-        self.store = store
-        self.clock = clock
-
-    async def __call__(self, msgs: Sequence[Msg]) -> list[BaseException | None]:
-        outcomes: list[BaseException | None] = [None] * len(msgs)
-        now = self.clock()
-        pipe = self.store.redis.pipeline(transaction=False)
-        for i, msg in enumerate(msgs):
-            try:
-                event = decode_node_event(msg.data)
-            except (msgspec.DecodeError, msgspec.ValidationError) as err:
-                outcomes[i] = PoisonMessage(f"not a node event: {err}")
-                continue
-            if isinstance(event, NodeHeartbeat):
-                pipe.zadd(self.store.key("hb"), {event.node_id: now})
-                pipe.hset(self.store.key("hbboot"), event.node_id, event.boot_id)
-        await pipe.execute()
-        return outcomes
-
-
 class TelemetryHandler:
     """Heartbeats, samples and XIDs from agents; one batch -> one monitor decision."""
 

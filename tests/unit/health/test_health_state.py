@@ -18,7 +18,6 @@ from trainyard.core.health import (
     RebootNode,
     Remedy,
     ResetGpu,
-    RunHealthChecks,
     Severity,
     TransitionRejected,
     Uncordon,
