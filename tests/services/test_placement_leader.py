@@ -196,9 +196,12 @@ async def test_with_a_lease_one_process_decides_at_a_time(
         assert await views.violations(store) == []
         placements = [e for e in events if isinstance(e, JobPlaced)]
         assert sorted(e.job_id for e in placements) == sorted(j for j, _ in jobs)  # each job placed exactly once
-        # The old leader decided nothing after the hand-over; the standby decided the rest.
+        # The old leader decided nothing after the hand-over; the standby decided everything
+        # submitted after it.  (A publish the old leader had in flight when it stopped may have
+        # landed without its answer arriving: such a job is on the log once, in neither count.)
         assert leader.cycle.stats.placed_jobs == placed_by_old
-        assert set(standby.cycle.stats.placed_jobs) == {j for j, _ in jobs} - set(placed_by_old)
+        assert not set(standby.cycle.stats.placed_jobs) & set(placed_by_old)
+        assert set(standby.cycle.stats.placed_jobs) >= {j for j, _ in jobs[30:]}
         assert standby.cycle.stats.placed > 0
         # Leadership changed once: every job the old leader placed precedes, on the log, every one the standby placed.
         order = [e.job_id for e in placements]
