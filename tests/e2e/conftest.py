@@ -12,7 +12,9 @@ from trainyard.local import LocalStack, StackConfig
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[LocalStack]:
-    s = LocalStack(StackConfig(data_dir=str(tmp_path / "stack"), heartbeat_timeout_s=4.0, log_level="WARNING"))
+    # A generous heartbeat timeout: on a loaded two-core CI machine a heartbeat can be late, and
+    # a spurious node loss would re-run jobs these tests count.  (Node loss has its own tests.)
+    s = LocalStack(StackConfig(data_dir=str(tmp_path / "stack"), heartbeat_timeout_s=15.0, log_level="WARNING"))
     try:
         s.start()
         yield s
