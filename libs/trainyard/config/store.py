@@ -66,12 +66,6 @@ class ConfigStore:
         text = entry.value.decode()
         return ConfigVersion(entry.revision or 0, text, load_tenancy(text))
 
-    async def history(self) -> list[int]:
-        try:
-            return [e.revision or 0 for e in await self.kv.history(TENANCY_KEY)]
-        except (KeyNotFoundError, NotFoundError):
-            return []
-
     async def apply(self, text: str, actor: str, reason: str = "") -> tuple[int, list[str]]:
         """Store ``text`` as the next version; returns (revision, changes)."""
         new = parse_and_validate(text)

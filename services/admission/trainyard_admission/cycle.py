@@ -26,6 +26,7 @@ from trainyard.core.admission import (
     decay_usage_table,
     queue_key,
 )
+from trainyard.core.admission.deadlines import HeldRun, overdue
 from trainyard.domain.job import JobSpec
 from trainyard.events import JobAdmitted, PreemptionNotice, RunFailed, subjects
 from trainyard.store import Projector, Store
@@ -222,16 +223,20 @@ class AdmissionCycle:
 
     def _stops(self, rows: dict, now: float) -> list[PublishRequest]:
         """Victims past their grace period, and gangs placement did not place in time."""
+        held = [
+            HeldRun(job_id, r["status"], _float(r["admitted_at"]), _float(r["preempt_deadline"]))
+            for job_id, r in rows.items()
+            if r["run_id"]
+        ]
         out = []
-        for job_id, r in rows.items():
-            reason = message = None
-            deadline = _float(r["preempt_deadline"])
-            if deadline is not None and now >= deadline and r["status"] in ("admitted", "placed", "running"):
-                reason, message = "preempted", f"preempted for {r.get('preemptor') or 'a waiting job'}"
-            elif r["status"] == "admitted" and (_float(r["admitted_at"]) or now) + self.placement_timeout_s <= now:
-                reason, message = "placement_timeout", f"not placed within {self.placement_timeout_s:.0f}s"
-            if reason is None or not r["run_id"]:
-                continue
-            event = RunFailed(at=now, job_id=job_id, tenant=r["tenant"], run_id=r["run_id"], reason=reason, message=message)
-            out.append(PublishRequest(subjects.job(r["tenant"], job_id), event, f"{r['run_id']}:failed", int(r["last_seq"])))
+        for stop in overdue(held, now, self.placement_timeout_s):
+            r = rows[stop.job_id]
+            if stop.reason == "preempted":
+                message = f"preempted for {r.get('preemptor') or 'a waiting job'}"
+            else:
+                message = f"not placed within {self.placement_timeout_s:.0f}s"
+            event = RunFailed(at=now, job_id=stop.job_id, tenant=r["tenant"], run_id=r["run_id"], reason=stop.reason,
+                              message=message)  # fmt: skip
+            subject = subjects.job(r["tenant"], stop.job_id)
+            out.append(PublishRequest(subject, event, f"{r['run_id']}:failed", int(r["last_seq"])))
         return out
