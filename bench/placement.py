@@ -13,20 +13,28 @@ whole ``place()`` call from a fresh snapshot, the share of multi-node gangs
 placed inside one rack / one block against how many could have been, and the
 fragmentation figure over time.
 
-    PYTHONPATH=libs .venv/bin/python bench/placement.py [--jobs 8000] [--seed 1] [--wall]
+Then, on a fragmented 512-node cluster (one zone, 8 spines (blocks) x 8 leaves
+(racks) x 8 nodes x 8 GPUs, fragmented afresh for every trial by seeded random
+runs of busy and free nodes), one gang of each size is placed and undone: the
+share placed on the fewest possible spines, and on the fewest possible leaves
+within that many spines, per gang size.  The optimum comes from the free
+replica slots per leaf alone, independently of the placement code.
+
+    PYTHONPATH=libs .venv/bin/python bench/placement.py [--jobs 8000] [--seed 1] [--wall] [--trials 400]
 """
 
 from __future__ import annotations
 
 import argparse
 import heapq
+import itertools
 import random
 import statistics
 import time
 
 from trainyard.core.placement import ClusterSnapshot, NodeView, PlacementRequest, RunningAlloc, fragmentation, place
 from trainyard.core.placement.cycle import Cycle
-from trainyard.core.placement.gang import demands_of, fitting
+from trainyard.core.placement.gang import demands_of, fit_gang, fitting, undo
 from trainyard.core.placement.topology import Level, Topology
 from trainyard.domain.job import JobSpec, Role
 from trainyard.domain.node import NodeInfo
@@ -112,8 +120,10 @@ def run(jobs: int, seed: int) -> None:
             req = PlacementRequest(jid, jid + "-r1", spec, pending[jid])
             demands = demands_of(spec)
             multi_node = spec.total_gpus > GPUS
+            cycle.backfill.mask_for(now + spec.max_runtime_s)  # "could" keeps off reservations, as the gang must
             could_rack = multi_node and next(fitting(topo.trees["H100"].root, Level.RACK, demands), None) is not None
             could_block = multi_node and next(fitting(topo.trees["H100"].root, Level.BLOCK, demands), None) is not None
+            cycle.backfill.unmask()  # place_one masks again inside the timed call
             t0, c0 = time.perf_counter(), time.thread_time()
             out = cycle.place_one(req)
             dt = (time.thread_time() - c0) * 1000 if CPU_TIME else (time.perf_counter() - t0) * 1000
@@ -194,11 +204,113 @@ def run(jobs: int, seed: int) -> None:
           f"min {min(full_ms):.1f} ms, median {statistics.median(full_ms):.1f} ms")
 
 
+SPINES, LEAVES, LEAF_NODES = 8, 8, 8  # the fragmented 512-node cluster
+NODE_GANGS = [2, 4, 8, 16]  # whole-node gangs, in nodes
+
+
+def fragmented(rng: random.Random) -> list[tuple[NodeInfo, list[int]]]:
+    """512 nodes in leaf order, busy and free in random runs that cross leaf and spine edges;
+    a busy node is sometimes only partly busy."""
+    occupancy = rng.uniform(0.5, 0.9)
+    out: list[tuple[NodeInfo, list[int]]] = []
+    busy_run = False
+    left = 0
+    for s in range(SPINES):
+        for leaf in range(LEAVES):
+            for n in range(LEAF_NODES):
+                if left == 0:
+                    busy_run = rng.random() < occupancy
+                    left = rng.randint(1, 8)
+                left -= 1
+                used = (GPUS if rng.random() < 0.75 else rng.randint(1, GPUS - 1)) if busy_run else 0
+                info = NodeInfo(f"s{s}-l{leaf}-n{n}", "frag", "H100", GPUS, zone="z0", block=f"s{s}", rack=f"l{leaf}")
+                out.append((info, list(range(used, GPUS))))
+    return out
+
+
+def optimum(views: list[tuple[NodeInfo, list[int]]], gpus: int, replicas: int) -> tuple[int, int] | None:
+    """The fewest spines, and the fewest leaves within that many spines, that hold the gang."""
+    slots: dict[tuple[str, str], int] = {}
+    for info, free in views:
+        key = (info.block, info.rack)
+        slots[key] = slots.get(key, 0) + len(free) // gpus
+    by_spine: dict[str, list[int]] = {}
+    for (spine, _), n in slots.items():
+        if n:
+            by_spine.setdefault(spine, []).append(n)
+    totals = sorted((sum(v) for v in by_spine.values()), reverse=True)
+    spines = next((k for k in range(1, len(totals) + 1) if sum(totals[:k]) >= replicas), None)
+    if spines is None:
+        return None
+    best = None
+    for chosen in itertools.combinations(sorted(by_spine), spines):
+        leaves = sorted((n for s in chosen for n in by_spine[s]), reverse=True)
+        got = 0
+        for count, n in enumerate(leaves, 1):
+            got += n
+            if got >= replicas:
+                best = count if best is None else min(best, count)
+                break
+    return spines, best  # type: ignore[return-value]
+
+
+def two_level(trials: int, seed: int) -> None:
+    rng = random.Random(seed)
+    rows: dict[str, list[int]] = {}  # label -> [placed, on fewest spines, on fewest leaves too, extra leaves]
+    latency: dict[str, list[float]] = {}
+    labels = [f"{n} nodes" for n in NODE_GANGS] + ["mixed"]
+    for _ in range(trials):
+        views = fragmented(rng)
+        topo = Topology.build((i, free, True) for i, free in views)
+        mixed = rng.choices(SIZES, WEIGHTS, k=4)
+        gangs = [(f"{n} nodes", n * GPUS) for n in NODE_GANGS] + [("mixed", g) for g in mixed]
+        for label, total in gangs:
+            spec = spec_of(total, 3600.0, rng)
+            role = spec.roles[0]
+            best = optimum(views, role.gpus_per_replica, role.replicas)
+            c0 = time.thread_time()
+            placed = fit_gang(topo, spec)
+            dt = (time.thread_time() - c0) * 1000
+            assert (placed is None) == (best is None), "the placement and the optimum disagree on fitting"
+            if placed is None or best is None:
+                continue
+            latency.setdefault(label, []).append(dt)
+            leaves = {topo.nodes[r.node_id].path[:3] for r in placed}
+            spines = {p[:2] for p in leaves}
+            row = rows.setdefault(label, [0, 0, 0, 0])
+            row[0] += 1
+            row[1] += len(spines) == best[0]
+            row[2] += len(spines) == best[0] and len(leaves) == best[1]
+            row[3] += len(leaves) - best[1]
+            undo(topo, [(0, "", topo.nodes[r.node_id], r.gpus) for r in placed])
+    print(f"\ntwo-level optimality: {SPINES * LEAVES * LEAF_NODES} nodes, {SPINES} spines x {LEAVES} leaves x "
+          f"{LEAF_NODES} nodes, fragmented by seeded random runs; {trials} trials, seed {seed}")
+    print(f"{'gang':>9} {'placed':>7} {'fewest spines':>14} {'fewest leaves':>14} {'extra leaves':>13} "
+          f"{'p50 ms':>7} {'p99 ms':>7}")
+    total = [0, 0, 0, 0]
+    for label in labels:
+        row = rows.get(label, [0, 0, 0, 0])
+        total = [a + b for a, b in zip(total, row)]
+        n = max(row[0], 1)
+        lat = latency.get(label, [])
+        print(f"{label:>9} {row[0]:>7} {row[1] / n:>14.1%} {row[2] / n:>14.1%} {row[3] / n:>13.2f} "
+              f"{pct(lat, 50):>7.3f} {pct(lat, 99):>7.3f}")
+    node_rows = [rows.get(f"{n} nodes", [0, 0, 0, 0]) for n in NODE_GANGS]
+    placed_2_16 = sum(r[0] for r in node_rows)
+    print(f"{'2-16':>9} {placed_2_16:>7} {sum(r[1] for r in node_rows) / max(placed_2_16, 1):>14.1%} "
+          f"{sum(r[2] for r in node_rows) / max(placed_2_16, 1):>14.1%} "
+          f"{sum(r[3] for r in node_rows) / max(placed_2_16, 1):>13.2f}")
+    print("(fewest leaves: on the fewest spines and on the fewest leaves those spines allow; "
+          "extra leaves: mean leaves beyond that optimum)")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=8000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--wall", action="store_true", help="measure wall time instead of CPU time")
+    parser.add_argument("--trials", type=int, default=400, help="fragmented 512-node clusters for the two-level figure")
     args = parser.parse_args()
     CPU_TIME = not args.wall
     run(args.jobs, args.seed)
+    two_level(args.trials, args.seed)

@@ -3,10 +3,13 @@
 The search walks the levels tightest first (node, NVLink domain, rack, block,
 zone, cluster) up to the widest level the job allows.  At each level it lists
 the domains whose aggregates say the gang fits, best fit first, and packs the
-gang into them in turn; the first that takes every replica wins.  Inside the
-chosen domain, roles with their own constraint (trainers in one NVLink
-domain) are placed first, in a sub-domain of their level; the rest of the gang
-fills the domain top-down, best fit at each level.
+gang into them in turn; the first that takes every replica wins.  From the
+block level up, domains are ranked by the two-level rule first (fewest spines,
+then fewest leaves; see leaves.py) and by best fit after.  Inside the chosen
+domain, roles with their own constraint (trainers in one NVLink domain) are
+placed first, in a sub-domain of their level; the rest of the gang fills the
+domain top-down: across spines as the two-level plan says, and inside a spine
+the leaves with the most room first until one leaf holds the rest, best fit.
 
 A failed try gives back everything it took, so the tree is unchanged unless a
 placement is returned.
@@ -14,8 +17,9 @@ placement is returned.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
+from trainyard.core.placement.leaves import Span, plan, span
 from trainyard.core.placement.scoring import best_fit_key, spill_key
 from trainyard.core.placement.topology import LEVEL_OF, Domain, Level, Node, Topology
 from trainyard.core.reasons import PendingReason
@@ -155,7 +159,7 @@ def fit_gang(topo: Topology, spec: JobSpec, limit: int = 32,
 
 
 def _candidates(topo: Topology, roots: dict[str, Domain], by_type: dict[str, list[Demand]],
-                primary: str, level: Level, limit: int) -> list[dict[str, Domain]]:
+                primary: str, level: Level, limit: int) -> Iterable[dict[str, Domain]]:
     need = {t: sum(d.gpus * d.count for d in ds) for t, ds in by_type.items()}
     if level is Level.NODE:
         if len(by_type) > 1:
@@ -163,9 +167,10 @@ def _candidates(topo: Topology, roots: dict[str, Domain], by_type: dict[str, lis
         node = _best_node(roots[primary], need[primary])
         return [{primary: node}] if node is not None else []
     found: list[tuple[tuple, dict[str, Domain]]] = []
-    for domain in _fitting(roots[primary], level, need_of(by_type[primary])):
+    primary_need = need_of(by_type[primary])
+    for domain in _fitting(roots[primary], level, primary_need):
         group = {primary: domain}
-        score = best_fit_key(domain, need[primary])
+        left, whole, key = best_fit_key(domain, need[primary])
         for t in by_type:
             if t == primary:
                 continue
@@ -173,11 +178,51 @@ def _candidates(topo: Topology, roots: dict[str, Domain], by_type: dict[str, lis
             if other is None or not fits(other, by_type[t]):
                 break
             group[t] = other
-            score = (score[0] + other.free - need[t], score[1] + other.whole, score[2])
+            left, whole = left + other.free - need[t], whole + other.whole
         else:
-            found.append((score, group))
+            found.append(((left, whole, key), group))
     found.sort(key=lambda f: f[0])
+    if level >= Level.BLOCK and len(found) > 1:
+        return _two_level_order(topo, found, primary, primary_need, level, limit)
     return [g for _, g in found[:limit]]
+
+
+def _two_level_order(topo: Topology, found: list[tuple[tuple, dict[str, Domain]]], primary: str, need: Need,
+                     level: Level, limit: int) -> Iterator[dict[str, Domain]]:
+    """Candidates (sorted best fit first) by two-level rank, then best fit.
+
+    A spine cannot do better than one spine and the leaves that the largest
+    leaf's worth of replicas would need, so the first candidate in best-fit
+    order to reach that floor is the best, and the others are ranked only if
+    packing it fails.
+    """
+    floor: Span | None = None
+    if level is Level.BLOCK:
+        total, sizes = need
+        gpus, count = sizes[0] if len(sizes) == 1 else (1, total)
+        per_leaf = topo.trees[primary].largest[Level.RACK] // gpus
+        floor = (1, -(-count // per_leaf)) if per_leaf else None
+        for i, (_, group) in enumerate(found):
+            if _span_of(group[primary], need) == floor:
+                yield group
+                found = found[:i] + found[i + 1:]
+                limit -= 1
+                break
+    ranked = sorted(((_span_of(g[primary], need), score), g) for score, g in found)
+    yield from (g for _, g in ranked[:limit])
+
+
+def _span_of(domain: Domain, need: Need) -> Span:
+    """The two-level rank of a candidate domain: (spines, leaves) the demand needs in it.
+
+    Exact for one replica size; for mixed sizes, the leaves that the gang's GPUs
+    would need if any GPU could go anywhere (a lower bound, to rank by).
+    """
+    total, sizes = need
+    gpus, count = sizes[0] if len(sizes) == 1 else (1, total)
+    ranked = span(domain, gpus, count)
+    assert ranked is not None, "the aggregates said the demand fits"
+    return ranked
 
 
 def _best_node(root: Domain, need: int) -> Node | None:
@@ -243,7 +288,22 @@ def _fill_all(topo: Topology, roots: dict[str, Domain], demands: list[Demand]) -
 
 
 def _fill(topo: Topology, domain: Domain, gpus: int, count: int, dem: Demand) -> list[Assignment]:
-    """Place up to ``count`` replicas of ``gpus`` GPUs in ``domain``, top-down best fit."""
+    """Place ``count`` replicas of ``gpus`` GPUs in ``domain``, top-down; fewer only when
+    the domain cannot hold them all.
+
+    Wider than a spine, the two-level plan picks the spines and how many
+    replicas each takes.  Inside a spine (and below) the child that holds the
+    rest best takes all of it; when none can, the child with the most room
+    takes what it can, which uses the fewest children.
+    """
+    if domain.level > Level.BLOCK:
+        chosen = plan(domain, gpus, count)
+        if chosen is None:
+            return []
+        spread: list[Assignment] = []
+        for spine, replicas, _ in chosen:
+            spread.extend(_fill(topo, spine, gpus, replicas, dem))
+        return spread
     if isinstance(domain, Node):
         out: list[Assignment] = []
         while len(out) < count and len(domain.free_gpus) >= gpus:

@@ -1,9 +1,12 @@
 """How candidate domains are ranked, and how fragmented the free GPUs are.
 
-Best fit at every level: among the domains that hold a demand, prefer the one
-left with the fewest free GPUs.  Small jobs therefore land on partly used
-nodes, racks and blocks, and whole free racks and blocks stay whole for the
-large gangs that need them.
+A gang too large for one leaf (rack) is ranked first by the two-level rule
+(leaves.py): the fewest spines (blocks), then the fewest leaves within them.
+Best fit decides everything else, and breaks ties between placements equal on
+both counts: among the domains that hold a demand, prefer the one left with
+the fewest free GPUs.  Small jobs therefore land on partly used nodes, racks
+and blocks, and whole free racks and blocks stay whole for the large gangs
+that need them.
 """
 
 from __future__ import annotations
