@@ -115,6 +115,7 @@ def summarise(sim: Simulator) -> dict:
         "large_goodput": round(useful_large / (useful_large + lost_large), 4) if useful_large else None,
         "cycles": sim.cycles,
         "violations": len(sim.violations),
+        "invariants_checked": sim.scenario.check_every > 0,  # False: "violations" counts nothing
     }
 
 
@@ -225,8 +226,16 @@ def comparison_rows(summaries: list[dict]) -> tuple[list[str], list[list[str]]]:
                 row.append(f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3f}")
             else:
                 row.append(str(v))
+        row.append(invariants_cell(s))
         rows.append(row)
-    return header, rows
+    return header + ["invariants"], rows
+
+
+def invariants_cell(summary: dict) -> str:
+    """``not checked`` when the run did not check its invariants, else how many were broken."""
+    if summary.get("invariants_checked") is False:
+        return "not checked"
+    return "0 broken" if not summary.get("violations") else f"{summary['violations']} broken"
 
 
 def markdown_table(summaries: list[dict]) -> str:
@@ -234,3 +243,63 @@ def markdown_table(summaries: list[dict]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def merge_partitions(parts: dict[str, Simulator], workload: str) -> dict:
+    """One summary of a policy run on dedicated partitions: one simulation per tenant, each on its own nodes.
+
+    JCT and wait percentiles are over every job of every partition;
+    utilisation is the partitions' utilisation weighted by their GPUs; counts
+    are summed.  ``partitions`` keeps each tenant's own figures.  Fair share
+    between tenants does not arise (nobody shares), so the Jain indices are None.
+    """
+    sums = {t: summarise(sim) for t, sim in parts.items()}
+    done = [st for sim in parts.values() for st in sim.jobs if st.status == "done"]
+    jct = [st.end - st.job.submit for st in done]
+    wait = [st.first_start - st.job.submit for st in done]
+    gpus = sum(s["gpus"] for s in sums.values())
+    large = [st for sim in parts.values() for st in sim.jobs if st.job.gpus >= LARGE_GPUS and st.status == "done"]
+    useful_large = sum(st.job.gpus * st.job.duration for st in large)
+    lost_large = sum(st.gpus_lost for st in large)
+    used = {t: sum(sim.used_s.values()) for t, sim in parts.items()}
+    total_used = sum(used.values()) or 1.0
+
+    def total(key: str) -> float:
+        return sum(s[key] for s in sums.values())
+
+    policy = next(iter(parts.values())).policy.name if parts else ""
+    return {
+        "policy": policy,
+        "workload": workload,
+        "gpus": gpus,
+        "jobs": total("jobs"),
+        "done": len(done),
+        "rejected": total("rejected"),
+        "unfinished": total("unfinished"),
+        "makespan_s": max((s["makespan_s"] for s in sums.values()), default=0.0),
+        "jct_avg_s": round(sum(jct) / len(jct), 1) if jct else 0.0,
+        "jct_p50_s": round(percentile(jct, 50), 1),
+        "jct_p99_s": round(percentile(jct, 99), 1),
+        "wait_avg_s": round(sum(wait) / len(wait), 1) if wait else 0.0,
+        "wait_p50_s": round(percentile(wait, 50), 1),
+        "wait_p99_s": round(percentile(wait, 99), 1),
+        "utilisation": round(sum(s["utilisation"] * s["gpus"] for s in sums.values()) / gpus, 4) if gpus else 0.0,
+        "fragmentation": {},
+        "jain_index": None,
+        "jain_contended": None,
+        "fairness": {t: {"received": round(used[t] / total_used, 4), "entitled": round(s["gpus"] / gpus, 4),
+                         "fair": None, "ratio": None, "demand_gpu_s": s["fairness"][t]["demand_gpu_s"]}
+                     for t, s in sums.items()},
+        "preemptions": total("preemptions"),
+        "node_failures": total("node_failures"),
+        "job_interruptions_by_failure": total("job_interruptions_by_failure"),
+        "lost_gpu_hours": round(total("lost_gpu_hours"), 1),
+        "large_jobs": len(large),
+        "large_goodput": round(useful_large / (useful_large + lost_large), 4) if useful_large else None,
+        "cycles": total("cycles"),
+        "violations": total("violations"),
+        "invariants_checked": all(s["invariants_checked"] for s in sums.values()),
+        "partitioned": True,
+        "partitions": {t: {k: s[k] for k in ("gpus", "jobs", "done", "rejected", "jct_avg_s", "wait_avg_s",
+                                             "utilisation", "violations")} for t, s in sums.items()},
+    }

@@ -1,8 +1,15 @@
 """Workloads for the simulator: the Philly trace and seeded synthetic mixes.
 
 A workload is a list of :class:`SimJob` (sorted by submission time) and the
-quota tree (:class:`Tenancy`) its tenants run under.  Every tenant is a team
-with one queue, ``default``.
+quota tree (:class:`Tenancy`) its tenants run under.  A job carries its GPU
+type, queue and priority class; the simulator's event loop schedules one GPU
+pool and one queue per tenant, while :func:`tenancy_for` can also build a tree
+with several GPU types and several queues per tenant.  Traces in the
+documented CSV / Parquet format are read by :mod:`trainyard.sim.traces`.
+
+Offered load (:meth:`Workload.offered_load`) is the GPU-seconds the jobs
+demand over the GPU-seconds the cluster offers while they are submitted:
+``sum(gpus x duration) / (cluster GPUs x (last submit - first submit))``.
 
 Philly (Jeon et al., ATC'19; trace CC BY 4.0, msr-fiddle/philly-traces) comes
 from ``philly/philly_jobs_adaptdl.csv`` as copied from petuum/adaptdl
@@ -31,11 +38,13 @@ QUEUE = "default"
 class SimJob:
     """One submitted job: its gang shape, when it arrives and how much work it is."""
 
-    __slots__ = ("index", "job_id", "tenant", "submit", "duration", "roles", "gpus", "limit_s", "priority_class")
+    __slots__ = ("index", "job_id", "tenant", "submit", "duration", "roles", "gpus", "limit_s", "priority_class",
+                 "gpu_type", "queue", "trace_id")
 
     def __init__(
         self, index: int, tenant: str, submit: float, duration: float, roles: tuple[tuple[str, int, int], ...],
-        limit_s: int | None = None, priority_class: str = "standard",
+        limit_s: int | None = None, priority_class: str = "standard", gpu_type: str = GPU_TYPE, queue: str = QUEUE,
+        trace_id: str | None = None,
     ) -> None:
         self.index = index  # position in submission order
         self.job_id = f"j{index:07d}"
@@ -47,13 +56,24 @@ class SimJob:
         # the run-time limit the user asked for; backfill plans with it
         self.limit_s = limit_s if limit_s is not None else estimate_limit(self.duration)
         self.priority_class = priority_class
+        self.gpu_type = gpu_type  # the GPU type every role runs on
+        self.queue = queue  # the tenant's queue it was submitted to
+        self.trace_id = trace_id  # the job's id in the trace it came from, if it had one
 
     def spec(self) -> JobSpec:
-        roles = [Role(name=n, replicas=r, gpus_per_replica=g, gpu_type=GPU_TYPE) for n, r, g in self.roles]
+        roles = [Role(name=n, replicas=r, gpus_per_replica=g, gpu_type=self.gpu_type) for n, r, g in self.roles]
         return JobSpec(
-            tenant=self.tenant, queue=QUEUE, roles=roles, priority_class=self.priority_class,
+            tenant=self.tenant, queue=self.queue, roles=roles, priority_class=self.priority_class,
             max_runtime_s=self.limit_s, simulated_duration_s=min(self.duration, float(self.limit_s)),
         )
+
+    def but(self, **changes: object) -> SimJob:
+        """A copy with some fields changed (``index``, ``submit``, ``roles``, ``gpu_type``, ...)."""
+        fields = {"index": self.index, "tenant": self.tenant, "submit": self.submit, "duration": self.duration,
+                  "roles": self.roles, "limit_s": self.limit_s, "priority_class": self.priority_class,
+                  "gpu_type": self.gpu_type, "queue": self.queue, "trace_id": self.trace_id}
+        fields.update(changes)
+        return SimJob(**fields)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         return f"SimJob({self.job_id}, {self.tenant}, {self.gpus} GPUs, t={self.submit}, d={self.duration})"
@@ -86,53 +106,159 @@ def traces_dir(path: str | os.PathLike[str] | None = None) -> Path:
     return Path(__file__).resolve().parents[3].parent / "shared" / "traces"
 
 
+PRIORITY_CLASSES = [
+    PriorityClass("production", 1000, preemptible=False),
+    PriorityClass("standard", 500),
+    PriorityClass("best-effort", 0, may_only_borrow=True),  # runs only on quota others lend
+]
+
+
+def split(total: int, weights: dict[str, float]) -> dict[str, int]:
+    """``total`` split in proportion to ``weights`` (largest remainder: the parts add up to ``total``)."""
+    wsum = sum(max(w, 0.0) for w in weights.values())
+    if not weights:
+        return {}
+    if wsum <= 0:
+        weights, wsum = dict.fromkeys(weights, 1.0), float(len(weights))
+    exact = {k: total * max(w, 0.0) / wsum for k, w in weights.items()}
+    out = {k: int(math.floor(v)) for k, v in exact.items()}
+    rest = total - sum(out.values())
+    for k in sorted(exact, key=lambda k: (out[k] - exact[k], k))[:rest]:
+        out[k] += 1
+    return out
+
+
 def tenancy_for(
     quotas: dict[str, int], borrowing: bool = True, preemption: bool = True, half_life_s: float = 7 * 86400.0,
-    fair_share_preemption: bool = True, min_runtime_s: float = 1800.0,
+    fair_share_preemption: bool = True, min_runtime_s: float = 1800.0, capacity: dict[str, int] | None = None,
+    queues: dict[str, list[str]] | None = None,
 ) -> Tenancy:
-    """One queue per tenant with ``quotas[tenant]`` nominal GPUs, under one organisation.
+    """The quota tree: organisation ``org`` -> tenants -> queues, ``quotas[tenant]`` nominal GPUs each.
 
-    Without ``borrowing`` every tenant is held to its nominal quota (Philly's
-    virtual clusters were dedicated partitions).
+    ``capacity`` (GPUs per type on the cluster; default: one type, ``GPU_TYPE``)
+    splits each tenant's nominal quota across the types in proportion to the
+    capacity of each.  ``queues`` (tenant -> queue names; default: one queue,
+    ``default``) gives a tenant several queues: the tenant becomes a team
+    cohort holding its quota, split evenly across its queues, which may borrow
+    from each other inside the team.  Without ``borrowing`` every tenant is held
+    to its nominal quota (Philly's virtual clusters were dedicated partitions).
     """
+    types = dict(capacity) if capacity else {GPU_TYPE: 0}
     limit = None if borrowing else 0
-    queues = [
-        QueueQuota(tenant=t, name=QUEUE, cohort="org", quota={GPU_TYPE: FlavorQuota(nominal=n, borrowing_limit=limit)},
-                   weight=max(float(n), 1.0))
-        for t, n in sorted(quotas.items())
-    ]
-    total = sum(quotas.values())
+    per_type = {t: split(n, {f: float(c) for f, c in types.items()}) if capacity else {GPU_TYPE: n}
+                for t, n in quotas.items()}
+    leaves: list[QueueQuota] = []
+    teams: list[Cohort] = []
+    for t, n in sorted(quotas.items()):
+        names = sorted(set((queues or {}).get(t) or [QUEUE]))
+        weight = max(float(n), 1.0)
+        if len(names) == 1:
+            leaves.append(QueueQuota(tenant=t, name=names[0], cohort="org", weight=weight, quota={
+                f: FlavorQuota(nominal=g, borrowing_limit=limit) for f, g in per_type[t].items()}))
+            continue
+        team = f"team:{t}"
+        teams.append(Cohort(name=team, parent="org", weight=weight, quota={
+            f: FlavorQuota(nominal=g, borrowing_limit=limit) for f, g in per_type[t].items()}))
+        shares = {f: split(g, dict.fromkeys(names, 1.0)) for f, g in per_type[t].items()}
+        for q in names:
+            leaves.append(QueueQuota(tenant=t, name=q, cohort=team, weight=1.0,
+                                     quota={f: FlavorQuota(nominal=shares[f][q]) for f in per_type[t]}))
+    totals = {f: sum(per_type[t][f] for t in quotas) for f in types}
     settings = PreemptionSettings(within_queue=preemption, reclaim=preemption,
                                   fair_share=preemption and fair_share_preemption, min_runtime_s=min_runtime_s)
     return Tenancy(
-        queues=queues, cohorts=[Cohort(name="org", quota={GPU_TYPE: FlavorQuota(nominal=total)})],
-        flavors=[GPU_TYPE], half_life_s=half_life_s, preemption=settings,
-        priority_classes=[PriorityClass("production", 1000, preemptible=False), PriorityClass("standard", 500)],
+        queues=leaves, cohorts=[Cohort(name="org", quota={f: FlavorQuota(nominal=g) for f, g in totals.items()}),
+                                *teams],
+        flavors=list(types), half_life_s=half_life_s, preemption=settings, priority_classes=list(PRIORITY_CLASSES),
     )
 
 
 class Workload:
-    """Jobs in submission order, the tenants' nominal quotas (GPUs) and where it came from."""
+    """Jobs in submission order, the tenants' nominal quotas (GPUs) and where it came from.
 
-    def __init__(self, jobs: list[SimJob], quotas: dict[str, int], source: str) -> None:
+    ``rounded`` counts the jobs whose fractional GPU request was rounded up to
+    whole GPUs; ``queues`` lists each tenant's queues; ``type_constraints``
+    counts the jobs that asked for a GPU type by name (type -> jobs).
+    """
+
+    def __init__(
+        self, jobs: list[SimJob], quotas: dict[str, int], source: str, rounded: int = 0,
+        queues: dict[str, list[str]] | None = None, type_constraints: dict[str, int] | None = None,
+    ) -> None:
         self.jobs = jobs
         self.quotas = quotas
         self.source = source
+        self.rounded = rounded
+        self.queues = queues if queues is not None else {t: [QUEUE] for t in quotas}
+        self.type_constraints = type_constraints or {}
+
+    def _like(self, jobs: list[SimJob], quotas: dict[str, int], source: str) -> Workload:
+        return Workload(jobs, quotas, source, self.rounded, dict(self.queues), dict(self.type_constraints))
 
     def scaled(self, rate: float) -> Workload:
         """The same jobs arriving ``rate`` times as fast (what-if: more load)."""
-        if rate <= 0:
-            raise ValueError("arrival-rate scale must be positive")
+        if not rate > 0 or math.isinf(rate):
+            raise ValueError("arrival-rate scale must be a positive number")
         t0 = self.jobs[0].submit if self.jobs else 0.0
-        jobs = [SimJob(j.index, j.tenant, t0 + (j.submit - t0) / rate, j.duration, j.roles, j.limit_s,
-                       j.priority_class) for j in self.jobs]
-        return Workload(jobs, dict(self.quotas), f"{self.source} x{rate:g} arrivals")
+        jobs = [j.but(submit=t0 + (j.submit - t0) / rate) for j in self.jobs]
+        return self._like(jobs, dict(self.quotas), f"{self.source} x{rate:g} arrivals")
 
     def with_quotas(self, overrides: dict[str, int]) -> Workload:
         unknown = set(overrides) - set(self.quotas)
         if unknown:
             raise ValueError(f"no such tenant(s): {', '.join(sorted(unknown))}; tenants: {', '.join(sorted(self.quotas))}")
-        return Workload(self.jobs, {**self.quotas, **overrides}, self.source)
+        return self._like(self.jobs, {**self.quotas, **overrides}, self.source)
+
+    def demand_gpu_s(self) -> dict[str, float]:
+        """GPU-seconds each tenant submitted (whole GPUs x duration)."""
+        out = dict.fromkeys(self.quotas, 0.0)
+        for j in self.jobs:
+            out[j.tenant] = out.get(j.tenant, 0.0) + j.gpus * j.duration
+        return out
+
+    def split_by_demand(self, gpus: int) -> Workload:
+        """Quotas that share ``gpus`` in proportion to the GPU-seconds each tenant submitted."""
+        demand = self.demand_gpu_s()
+        quotas = split(gpus, demand)
+        for t in sorted(quotas, key=lambda t: (quotas[t], t)):
+            if quotas[t] == 0 and demand[t] > 0:  # a tenant that submits work gets at least one GPU
+                richest = max(quotas, key=lambda k: (quotas[k], k))
+                if quotas[richest] > 1:
+                    quotas[richest] -= 1
+                    quotas[t] = 1
+        return self._like(self.jobs, quotas, self.source)
+
+    def span_s(self) -> float:
+        """Seconds from the first submission to the last."""
+        return self.jobs[-1].submit - self.jobs[0].submit if self.jobs else 0.0
+
+    def offered_load(self, gpus: int) -> float:
+        """Total GPU-seconds demanded / (``gpus`` x submission span); inf when every job arrives at once."""
+        if gpus <= 0:
+            raise ValueError("the cluster must have at least one GPU")
+        work = sum(j.gpus * j.duration for j in self.jobs)
+        span = self.span_s()
+        if work == 0:
+            return 0.0
+        return work / (gpus * span) if span > 0 else math.inf
+
+    def at_load(self, target: float, gpus: int) -> Workload:
+        """The same jobs with arrival times stretched or squeezed so that ``offered_load(gpus) == target``."""
+        if not target > 0 or math.isinf(target):
+            raise ValueError(f"target load must be a positive number, not {target}")
+        now = self.offered_load(gpus)
+        if now == 0 or math.isinf(now):
+            raise ValueError("the load of a workload whose jobs all arrive at the same moment cannot be changed "
+                             "by moving arrivals; it needs at least two submission times")
+        w = self.scaled(target / now)
+        w.source = f"{self.source} at load {target:g}"
+        return w
+
+    def partition(self, tenant: str) -> Workload:
+        """One tenant's jobs, numbered from 0, with only its quota (a dedicated partition)."""
+        jobs = [j.but(index=k) for k, j in enumerate(j for j in self.jobs if j.tenant == tenant)]
+        return Workload(jobs, {tenant: self.quotas[tenant]}, f"{self.source} [{tenant}]",
+                        queues={tenant: self.queues.get(tenant, [QUEUE])})
 
 
 def _epoch(stamp: str) -> float:

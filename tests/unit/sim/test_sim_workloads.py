@@ -102,7 +102,7 @@ def test_cli_run_json_and_bad_policy():
     result = CliRunner().invoke(app, ["sim", "run", "--workload", "synthetic", "--jobs", "100", "--nodes", "8",
                                       "--policy", "sjf", "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["policy"] == "sjf"
+    assert json.loads(result.stdout)["policy"] == "sjf"  # progress lines go to stderr
     result = CliRunner().invoke(app, ["sim", "compare", "--workload", "synthetic", "--jobs", "10", "--nodes", "2",
                                       "--policies", "lottery"])
     assert result.exit_code == 2
@@ -115,3 +115,28 @@ def test_water_fill_caps_small_demands_and_splits_the_rest_by_weight():
     fair = water_fill({"a": 10.0, "b": 100.0, "c": 100.0}, {"a": 1.0, "b": 1.0, "c": 2.0}, 100.0)
     assert fair["a"] == pytest.approx(10.0)
     assert fair["b"] == pytest.approx(30.0) and fair["c"] == pytest.approx(60.0)
+
+
+def test_a_job_carries_its_gpu_type_queue_and_class_into_its_spec_and_through_scaling():
+    from trainyard.sim import SimJob, Workload
+
+    job = SimJob(0, "t", 0.0, 60.0, gang_of(4), limit_s=600, priority_class="production", gpu_type="A100",
+                 queue="eval")
+    spec = job.spec()
+    assert (spec.queue, spec.priority_class, spec.max_runtime_s) == ("eval", "production", 600)
+    assert {r.gpu_type for r in spec.roles} == {"A100"}
+    later = Workload([job, job.but(index=1, submit=100.0)], {"t": 8}, "x").scaled(2.0)
+    assert [(j.submit, j.gpu_type, j.queue, j.priority_class) for j in later.jobs] == [
+        (0.0, "A100", "eval", "production"), (50.0, "A100", "eval", "production")]
+
+
+@pytest.mark.parametrize("demand, gpus, quotas", [
+    pytest.param({"a": 3.0, "b": 1.0}, 64, {"a": 48, "b": 16}, id="in proportion to submitted GPU-time"),
+    pytest.param({"a": 1.0, "b": 1.0, "c": 1.0}, 16, {"a": 6, "b": 5, "c": 5}, id="the parts add up to the cluster"),
+    pytest.param({"a": 1000.0, "b": 0.001}, 8, {"a": 7, "b": 1}, id="a tenant that submits work gets a GPU"),
+])
+def test_quotas_split_by_demand(demand, gpus, quotas):
+    from trainyard.sim import SimJob, Workload
+
+    jobs = [SimJob(k, t, float(k), d, gang_of(1)) for k, (t, d) in enumerate(sorted(demand.items()))]
+    assert Workload(jobs, dict.fromkeys(demand, 0), "x").split_by_demand(gpus).quotas == quotas

@@ -1,0 +1,338 @@
+"""Bring your own trace: jobs and node lists as CSV or Parquet files.
+
+A trace has one row per job (docs/traces.md):
+
+===================  ========  ==============================================================
+column               required  meaning
+===================  ========  ==============================================================
+``submit_time``      yes       seconds, any origin (the loader moves the first job to 0)
+``duration``         yes       seconds of work on a healthy gang (> 0)
+``gpus``             yes       GPUs the job asks for (> 0; fractions are rounded up, below)
+``tenant``           yes       who submits it (lowercase name)
+``gpu_type``         no        a GPU type the job must run on; empty: the cluster's type
+``queue``            no        the tenant's queue; empty: ``default``
+``priority_class``   no        ``production``, ``standard`` (empty) or ``best-effort``
+``runtime_estimate`` no        the user's run-time limit (s); empty: twice the duration,
+                               rounded up to the hour (:func:`estimate_limit`)
+``job_id``           no        the job's id in the source trace (kept, must be unique)
+===================  ========  ==============================================================
+
+The scheduler gives out whole GPUs, so a request of 0.5 GPU is rounded up to
+1 GPU and 2.5 GPUs to 3; :attr:`Workload.rounded` counts those jobs.  Jobs
+larger than 8 GPUs become gangs of 8-GPU replicas (:func:`gang_of`).
+
+A node list has one row per node: ``node_id``, ``gpus``, ``gpu_model``,
+``rack``, ``block`` and optionally ``zone`` and ``nvlink_domain``.
+
+Rows are numbered from 1 (the first row after the header).  Every bad cell is
+reported with its file, row and column; up to :data:`MAX_ERRORS` are collected
+before the load fails.  Parquet needs ``pyarrow`` (the ``parquet`` extra).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from trainyard.domain.job import GPU_TYPE_RE, MAX_RUNTIME_S, NAME_RE
+from trainyard.domain.node import NodeInfo
+from trainyard.sim.workloads import GPU_TYPE, PRIORITY_CLASSES, QUEUE, SimJob, Workload, estimate_limit, gang_of
+
+TRACE_REQUIRED = ("submit_time", "duration", "gpus", "tenant")
+TRACE_OPTIONAL = ("gpu_type", "queue", "priority_class", "runtime_estimate", "job_id")
+TRACE_COLUMNS = ("submit_time", "duration", "gpus", "gpu_type", "tenant", "queue", "priority_class",
+                 "runtime_estimate", "job_id")
+NODE_REQUIRED = ("node_id", "gpus", "gpu_model", "rack", "block")
+NODE_OPTIONAL = ("zone", "nvlink_domain")
+MAX_ERRORS = 20  # bad cells collected before a load gives up
+MAX_JOB_GPUS = 16_384 * 8  # the most replicas a role may have, of whole 8-GPU nodes
+CLASSES = tuple(c.name for c in PRIORITY_CLASSES)
+Path_ = str | os.PathLike[str]
+
+
+class TraceError(ValueError):
+    """A trace or node list that cannot be used; the message lists what to fix."""
+
+
+class _Problems:
+    """Bad cells of one file, as ``file row N, column C: what is wrong``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.lines: list[str] = []
+        self.count = 0
+
+    def add(self, row: int, column: str, text: str) -> None:
+        self.count += 1
+        if len(self.lines) < MAX_ERRORS:
+            self.lines.append(f"{self.name} row {row}, column {column}: {text}")
+
+    @property
+    def full(self) -> bool:
+        return self.count >= MAX_ERRORS
+
+    def raise_if_any(self) -> None:
+        if not self.count:
+            return
+        count = f"{self.count} error{'s' if self.count != 1 else ''}"
+        if self.full:
+            count = f"{MAX_ERRORS} errors (stopped reading there)"
+        raise TraceError(f"{self.name}: {count}; fix and load again:\n" + "\n".join(self.lines))
+
+
+def _parquet():
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise TraceError("reading or writing Parquet needs pyarrow: pip install 'trainyard[parquet]' "
+                         "(or use a .csv file)") from None
+    return pa, pq
+
+
+def _kind(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return "csv"
+    if suffix in (".parquet", ".pq"):
+        return "parquet"
+    raise TraceError(f"{path.name}: unknown file type {suffix or '(none)'!r}; use .csv or .parquet")
+
+
+def _cell(value: object) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value).strip()
+
+
+def _rows(path: Path, required: tuple[str, ...], optional: tuple[str, ...]) -> Iterator[dict[str, str]]:
+    """The file's rows as strings (empty: missing); fails at once if a required column is missing."""
+    kind = _kind(path)
+    if not path.is_file():
+        raise TraceError(f"{path}: no such file")
+    if kind == "parquet":
+        _, pq = _parquet()
+        table = pq.read_table(path)
+        header = list(table.column_names)
+        records: Iterator[dict] = iter(table.to_pylist())
+    else:
+        f = open(path, newline="", encoding="utf-8-sig")
+        reader = csv.DictReader(f)
+        header = [h.strip() for h in reader.fieldnames or []]
+        reader.fieldnames = header
+        records = reader
+    try:
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise TraceError(f"{path.name}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
+                             f"needs {', '.join(required)} (optional: {', '.join(optional)}); has "
+                             f"{', '.join(header) or 'no header'}")
+        for rec in records:
+            yield {k: _cell(rec.get(k)) for k in (*required, *optional)}
+    finally:
+        if kind == "csv":
+            f.close()
+
+
+def _number(p: _Problems, row: int, col: str, raw: str, positive: bool = True) -> float | None:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or (positive and value <= 0):
+        p.add(row, col, f"{raw!r} is not a {'positive ' if positive else ''}number"
+                        + (" (leave it empty or give seconds)" if col == "runtime_estimate" else ""))
+        return None
+    return value
+
+
+def _name(p: _Problems, row: int, col: str, raw: str) -> str | None:
+    if not NAME_RE.match(raw):
+        p.add(row, col, f"{raw!r} is not a valid name: use 1-63 lowercase letters, digits, '.', '_' or '-', "
+                        "starting and ending with a letter or digit")
+        return None
+    return raw
+
+
+def load_trace(path: Path_, gpus: int | None = None) -> Workload:
+    """The jobs of a trace file, sorted by submission, the first submitted at 0.
+
+    Tenants' quotas split ``gpus`` in proportion to the GPU-seconds each
+    submitted; without ``gpus``, the GPUs of a cluster the trace would keep
+    exactly busy (offered load 1, in whole 8-GPU nodes, at least the largest job).
+    """
+    path = Path(path)
+    p = _Problems(path.name)
+    parsed: list[tuple[float, int, SimJob]] = []
+    ids: dict[str, int] = {}
+    rounded = 0
+    typed: dict[str, int] = {}
+    for row, cells in enumerate(_rows(path, TRACE_REQUIRED, TRACE_OPTIONAL), start=1):
+        if p.full:
+            break
+        before = p.count
+        submit = _number(p, row, "submit_time", cells["submit_time"], positive=False)
+        duration = _number(p, row, "duration", cells["duration"])
+        want = _number(p, row, "gpus", cells["gpus"])
+        if want is not None and want > MAX_JOB_GPUS:
+            p.add(row, "gpus", f"{cells['gpus']!r} is more GPUs than one job can ask for (at most {MAX_JOB_GPUS:,})")
+        tenant = _name(p, row, "tenant", cells["tenant"])
+        queue = _name(p, row, "queue", cells["queue"]) if cells["queue"] else QUEUE
+        klass = cells["priority_class"] or "standard"
+        if klass not in CLASSES:
+            p.add(row, "priority_class", f"{klass!r} is not a priority class; use one of {', '.join(CLASSES)}")
+        gpu_type = cells["gpu_type"] or GPU_TYPE
+        if cells["gpu_type"] and not GPU_TYPE_RE.match(cells["gpu_type"]):
+            p.add(row, "gpu_type", f"{cells['gpu_type']!r} is not a GPU type name: letters, digits, '_' or '-', "
+                                   "at most 32; leave it empty for any type")
+        limit = None
+        if cells["runtime_estimate"]:
+            estimate = _number(p, row, "runtime_estimate", cells["runtime_estimate"])
+            if estimate is not None and estimate > MAX_RUNTIME_S:
+                p.add(row, "runtime_estimate", f"{cells['runtime_estimate']!r} is longer than the longest run-time "
+                                               f"limit a job may ask for ({MAX_RUNTIME_S:,} s)")
+            elif estimate is not None:
+                limit = max(int(math.ceil(estimate)), 1)
+        trace_id = cells["job_id"] or None
+        if trace_id is not None and trace_id in ids:
+            p.add(row, "job_id", f"{trace_id!r} is used twice (first on row {ids[trace_id]}); job ids must be unique")
+        elif trace_id is not None:
+            ids[trace_id] = row
+        if p.count > before or submit is None or duration is None or want is None or tenant is None:
+            continue
+        whole = int(round(want)) if abs(want - round(want)) < 1e-9 else math.ceil(want)
+        rounded += whole != want
+        if cells["gpu_type"]:
+            typed[gpu_type] = typed.get(gpu_type, 0) + 1
+        job = SimJob(0, tenant, submit, duration, gang_of(whole), limit_s=limit, priority_class=klass,
+                     gpu_type=gpu_type, queue=queue or QUEUE, trace_id=trace_id)
+        parsed.append((submit, row, job))
+    p.raise_if_any()
+    if not parsed:
+        raise TraceError(f"{path.name}: no jobs (a trace needs a header and at least one row)")
+    parsed.sort(key=lambda x: (x[0], x[1]))  # submission order; file order breaks ties
+    t0 = parsed[0][0]
+    jobs = [job.but(index=k, submit=submit - t0) for k, (submit, _, job) in enumerate(parsed)]
+    tenants = sorted({j.tenant for j in jobs})
+    queues = {t: sorted({j.queue for j in jobs if j.tenant == t}) for t in tenants}
+    w = Workload(jobs, dict.fromkeys(tenants, 0), f"trace {path.name}", rounded=rounded, queues=queues,
+                 type_constraints=typed)
+    return w.split_by_demand(gpus if gpus else busy_gpus(w))
+
+
+def busy_gpus(w: Workload) -> int:
+    """Whole 8-GPU nodes' worth of GPUs that the workload keeps busy on average, at least its largest job."""
+    largest = max((j.gpus for j in w.jobs), default=1)
+    span = w.span_s()
+    average = sum(j.gpus * j.duration for j in w.jobs) / span if span > 0 else largest
+    return max(int(math.ceil(max(average, largest) / 8.0)) * 8, 8)
+
+
+def load_nodes(path: Path_, cluster: str = "sim") -> list[NodeInfo]:
+    """The nodes of a node-list file, in file order."""
+    path = Path(path)
+    p = _Problems(path.name)
+    nodes: list[NodeInfo] = []
+    seen: dict[str, int] = {}
+    for row, c in enumerate(_rows(path, NODE_REQUIRED, NODE_OPTIONAL), start=1):
+        if p.full:
+            break
+        before = p.count
+        node_id = c["node_id"]
+        if not node_id:
+            p.add(row, "node_id", "is empty; every node needs an id")
+        elif node_id in seen:
+            p.add(row, "node_id", f"{node_id!r} is used twice (first on row {seen[node_id]}); node ids must be unique")
+        else:
+            seen[node_id] = row
+        try:
+            gpus = float(c["gpus"])
+        except ValueError:
+            gpus = math.nan
+        if not math.isfinite(gpus) or gpus <= 0 or gpus != int(gpus):
+            p.add(row, "gpus", f"{c['gpus']!r} is not a whole positive number of GPUs")
+        if not GPU_TYPE_RE.match(c["gpu_model"]):
+            p.add(row, "gpu_model", f"{c['gpu_model']!r} is not a GPU model name: letters, digits, '_' or '-', "
+                                    "at most 32 (e.g. H100)")
+        for col in ("rack", "block"):
+            if not c[col]:
+                p.add(row, col, f"is empty; every node needs its {col} (the topology placement packs gangs into)")
+        if p.count > before:
+            continue
+        nodes.append(NodeInfo(node_id=node_id, cluster=cluster, gpu_type=c["gpu_model"], gpus=int(gpus),
+                              zone=c["zone"] or "z1", block=c["block"], rack=c["rack"],
+                              nvlink_domain=c["nvlink_domain"] or None))
+    p.raise_if_any()
+    if not nodes:
+        raise TraceError(f"{path.name}: no nodes (a node list needs a header and at least one row)")
+    return nodes
+
+
+def _write(path: Path, columns: tuple[str, ...], rows: list[dict], types: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if _kind(path) == "parquet":
+        pa, pq = _parquet()
+        kinds = {"float": pa.float64(), "int": pa.int64(), "str": pa.string()}
+        schema = pa.schema([(c, kinds[types[c]]) for c in columns])
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+        return
+    with open(path, "w", newline="") as f:
+        out = csv.DictWriter(f, fieldnames=list(columns))
+        out.writeheader()
+        out.writerows({k: "" if v is None else v for k, v in r.items()} for r in rows)
+
+
+def write_trace(workload: Workload, path: Path_) -> None:
+    """``workload`` in the trace format (CSV or Parquet by suffix), one row per job.
+
+    A run-time limit equal to the default estimate is written empty (the
+    loader computes the same), and so is the default GPU type when no job
+    asked for it by name.
+    """
+    rows = []
+    for j in workload.jobs:
+        any_type = j.gpu_type == GPU_TYPE and GPU_TYPE not in workload.type_constraints
+        rows.append({
+            "submit_time": float(j.submit), "duration": float(j.duration), "gpus": j.gpus,
+            "gpu_type": None if any_type else j.gpu_type, "tenant": j.tenant, "queue": j.queue,
+            "priority_class": j.priority_class,
+            "runtime_estimate": None if j.limit_s == estimate_limit(j.duration) else float(j.limit_s),
+            "job_id": j.trace_id or j.job_id,
+        })
+    types = dict.fromkeys(TRACE_COLUMNS, "str") | dict.fromkeys(
+        ("submit_time", "duration", "gpus", "runtime_estimate"), "float")
+    _write(Path(path), TRACE_COLUMNS, rows, types)
+
+
+def write_nodes(nodes: list[NodeInfo], path: Path_) -> None:
+    """``nodes`` in the node-list format (CSV or Parquet by suffix)."""
+    columns = (*NODE_REQUIRED, *NODE_OPTIONAL)
+    rows = [{"node_id": n.node_id, "gpus": n.gpus, "gpu_model": n.gpu_type, "rack": n.rack, "block": n.block,
+             "zone": n.zone, "nvlink_domain": n.nvlink_domain} for n in nodes]
+    _write(Path(path), columns, rows, dict.fromkeys(columns, "str") | {"gpus": "int"})
+
+
+def convert_philly(
+    out: Path_, nodes_out: Path_ | None = None, traces: Path_ | None = None, start: str | None = None,
+    end: str | None = None, limit: int | None = None,
+) -> tuple[Workload, int]:
+    """Write the jobs :func:`load_philly` gives as a trace file (and its cluster as a node list).
+
+    The node list is the cluster ``trainyard sim --workload philly`` runs on:
+    the VCs' 8-GPU nodes, in racks of 32.  Returns the workload and the number
+    of nodes.
+    """
+    from trainyard.sim.cluster import build_nodes
+    from trainyard.sim.workloads import load_philly
+
+    w = load_philly(traces, start=start, end=end, limit=limit)
+    write_trace(w, out)
+    n = sum(w.quotas.values()) // 8
+    if nodes_out is not None:
+        write_nodes(build_nodes(n), nodes_out)
+    return w, n
