@@ -23,6 +23,7 @@ MAX_ROLES = 16
 MAX_RUNTIME_S = 90 * 24 * 3600
 MAX_LABELS = 64
 MAX_RETRIES = 100
+DEFAULT_MAX_RETRIES = 3
 
 
 class TopologyLevel(str, enum.Enum):
@@ -76,7 +77,7 @@ class JobSpec(msgspec.Struct, frozen=True):
     command: list[str] = []
     workload_ref: str | None = None
     # Retries after failures that are the job's own (not node failures or preemption).
-    max_retries: int = 3
+    max_retries: int = DEFAULT_MAX_RETRIES
     # Emulated clusters only: how long a run takes before it reports success,
     # and how often it writes a checkpoint.
     simulated_duration_s: Annotated[float, msgspec.Meta(ge=0)] | None = None

@@ -20,18 +20,20 @@ from heapq import heappop, heappush
 
 from msgspec.structs import replace
 
+
 from trainyard.core.admission import AdmissionPolicy, AdmissionSnapshot, PendingJob, RunningJob, admit, decay_usage
 from trainyard.core.admission.tree import TreeIndex
 from trainyard.core.placement import PlacementRequest, RunningAlloc, fragmentation
-from trainyard.domain.job import ValidationError
+from trainyard.domain.job import DEFAULT_MAX_RETRIES, ValidationError
 from trainyard.events.jobs import (
-    JobAccepted, JobAdmitted, JobPlaced, JobRejected, RunFailed, RunStarted, RunSucceeded,
+    JobAccepted, JobAdmitted, JobPlaced, JobRejected, RunFailed, RunStarted, RunSucceeded, failure_category,
 )
 from trainyard.sim.checks import check_state
 from trainyard.sim.cluster import SimCluster
 from trainyard.sim.failures import FailureSource, progress_lost
 from trainyard.sim.placing import place_live
 from trainyard.sim.policies import REQUEUE_BASE, Policy, first_order, multifactor
+from trainyard.sim.queues import PendingQueues
 from trainyard.sim.report import jain, water_fill
 from trainyard.sim.state import JobState, Scenario
 from trainyard.sim.workloads import GPU_TYPE, QUEUE, Workload, tenancy_for
@@ -42,15 +44,22 @@ ARRIVE, FINISH, FAIL, DETECT, STOP, REPAIR, TICK = range(7)  # same-time events 
 class Simulator:
     def __init__(self, workload: Workload, cluster: SimCluster, policy: Policy, scenario: Scenario = Scenario()) -> None:
         self.workload, self.cluster, self.policy, self.scenario = workload, cluster, policy, scenario
-        self.tenancy = tenancy_for(workload.quotas, borrowing=scenario.borrowing, preemption=policy.preemption,
-                                   fair_share_preemption=policy.fair_share_preemption,
-                                   min_runtime_s=policy.min_runtime_s)
+        tenancy = tenancy_for(workload.quotas, borrowing=scenario.borrowing, preemption=policy.preemption,
+                              fair_share_preemption=policy.fair_share_preemption, min_runtime_s=policy.min_runtime_s)
+        self.tenancy = replace(tenancy, scheduling=policy.scheduling)
+        classes = {c.name: c for c in self.tenancy.priority_classes}
+        self.priority = [classes[j.priority_class].priority if j.priority_class in classes else 0
+                         for j in workload.jobs]
+        self.preemptible = [classes[j.priority_class].preemptible if j.priority_class in classes else True
+                            for j in workload.jobs]
+        self.demand_of = [(GPU_TYPE, j.gpus) for j in workload.jobs]
+        self.max_retries = DEFAULT_MAX_RETRIES  # a run stopped at its limit is the job's own failure, as live
         self.admission = AdmissionPolicy(tenancy=self.tenancy)
         index = TreeIndex(self.tenancy, [GPU_TYPE])
         self.ceiling = {index.names[q].split("/")[0]: index.ceiling[q][0] for q in index.queue_nodes}
         self.entitled = {t: index.entitlement[index.queue_of[f"{t}/{QUEUE}"]] for t in workload.quotas}
         self.jobs = [JobState(j, first_order(policy, j.index, j.duration)) for j in workload.jobs]
-        self.pending: dict[str, list[tuple[int, int, int]]] = {t: [] for t in workload.quotas}  # (-prio, order, idx)
+        self.pending = PendingQueues(list(workload.quotas), policy.scheduling)
         self.to_place: dict[int, int] = {}  # admitted, not yet placed: job -> admission sequence
         self.admitted_running: dict[int, RunningJob] = {}  # admission's view of holders
         self.allocs: dict[int, RunningAlloc] = {}  # placement's view of holders
@@ -158,25 +167,16 @@ class Simulator:
     def _enqueue(self, i: int) -> None:
         st = self.jobs[i]
         st.status = "pending"
-        pend = self.pending[st.job.tenant]
-        key = (0, st.order, i)
-        if not pend or pend[-1] < key:
-            pend.append(key)
-        else:
-            lo, hi = 0, len(pend)
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if pend[mid] < key:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            pend.insert(lo, key)
+        self.pending.add(st.job.tenant, i, self.priority[i], st.order, st.attained, st.job.submit, self.now)
 
-    def _finish(self, what: tuple[int, str]) -> None:
-        i, run_id = what
+    def _finish(self, what: tuple[int, str, bool]) -> None:
+        i, run_id, timed_out = what
         st = self.jobs[i]
         if st.run_id != run_id or st.status != "running" or st.failed_at is not None:
             return  # an old run, or one whose node already failed
+        if timed_out:
+            self._interrupt(i, "timeout", self.now, None)  # stopped at its run-time limit, as live
+            return
         self._release(i)
         st.status, st.end, st.remaining = "done", self.now, 0.0
         self.left -= 1
@@ -221,8 +221,10 @@ class Simulator:
         st = self.jobs[i]
         model = self.scenario.failures
         if st.status == "running":
+            st.attained += max(stopped_at - st.placed_at, 0.0) * st.job.gpus
             ran = stopped_at - st.placed_at - st.overhead
-            saved, lost = progress_lost(min(ran, st.remaining), model.checkpoint_interval_s)
+            interval = 0.0 if reason == "preempted" and model.checkpoint_on_notice else model.checkpoint_interval_s
+            saved, lost = progress_lost(min(ran, st.remaining), interval)
             st.remaining -= saved
             wasted = lost + (self.now - stopped_at) + min(max(stopped_at - st.placed_at, 0.0), st.overhead)
             st.gpus_lost += wasted * st.job.gpus
@@ -230,7 +232,16 @@ class Simulator:
         self.emit(RunFailed(at=self.now, job_id=st.job.job_id, tenant=st.job.tenant, run_id=st.run_id,
                             reason=reason, node_id=node))  # type: ignore[arg-type]
         self.requeues += 1
-        st.order = REQUEUE_BASE + self.requeues
+        category, (base, cap) = failure_category(reason)
+        if category == "head" and st.order >= 0:
+            st.order = REQUEUE_BASE + self.requeues  # a node failure: ahead of every job never run, as live
+        elif category == "own":
+            st.own_failures += 1
+            if st.own_failures > self.max_retries:
+                st.status, st.end = "failed", self.now
+                self.left -= 1
+                return
+            st.not_before = self.now + min(base * 2 ** (st.own_failures - 1), cap)
         self._enqueue(i)
 
     def _release(self, i: int) -> None:
@@ -290,22 +301,25 @@ class Simulator:
             self.violations.extend(check_state(self))
 
     def _admission_snapshot(self) -> AdmissionSnapshot:
-        free = self.cluster.up_gpus - self.in_use
+        free = {GPU_TYPE: self.cluster.up_gpus - self.in_use}
         pending: list[PendingJob] = []
         multi = self.policy.order_by == "multifactor"
-        for tenant, queue in self.pending.items():
+        backfill = self.policy.scheduling.backfill
+        queues = self.pending
+        queues.promote(self.now)
+        jobs = self.jobs
+        for tenant, queue in queues.lists.items():
             if not queue:
                 continue
             if multi:
-                queue = self._reprioritise(tenant, queue)
-            want = 0
-            for neg_priority, order, i in queue:
-                st = self.jobs[i]
-                pending.append(PendingJob(job_id=st.job.job_id, tenant=tenant, queue=QUEUE, order=order,
-                                          gpus_by_type={GPU_TYPE: st.job.gpus}, priority=-neg_priority))
-                want += st.job.gpus
-                if want > free:
-                    break  # later jobs of this queue wait behind this one
+                self._reprioritise(tenant, queue)
+            for neg_priority, _, order, i in queues.candidates(tenant, self.demand_of, free, backfill):
+                st = jobs[i]
+                job = st.job
+                pending.append(PendingJob(
+                    job_id=job.job_id, tenant=tenant, queue=QUEUE, order=order, gpus_by_type={GPU_TYPE: job.gpus},
+                    priority=-neg_priority, not_before=st.not_before, runtime_limit_s=job.limit_s,
+                    attained_gpu_s=st.attained, submitted_at=job.submit))
         self.recent_preemptions = [t for t in self.recent_preemptions if self.now - t < 3600.0]
         return AdmissionSnapshot(
             pending=pending, capacity={GPU_TYPE: self.cluster.up_gpus}, in_use={GPU_TYPE: self.in_use},
@@ -313,16 +327,15 @@ class Simulator:
             recent_preemptions=self.recent_preemptions,
         )
 
-    def _reprioritise(self, tenant: str, queue: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    def _reprioritise(self, tenant: str, queue: list) -> None:
         share = self._share(tenant)
         cap = self.cluster.capacity
-        keyed = sorted(
-            (-(multifactor(self.policy, self.now - self.jobs[i].job.submit, share, self.jobs[i].job.gpus, cap)
-               if order >= 0 else 10**9), order, i)
-            for _, order, i in queue
-        )
-        self.pending[tenant] = keyed
-        return keyed
+        jobs = self.jobs
+        self.pending.replace(tenant, sorted(
+            (-(multifactor(self.policy, self.now - jobs[i].job.submit, share, jobs[i].job.gpus, cap)
+               if order >= 0 else 10**9), 0, order, i)
+            for _, _, order, i in queue
+        ))
 
     def _share(self, tenant: str) -> float:
         hist = self.history.get(f"{tenant}/{QUEUE}", {}).get(GPU_TYPE, 0.0)
@@ -348,16 +361,13 @@ class Simulator:
     def _admitted(self, i: int) -> None:
         st = self.jobs[i]
         job = st.job
-        pend = self.pending[job.tenant]
-        for k, (_, _, idx) in enumerate(pend):
-            if idx == i:
-                del pend[k]
-                break
+        self.pending.remove(i)
         st.attempt += 1
         st.status = "admitted"
         st.run_id = f"{job.job_id}.{st.attempt}"
         st.running = RunningJob(job_id=job.job_id, tenant=job.tenant, queue=QUEUE, gpus_by_type={GPU_TYPE: job.gpus},
-                                started_at=self.now)
+                                started_at=self.now, priority=self.priority[i], preemptible=self.preemptible[i],
+                                expected_end=self.now + job.limit_s, attained_gpu_s=st.attained)
         self.admitted_running[i] = st.running
         self.in_use += job.gpus
         self.admit_seq += 1
@@ -374,7 +384,8 @@ class Simulator:
         if st.first_start is None:
             st.first_start = self.now
         st.alloc = RunningAlloc(job_id=job.job_id, run_id=st.run_id, replicas=p.replicas, started_at=self.now,
-                                max_runtime_s=job.limit_s, preemptible=True)
+                                max_runtime_s=job.limit_s, preemptible=self.preemptible[i],
+                                priority=self.priority[i])
         self.allocs[i] = st.alloc
         self.held_by[job.tenant] += job.gpus
         for r in p.replicas:
@@ -382,20 +393,24 @@ class Simulator:
         self.emit(JobPlaced(at=self.now, job_id=job.job_id, tenant=job.tenant, run_id=st.run_id, cluster="sim",
                             replicas=p.replicas))
         self.emit(RunStarted(at=self.now, job_id=job.job_id, tenant=job.tenant, run_id=st.run_id))
-        self.push(self.now + st.overhead + st.remaining, FINISH, (i, st.run_id))
+        run_for = st.overhead + st.remaining
+        if run_for > job.limit_s:
+            self.push(self.now + job.limit_s, FINISH, (i, st.run_id, True))
+        else:
+            self.push(self.now + run_for, FINISH, (i, st.run_id, False))
 
     # --- samples for the report ---
 
     def _sample(self, t: float) -> None:
         up = self.cluster.up_gpus
         placed = sum(self.held_by.values())
-        pending = sum(len(q) for q in self.pending.values())
+        pending = len(self.pending)
         self.timeline.append((t, placed / up if up else 0.0, pending, len(self.allocs), len(self.cluster.down)))
         if placed and pending:
             # fairness now: GPUs held against the weighted max-min split of them, capped by what each tenant wants
             wanted = {}
-            for tenant, queue in self.pending.items():
-                wanted[tenant] = self.held_by[tenant] + sum(self.jobs[i].job.gpus for _, _, i in queue)
+            for tenant, queue in self.pending.lists.items():
+                wanted[tenant] = self.held_by[tenant] + sum(self.jobs[i].job.gpus for *_, i in queue)
             fair = water_fill(wanted, self.entitled, placed)
             ratios = [self.held_by[t] / f for t, f in fair.items() if f > 0]
             self.jain_samples.append(jain(ratios))

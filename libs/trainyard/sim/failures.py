@@ -47,6 +47,9 @@ class FailureModel(msgspec.Struct, frozen=True):
     detection_s: float = 60.0  # fault to noticed: the gang keeps its GPUs meanwhile, doing nothing
     restart_overhead_s: float = 300.0  # every restart: rescheduling aside, load the checkpoint and warm up
     checkpoint_interval_s: float = 3600.0  # work since the last checkpoint is lost on failure or preemption
+    # a preempted run checkpoints during its notice (PreemptionNotice -> CheckpointSaved, as the node agents
+    # do) and loses only its restart; off: it loses the work since its last periodic checkpoint
+    checkpoint_on_notice: bool = True
     enabled: bool = True
 
 

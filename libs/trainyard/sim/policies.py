@@ -23,6 +23,7 @@ import math
 
 import msgspec
 
+from trainyard.core.admission.tree import Scheduling
 from trainyard.core.placement import PlacementPolicy
 
 REQUEUE_BASE = -(10**15)  # orders of requeued jobs: ahead of every first attempt, in requeue order
@@ -39,6 +40,7 @@ class Policy(msgspec.Struct, frozen=True):
     age_cap_s: float = 7 * 86400.0
     fairshare_weight: float = 1000.0  # multifactor: 2^(-usage / entitlement) of the tenant
     size_weight: float = 100.0  # multifactor: larger gangs a little ahead (Slurm's default favours them)
+    scheduling: Scheduling = Scheduling(backfill=False, order="fifo")  # admission order and backfill
 
 
 POLICIES: dict[str, Policy] = {

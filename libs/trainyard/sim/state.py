@@ -27,11 +27,12 @@ class JobState:
     """What the simulator knows of one job across its attempts."""
 
     __slots__ = ("job", "status", "attempt", "run_id", "remaining", "order", "first_start", "end", "placed_at",
-                 "alloc", "running", "gpus_lost", "failures", "preemptions", "spec", "failed_at", "overhead")
+                 "alloc", "running", "gpus_lost", "failures", "preemptions", "spec", "failed_at", "overhead",
+                 "attained", "own_failures", "not_before")
 
     def __init__(self, job: SimJob, order: int) -> None:
         self.job = job
-        self.status = "future"  # future, pending, admitted, running, done, rejected
+        self.status = "future"  # future, pending, admitted, running, done, failed, rejected
         self.attempt = 0
         self.run_id = ""
         self.remaining = job.duration  # seconds of work still to do
@@ -47,3 +48,6 @@ class JobState:
         self.spec = None
         self.failed_at: float | None = None  # the current run's node failed at this time
         self.overhead = 0.0  # restart overhead of the current run
+        self.attained = 0.0  # GPU-seconds its ended runs held (least-attained-service order)
+        self.own_failures = 0  # runs that ended by the job's own fault (here: stopped at the run-time limit)
+        self.not_before: float | None = None  # retry backoff after its own failure

@@ -74,6 +74,9 @@ def job(
     not_before: float | None = None,
     best_effort: bool = False,
     gpus_by_type: dict[str, int] | None = None,
+    limit: float | None = None,
+    attained: float = 0.0,
+    submitted: float | None = None,
 ) -> PendingJob:
     order = next(_orders) if order is None else order
     return PendingJob(
@@ -85,6 +88,9 @@ def job(
         priority,
         not_before,
         best_effort,
+        runtime_limit_s=limit,
+        attained_gpu_s=attained,
+        submitted_at=submitted,
     )
 
 
@@ -100,9 +106,10 @@ def running(
     preemptible: bool = True,
     best_effort: bool = False,
     notice: float | None = None,
+    ends: float | None = None,
 ) -> RunningJob:
     return RunningJob(job_id, tenant, queue, {gpu: gpus}, started, checkpoint, priority, preemptible, best_effort,
-                      notice)
+                      notice, expected_end=ends)
 
 
 def cycle(

@@ -13,7 +13,7 @@ from trainyard.domain.job import JobSpec, Role
 
 CORE = Path(__file__).resolve().parents[3] / "libs" / "trainyard" / "core" / "admission"
 ALLOWED = ("trainyard.core", "trainyard.domain", "trainyard.events", "msgspec", "__future__")
-STDLIB_OK = {"heapq", "math", "typing", "operator", "collections", "enum", "itertools", "functools", "dataclasses"}
+STDLIB_OK = {"bisect", "heapq", "math", "typing", "operator", "collections", "enum", "itertools", "functools", "dataclasses"}
 
 
 def test_a_pending_job_carries_the_whole_gang_and_its_class():

@@ -7,7 +7,10 @@ import math
 import pytest
 from admission_builders import NOW, admitted_ids, cohort, cycle, job, queue, reasons, running, tenancy
 
+import msgspec
+
 from trainyard.core.admission import decay_usage, decay_usage_table
+from trainyard.core.admission.tree import Scheduling
 from trainyard.core.reasons import PendingReason as R
 
 NO_PREEMPTION = {"within_queue": False, "reclaim": False, "fair_share": False}
@@ -83,6 +86,15 @@ def test_jobs_within_their_nominal_quota_go_before_borrowers():
 
 def test_a_borrower_waiting_for_gpus_holds_them_against_later_borrowers():
     tree = tenancy(queue("a", H100=0), queue("b", H100=0), cohorts=[cohort("org", H100=16)], **NO_PREEMPTION)
+    pending = [job("a-big", 16, "a", order=1), job("b-small", 4, "b", order=2)]
+    result = cycle(tree, pending, [running("r", 8, "b")], capacity={"H100": 16}, history={"b/q": {"H100": 1e6}})
+    assert admitted_ids(result) == []
+    assert reasons(result) == {"a-big": R.COHORT_EXHAUSTED, "b-small": R.RESERVED_FOR_LARGER_JOB}
+
+
+def test_without_backfill_a_borrower_waiting_for_gpus_blocks_later_borrowers_by_fair_share():
+    tree = tenancy(queue("a", H100=0), queue("b", H100=0), cohorts=[cohort("org", H100=16)], **NO_PREEMPTION)
+    tree = msgspec.structs.replace(tree, scheduling=Scheduling(backfill=False, order="fifo"))
     pending = [job("a-big", 16, "a", order=1), job("b-small", 4, "b", order=2)]
     result = cycle(tree, pending, [running("r", 8, "b")], capacity={"H100": 16}, history={"b/q": {"H100": 1e6}})
     assert admitted_ids(result) == []

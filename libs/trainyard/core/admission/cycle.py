@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
 
+from trainyard.core.admission.backfill import Shadows
 from trainyard.core.admission.fairshare import FairShare
 from trainyard.core.admission.ordering import (
     BORROW_ONLY,
@@ -30,6 +31,7 @@ from trainyard.core.admission.ordering import (
     DemandCache,
     group_pending,
     never_fits,
+    service_order,
 )
 from trainyard.core.admission.preemption import Blocked, Holder, preempt
 from trainyard.core.admission.quota import QuotaState
@@ -56,7 +58,10 @@ BACKOFF = PendingReason.BACKOFF
 QUEUED_BEHIND = PendingReason.QUEUED_BEHIND
 FAIR_SHARE = PendingReason.FAIR_SHARE
 INSUFFICIENT_GPUS = PendingReason.INSUFFICIENT_GPUS
+RESERVED = PendingReason.RESERVED_FOR_LARGER_JOB
+COHORT_EXHAUSTED = PendingReason.COHORT_EXHAUSTED
 NOBODY = 3  # reservation level that blocks no class
+inf = float("inf")
 
 
 def admit(snapshot: AdmissionSnapshot, policy: AdmissionPolicy, now: float) -> AdmissionResult:
@@ -76,10 +81,13 @@ def _admit_with_tenancy(
     state = QuotaState(index)
     held = [0] * nf
     holders: list[Holder] = []
+    ends: list[tuple[float, int, int]] = []  # (expected end, type, GPUs) of every holder, for backfill
     for r in snapshot.running:
         demand = [(fidx[t], n) for t, n in r.gpus_by_type.items() if n > 0 and t in fidx]
+        end = r.expected_end if r.expected_end is not None else float("inf")
         for i, d in demand:
             held[i] += d
+            ends.append((end, i, d))
         q = index.queue_of.get(queue_key(r.tenant, r.queue))
         if q is not None:
             state.take(q, demand, r.may_only_borrow)
@@ -87,10 +95,14 @@ def _admit_with_tenancy(
     free = [capacity[i] - max(snapshot.in_use.get(f, 0), held[i]) for i, f in enumerate(index.flavors)]
     shares = FairShare(index, state.usage, capacity, snapshot.usage_history, tenancy.half_life_s)
 
-    # 2. Queues in priority-then-submission order.
+    scheduling = tenancy.scheduling
+    shadows = Shadows(nf, ends, now) if scheduling.backfill else None
+    root_limit, root_claim = index.limit[0], state.claim[0]
+
+    # 2. Queues in priority, then service (or submission) order.
     waiting: list[Waiting] = []
     queue_jobs: dict[int, list[PendingJob]] = {}
-    for (tenant, name), jobs in group_pending(snapshot.pending).items():
+    for (tenant, name), jobs in group_pending(snapshot.pending, service_order(scheduling, now)).items():
         q = index.queue_by_pair.get((tenant, name))
         if q is None:
             waiting.extend(Waiting(job.job_id, PendingReason.UNKNOWN_QUEUE, p) for p, job in enumerate(jobs, 1))
@@ -177,6 +189,28 @@ def _admit_with_tenancy(
                             break
                     if reason is FAIR_SHARE:
                         break
+            start = inf
+            if (
+                shadows is not None
+                and (reason is INSUFFICIENT_GPUS or (reason is COHORT_EXHAUSTED and not fail[1]))
+                and any(min(free[t], root_limit[t] - root_claim[t]) < d for t, d in demand)
+            ):
+                start = shadows.reserve(job.job_id, demand,
+                                        [min(free[t], root_limit[t] - root_claim[t]) for t in range(nf)])
+            if start is None or start < inf:
+                # backfill: short of GPUs (or of the whole tree's quota, the same thing), the job waits without
+                # holding up the line; the first such job of each type holds a reservation, and only it may
+                # make room by preemption, so that two jobs never preempt for the same GPUs
+                if start is not None and not borrow_only:
+                    blocked.append(Blocked(job, q, demand, cls, len(waiting)))
+                add_waiting(Waiting(job.job_id, reason, i))
+                continue
+            if reason is None and shadows is not None:
+                end = now + job.runtime_limit_s if job.runtime_limit_s is not None else float("inf")
+                if not shadows.allows(demand, end):
+                    add_waiting(Waiting(job.job_id, RESERVED, i))
+                    continue
+                shadows.take(demand, end)
             if reason is not None:
                 for t, _ in demand:
                     qblock[t] = True

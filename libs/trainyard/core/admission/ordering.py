@@ -12,11 +12,13 @@ smallest fair share:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from bisect import bisect_right
+from collections.abc import Callable, Iterable
 from operator import attrgetter
 
 from trainyard.core.admission.quota import Demand
 from trainyard.core.admission.snapshot import PendingJob
+from trainyard.core.admission.tree import Scheduling
 from trainyard.core.reasons import PendingReason
 
 WITHIN_NOMINAL, BORROWING, BORROW_ONLY = 0, 1, 2
@@ -27,12 +29,38 @@ def queue_order(job: PendingJob) -> tuple[int, int, str]:
     return (-job.priority, job.order, job.job_id)
 
 
-def group_pending(pending: Iterable[PendingJob]) -> dict[tuple[str, str], list[PendingJob]]:
-    """Pending jobs by ``(tenant, queue)``, each list in :func:`queue_order`."""
-    jobs = sorted(pending, key=attrgetter("order"))
-    if any(a.order == b.order for a, b in zip(jobs, jobs[1:])):
-        jobs.sort(key=attrgetter("order", "job_id"))  # equal submission order: job id breaks the tie
-    jobs.sort(key=attrgetter("priority"), reverse=True)  # stable: equal priorities keep submission order
+def service_order(scheduling: Scheduling, now: float) -> Callable[[PendingJob], tuple[int, int, str]] | None:
+    """Sort key inside a queue after priority, or None for plain submission order.
+
+    Least attained service (Tiresias-like, without knowing run times): jobs
+    whose earlier runs received fewer GPU-hours go first, by levels, each
+    level in submission order; a job that has waited ``starvation_s`` goes
+    ahead of every level.
+    """
+    if scheduling.order != "las":
+        return None
+    levels = [h * 3600.0 for h in scheduling.service_levels_gpu_h]
+    starved_before = now - scheduling.starvation_s
+
+    def key(job: PendingJob) -> tuple[int, int, str]:
+        if job.submitted_at is not None and job.submitted_at < starved_before:
+            return (-1, job.order, job.job_id)
+        return (bisect_right(levels, job.attained_gpu_s) if job.attained_gpu_s else 0, job.order, job.job_id)
+
+    return key
+
+
+def group_pending(
+    pending: Iterable[PendingJob], key: Callable[[PendingJob], tuple[int, int, str]] | None = None
+) -> dict[tuple[str, str], list[PendingJob]]:
+    """Pending jobs by ``(tenant, queue)``, each list by priority, then ``key`` (default: :func:`queue_order`)."""
+    if key is not None:
+        jobs = sorted(pending, key=key)
+    else:
+        jobs = sorted(pending, key=attrgetter("order"))
+        if any(a.order == b.order for a, b in zip(jobs, jobs[1:])):
+            jobs.sort(key=attrgetter("order", "job_id"))  # equal submission order: job id breaks the tie
+    jobs.sort(key=attrgetter("priority"), reverse=True)  # stable: equal priorities keep the order above
     groups: dict[tuple[str, str], list[PendingJob]] = {}
     for job in jobs:
         key = (job.tenant, job.queue)

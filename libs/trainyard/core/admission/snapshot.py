@@ -27,6 +27,9 @@ class PendingJob(msgspec.Struct, frozen=True):
     priority: int = 0  # from the job's priority class; higher runs first within its queue
     not_before: float | None = None  # backoff after a failed gang placement: not admitted before this time
     may_only_borrow: bool = False  # best-effort class: runs only on capacity others lend, first to be reclaimed
+    runtime_limit_s: float | None = None  # the user's run-time limit: backfill plans with it; None: no limit
+    attained_gpu_s: float = 0.0  # GPU-seconds its earlier runs received (least-attained-service order)
+    submitted_at: float | None = None  # when it was submitted (aging)
 
 
 class RunningJob(msgspec.Struct, frozen=True):
@@ -42,6 +45,8 @@ class RunningJob(msgspec.Struct, frozen=True):
     preemptible: bool = True
     may_only_borrow: bool = False
     notice_at: float | None = None  # already told to stop (preemption notice); its GPUs free up soon
+    expected_end: float | None = None  # started_at + run-time limit; None: no limit (backfill plans with it)
+    attained_gpu_s: float = 0.0  # GPU-seconds of its earlier runs (the current one is counted from started_at)
 
 
 class AdmissionSnapshot(msgspec.Struct, frozen=True):

@@ -63,6 +63,27 @@ class PreemptionSettings(msgspec.Struct, frozen=True):
     fair_share_window_s: float = 600.0
 
 
+class Scheduling(msgspec.Struct, frozen=True):
+    """How admission orders and fills: the policy the services and the simulator share.
+
+    - ``backfill``: EASY backfill on the users' run-time limits (backfill.py):
+      a job that cannot start holds a reservation, later jobs start around it;
+      off: the first job that does not fit blocks its queue and every queue
+      behind it in fair-share order (strict order).
+    - ``order``: inside a queue, after priority: ``"las"`` least attained
+      service first (the GPU-seconds a job's earlier runs received, in levels
+      of ``service_levels_gpu_h``; new jobs are in the first level), then
+      submission; ``"fifo"``: submission order only.
+    - ``starvation_s``: a job waiting longer than this goes ahead of the
+      service levels (aging), so nothing waits for ever behind new work.
+    """
+
+    backfill: bool = True
+    order: str = "las"  # "las" or "fifo"
+    service_levels_gpu_h: tuple[float, ...] = (1.0, 64.0, 1024.0)  # attained GPU-hours at which a job moves down
+    starvation_s: float = 3 * 24 * 3600.0
+
+
 class Tenancy(msgspec.Struct, frozen=True):
     queues: list[QueueQuota]
     cohorts: list[Cohort] = []
@@ -70,6 +91,7 @@ class Tenancy(msgspec.Struct, frozen=True):
     priority_classes: list[PriorityClass] = []
     half_life_s: float = 7 * 24 * 3600.0  # of the decayed usage behind fair share
     preemption: PreemptionSettings = PreemptionSettings()
+    scheduling: Scheduling = Scheduling()
 
 
 class TreeIndex:

@@ -1,0 +1,106 @@
+"""The simulator's pending jobs, per queue, in exactly the order the admission core sorts them.
+
+The core sorts a queue by priority, then (least-attained-service order) the
+service level of the job's earlier runs, then its order key; a job that has
+waited ``starvation_s`` moves ahead of every level.  Keeping each queue sorted
+by that key here lets a cycle hand admission only the jobs that could matter
+(:meth:`PendingQueues.candidates`) instead of every pending job.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Iterator
+from heapq import heappop, heappush
+
+from trainyard.core.admission.tree import Scheduling
+
+Key = tuple[int, int, int, int]  # (-priority, service level, order, job index)
+
+#: How far past the first job that does not fit a cycle looks for jobs to backfill.
+BACKFILL_SCAN = 256
+
+
+class PendingQueues:
+    """Sorted pending lists per queue; mutated by the simulator only."""
+
+    def __init__(self, queues: list[str], scheduling: Scheduling) -> None:
+        self.lists: dict[str, list[Key]] = {q: [] for q in queues}
+        self.where: dict[int, tuple[str, Key]] = {}  # job index -> its queue and key
+        self.las = scheduling.order == "las"
+        self.levels = [h * 3600.0 for h in scheduling.service_levels_gpu_h]
+        self.starvation_s = scheduling.starvation_s
+        self.starving: list[tuple[float, int]] = []  # (when it starves, job index) of jobs below the first level
+
+    def __len__(self) -> int:
+        return len(self.where)
+
+    def level(self, attained_gpu_s: float) -> int:
+        return bisect_right(self.levels, attained_gpu_s) if self.las and attained_gpu_s else 0
+
+    def add(self, queue: str, i: int, priority: int, order: int, attained_gpu_s: float, submitted: float,
+            now: float) -> None:
+        level = self.level(attained_gpu_s)
+        if level and submitted + self.starvation_s <= now:
+            level = -1
+        elif level:
+            heappush(self.starving, (submitted + self.starvation_s, i))
+        key = (-priority, level, order, i)
+        pend = self.lists[queue]
+        if not pend or pend[-1] < key:
+            pend.append(key)
+        else:
+            insort(pend, key)
+        self.where[i] = (queue, key)
+
+    def remove(self, i: int) -> None:
+        queue, key = self.where.pop(i)
+        pend = self.lists[queue]
+        del pend[bisect_left(pend, key)]
+
+    def promote(self, now: float) -> None:
+        """Jobs that have waited ``starvation_s`` go ahead of every service level."""
+        while self.starving and self.starving[0][0] <= now:
+            _, i = heappop(self.starving)
+            found = self.where.get(i)
+            if found is None or found[1][1] <= 0:
+                continue
+            queue, (neg, _, order, _) = found
+            self.remove(i)
+            key = (neg, -1, order, i)
+            insort(self.lists[queue], key)
+            self.where[i] = (queue, key)
+
+    def replace(self, queue: str, keys: list[Key]) -> None:
+        """A new order for one queue (policies that recompute priorities every cycle)."""
+        self.lists[queue] = keys
+        for key in keys:
+            self.where[key[3]] = (queue, key)
+
+    def candidates(self, queue: str, demand_of: list[tuple[str, int]], free: dict[str, int],
+                   backfill: bool) -> Iterator[Key]:
+        """The jobs of ``queue`` admission could act on now, in order.
+
+        ``demand_of[i]`` is job i's (GPU type, GPUs).  Every job up to the
+        first whose cumulative demand of its type exceeds the free GPUs of that
+        type (later jobs of the type would wait behind it); with backfill, also
+        later jobs that fit in the free GPUs on their own, up to
+        :data:`BACKFILL_SCAN` of them.
+        """
+        want: dict[str, int] = {}
+        blocked: set[str] = set()  # types whose cumulative demand passed the free GPUs
+        scanned = 0  # jobs looked at since the first type blocked
+        for key in self.lists[queue]:
+            if blocked:
+                scanned += 1
+                if scanned > BACKFILL_SCAN:
+                    return
+            t, gpus = demand_of[key[3]]
+            if t in blocked:
+                if backfill and gpus <= free.get(t, 0):
+                    yield key
+                continue
+            yield key
+            want[t] = want.get(t, 0) + gpus
+            if want[t] > free.get(t, 0):
+                blocked.add(t)
