@@ -210,3 +210,14 @@ async def test_a_preemption_notice_and_checkpoints_are_recorded_for_the_current_
     job = await views.get_job(store, "j1")
     assert job is not None
     assert (job.status, job.preempt_deadline, job.last_checkpoint_step) == ("running", 35.0, 120)
+
+
+async def test_a_backoff_from_an_epoch_time_keeps_every_digit(bus: Bus, store: Store) -> None:
+    subject = subjects.job("acme", "j1")
+    at = 1795970000.123456
+    await bus.publish(subject, JobAccepted(at=1.0, job_id="j1", spec=spec(2), submitted_at=0.5), msg_id="acc")
+    await bus.publish(subject, JobAdmitted(at=2.0, job_id="j1", tenant="acme", run_id="j1-r1", attempt=1), msg_id="adm")
+    await bus.publish(subject, failed("j1", "j1-r1", "workload_error", at=at), msg_id="fail")
+    await project(bus, store, "JOBS")
+    job = await views.get_job(store, "j1")
+    assert job is not None and job.not_before == at + 10.0

@@ -7,7 +7,8 @@ The steps, all on the caller's connection:
 2. make sure a row exists for every job and run the new events mention
    (insert-or-ignore), then lock those rows, in key order;
 3. fold the events into the facts each row holds (the metering core's
-   commutative fold, so order and duplicates do not matter);
+   commutative fold, so arrival order and duplicates do not matter; a run's
+   outcome follows log order, the event ids being stream sequences);
 4. re-meter every run that changed and write back what differs.
 
 Concurrent writers therefore never lose an update: ids and rows are claimed
@@ -47,6 +48,12 @@ def insert_ignore(conn: sa.Connection, table: sa.Table) -> Any:
     raise RuntimeError(f"the ledger supports SQLite and PostgreSQL, not {dialect}")
 
 
+def stream_seq(event_id: str) -> int | None:
+    """The stream sequence an event id stands for (the accounting consumer
+    uses the JetStream sequence as the id); None for any other id."""
+    return int(event_id) if event_id.isdigit() else None
+
+
 def apply_batch(conn: sa.Connection, t: LedgerTables, batch: dict[str, JobEvent]) -> int:
     """Apply the events of ``batch`` (event id -> event) whose ids are new;
     return how many there were."""
@@ -58,12 +65,12 @@ def apply_batch(conn: sa.Connection, t: LedgerTables, batch: dict[str, JobEvent]
         return 0
     # 2. Sort the new events into job-wide ones and per-run ones.
     accepted: dict[str, JobAccepted] = {}
-    job_cancels: dict[str, float] = {}
-    by_run: dict[str, list[JobEvent]] = {}
+    job_cancels: dict[str, tuple[float, int | None]] = {}  # job -> the cancel that counts: (at, seq)
+    by_run: dict[str, list[tuple[JobEvent, int | None]]] = {}
     job_tenants: dict[str, str] = {}
     run_keys: dict[str, tuple[str, str]] = {}
     for event_id in sorted(claimed):
-        event = batch[event_id]
+        event, seq = batch[event_id], stream_seq(event_id)
         if isinstance(event, JobRejected):
             continue  # never ran: nothing to meter
         if isinstance(event, JobAccepted):
@@ -73,11 +80,13 @@ def apply_batch(conn: sa.Connection, t: LedgerTables, batch: dict[str, JobEvent]
                 accepted[event.job_id] = event
         elif isinstance(event, JobCancelled) and event.run_id is None:
             job_tenants.setdefault(event.job_id, event.tenant)
-            job_cancels[event.job_id] = min(event.at, job_cancels.get(event.job_id, event.at))
+            cancel = job_cancels.get(event.job_id)
+            if cancel is None or first_cancel((event.at, seq), cancel):
+                job_cancels[event.job_id] = (event.at, seq)
         else:
             job_tenants.setdefault(event.job_id, event.tenant)
             run_keys.setdefault(event.run_id, (event.job_id, event.tenant))  # type: ignore[arg-type]
-            by_run.setdefault(event.run_id, []).append(event)  # type: ignore[arg-type]
+            by_run.setdefault(event.run_id, []).append((event, seq))  # type: ignore[arg-type]
     # 3. Merge job-wide facts into the job rows.
     jobs = _merge_jobs(conn, t, job_tenants, accepted, job_cancels)
     # 4. Fold run events into run rows; a job-wide event touches every run of its job.
@@ -87,14 +96,24 @@ def apply_batch(conn: sa.Connection, t: LedgerTables, batch: dict[str, JobEvent]
     changed: dict[str, RunFacts] = {}
     for run_id in sorted(runs):
         facts = facts_from_row(runs[run_id])
-        for event in by_run.get(run_id, ()):
-            facts = observe(facts, event)
-        cancelled_at = jobs[facts.job_id]["cancelled_at"] if facts.job_id in jobs else None
-        if cancelled_at is not None:
-            facts = end_run(facts, cancelled_at, CANCELLED)
+        for event, seq in by_run.get(run_id, ()):
+            facts = observe(facts, event, seq)
+        job = jobs.get(facts.job_id)
+        if job is not None and job["cancelled_at"] is not None:
+            facts = end_run(facts, job["cancelled_at"], CANCELLED, job["cancelled_seq"])
         changed[run_id] = facts
     write_runs(conn, t, runs, changed, jobs)
     return len(claimed)
+
+
+def first_cancel(a: tuple[float, int | None], b: tuple[float, int | None]) -> bool:
+    """Whether cancel ``(at, seq)`` ``a`` counts before ``b``: the first in log
+    order; one without a sequence after any with one, then by time."""
+
+    def key(c: tuple[float, int | None]) -> tuple[int, int, float]:
+        return (0, c[1], c[0]) if c[1] is not None else (1, 0, c[0])
+
+    return key(a) < key(b)
 
 
 def lock_rows(conn: sa.Connection, table: sa.Table, column: sa.Column, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -124,7 +143,7 @@ def _merge_jobs(
     t: LedgerTables,
     tenants: dict[str, str],
     accepted: dict[str, JobAccepted],
-    job_cancels: dict[str, float],
+    job_cancels: dict[str, tuple[float, int | None]],
 ) -> dict[str, dict[str, Any]]:
     if not tenants:
         return {}
@@ -147,8 +166,10 @@ def _merge_jobs(
                 accepted_at=event.at,
             )
         cancel = job_cancels.get(job_id)
-        if cancel is not None and (row["cancelled_at"] is None or cancel < row["cancelled_at"]):
-            row["cancelled_at"] = cancel
+        if cancel is not None and (
+            row["cancelled_at"] is None or first_cancel(cancel, (row["cancelled_at"], row["cancelled_seq"]))
+        ):
+            row["cancelled_at"], row["cancelled_seq"] = cancel
         rows[job_id] = row
         if row != old:
             updates.append({f"b_{k}": v for k, v in row.items()})

@@ -9,8 +9,9 @@ after ``apply`` returns and a redelivered batch changes nothing.
 
 Events may also arrive out of order or twice under different ids (a
 producer that published again).  Run rows hold the facts the metering core
-folds commutatively (earliest placement, start and end), so the stored row
-is the same whatever the order.  Derived columns are recomputed from the
+folds commutatively (earliest placement and start; the first end in log
+order, the event ids being stream sequences), so the stored row is the same
+whatever the order of delivery.  Derived columns are recomputed from the
 facts each time a run changes.
 """
 
@@ -28,7 +29,7 @@ from trainyard.core.accounting.metering import overlap
 from trainyard.events.jobs import JobEvent
 from trainyard.ledger.batch import apply_batch, insert_ignore, lock_rows, write_runs
 from trainyard.ledger.records import LedgerJob, LedgerRun, facts_from_row, ledger_job_from_row, ledger_run_from_row
-from trainyard.ledger.schema import build_tables
+from trainyard.ledger.schema import add_missing_columns, build_tables
 
 _ATTEMPTS = 5  # tries of a batch that deadlocked with a concurrent writer
 _RETRYABLE_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock
@@ -64,6 +65,8 @@ class Ledger:
 
     def create_schema(self) -> None:
         self.tables.metadata.create_all(self.engine)
+        with self.engine.begin() as conn:
+            add_missing_columns(conn, self.tables)
 
     def drop_schema(self) -> None:
         self.tables.metadata.drop_all(self.engine)

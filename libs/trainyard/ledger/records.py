@@ -10,7 +10,7 @@ import msgspec
 from trainyard.core.accounting.metering import RunFacts, overlap
 
 #: Run columns that hold :class:`RunFacts` fields one to one.
-FACT_COLUMNS = ("attempt", "cluster", "admitted_at", "placed_at", "started_at", "ended_at", "outcome")
+FACT_COLUMNS = ("attempt", "cluster", "admitted_at", "placed_at", "started_at", "ended_at", "outcome", "ended_seq")
 
 
 class LedgerRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,7 +54,7 @@ class LedgerJob(msgspec.Struct, frozen=True, kw_only=True):
     gpus_by_type: dict[str, int]  # GPUs the spec asks for, by GPU type
     submitted_at: float | None
     accepted_at: float | None  # when the job joined its queue
-    cancelled_at: float | None  # earliest job-wide cancel
+    cancelled_at: float | None  # the job's cancel: the first in log order
 
     @property
     def gpus(self) -> int:

@@ -22,6 +22,22 @@ class LedgerTables(NamedTuple):
     checkpoints: sa.Table
 
 
+def add_missing_columns(conn: sa.Connection, tables: LedgerTables) -> None:
+    """Add columns this version has and an older ledger's tables lack (all
+    of them nullable), so a ledger created by an earlier release keeps working."""
+    inspector = sa.inspect(conn)
+    preparer = conn.dialect.identifier_preparer
+    for table in (tables.jobs, tables.runs, tables.applied_events, tables.checkpoints):
+        present = {c["name"] for c in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name not in present:
+                kind = column.type.compile(dialect=conn.dialect)
+                name, table_name = preparer.quote(column.name), preparer.quote(table.name)
+                # PostgreSQL: another process starting at once may add it first.
+                guard = "IF NOT EXISTS " if conn.dialect.name == "postgresql" else ""
+                conn.execute(sa.text(f"ALTER TABLE {table_name} ADD COLUMN {guard}{name} {kind}"))
+
+
 def build_tables(prefix: str = "") -> LedgerTables:
     if prefix and not prefix.replace("_", "").isalnum():
         raise ValueError(f"table prefix {prefix!r} may hold only letters, digits and '_'")
@@ -40,7 +56,8 @@ def build_tables(prefix: str = "") -> LedgerTables:
         sa.Column("roles", sa.JSON),  # role -> [GPU type, GPUs requested]
         sa.Column("submitted_at", sa.Double),
         sa.Column("accepted_at", sa.Double),  # time of the JobAccepted the columns come from
-        sa.Column("cancelled_at", sa.Double),  # earliest job-wide JobCancelled
+        sa.Column("cancelled_at", sa.Double),  # the job's JobCancelled that counts: first in log order
+        sa.Column("cancelled_seq", sa.BigInteger),  # its stream sequence, when known
     )
     runs = sa.Table(
         f"{prefix}runs",
@@ -59,6 +76,7 @@ def build_tables(prefix: str = "") -> LedgerTables:
         sa.Column("started_at", sa.Double, index=True),
         sa.Column("ended_at", sa.Double, index=True),  # NULL while the run is open
         sa.Column("outcome", sa.String(64)),  # succeeded | failed:<reason> | cancelled
+        sa.Column("ended_seq", sa.BigInteger),  # stream sequence of the event that ended the run, when known
         # Filled when the run ends; NULL while it is open.
         sa.Column("gpu_seconds", sa.Double),
         sa.Column("lost_seconds", sa.Double),

@@ -32,6 +32,7 @@ from trainyard.events import (
     decode_node_event,
 )
 from trainyard.events import subjects
+from trainyard.core.lifecycle import HEAD_OF_QUEUE_OFFSET, gpus_by_type
 from trainyard.events.jobs import failure_category
 
 log = logging.getLogger(__name__)
@@ -73,17 +74,15 @@ class Store:
 
 
 def job_event_args(seq: int, event: object) -> list[str]:
-    """The Lua arguments for one job event (see apply_job_event.lua)."""
+    """The Lua arguments for one job event (see apply_job_event.lua, which
+    applies the rules of :func:`trainyard.core.lifecycle.apply`)."""
     head = [str(seq), type(event).__name__]
     if isinstance(event, JobAccepted):
         spec = event.spec
-        by_type: dict[str, int] = {}
-        for role in spec.roles:
-            by_type[role.gpu_type] = by_type.get(role.gpu_type, 0) + role.gpus
         # Lua's cjson turns [] into {} and back; keep the spec as opaque JSON text.
         return head + [
             event.job_id, repr(event.at), spec.tenant, spec.queue, str(seq),
-            json.dumps(by_type), _json.encode(spec).decode(), repr(event.submitted_at),
+            json.dumps(gpus_by_type(spec)), _json.encode(spec).decode(), repr(event.submitted_at),
             spec.priority_class, spec.name, str(spec.total_gpus), str(spec.max_retries),
         ]  # fmt: skip
     if isinstance(event, JobRejected):
@@ -100,6 +99,7 @@ def job_event_args(seq: int, event: object) -> list[str]:
         category, (base, cap) = failure_category(event.reason)
         return head + [
             event.job_id, repr(event.at), event.run_id, event.reason, event.message, category, repr(base), repr(cap),
+            str(HEAD_OF_QUEUE_OFFSET),
         ]  # fmt: skip
     if isinstance(event, PreemptionNotice):
         deadline = repr(event.at + event.grace_period_s)

@@ -6,6 +6,7 @@ Every test runs against each database in the ``ledger_url`` fixture.
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 from accounting_builders import (
     HOUR,
     MINUTE,
@@ -33,6 +34,10 @@ def apply_batches(ledger: Ledger, batches: list[list[tuple[str, object]]]) -> No
 
 
 ONE_RUN = numbered(lifecycle(gpus=8, placed_at=T0, started_at=START, ended_at=END))  # ids 1..5
+# A run ended by a node failure, then a success reported by a clock an hour behind (ids 1..6).
+SKEWED = numbered(
+    [*lifecycle(started_at=START, ended_at=None), failed(at=END, reason="node_failure"), succeeded(at=END - HOUR)]
+)
 
 
 @pytest.mark.parametrize(
@@ -86,6 +91,33 @@ ONE_RUN = numbered(lifecycle(gpus=8, placed_at=T0, started_at=START, ended_at=EN
             8 * 2 * HOUR,
             "failed:preempted",
             id="a preempted run is charged for the time it held the GPUs",
+        ),
+        pytest.param(
+            [SKEWED],
+            8 * 2 * HOUR,
+            "failed:node_failure",
+            id="a success stamped earlier by a skewed clock but later in the log than a failure counts for nothing",
+        ),
+        pytest.param(
+            [[pair] for pair in SKEWED[::-1]],
+            8 * 2 * HOUR,
+            "failed:node_failure",
+            id="the first terminal event in log order counts whatever order the ledger receives them in",
+        ),
+        pytest.param(
+            [ONE_RUN, [("6", cancelled(at=START + HOUR))]],
+            8 * 2 * HOUR,
+            "succeeded",
+            id="a job-wide cancel later in the log than the run's success changes nothing even when stamped earlier",
+        ),
+        pytest.param(
+            [
+                [("9", succeeded(at=START + HOUR))],
+                numbered([*lifecycle(started_at=START, ended_at=None), cancelled(at=END)]),
+            ],
+            8 * 2 * HOUR,
+            "cancelled",
+            id="a job-wide cancel earlier in the log than a success ends the run at the cancel",
         ),
     ],
 )
@@ -237,3 +269,14 @@ def test_several_runs_of_one_job_are_separate_rows(ledger: Ledger):
     ]
     assert runs[1].attempt == 2
     assert ledger.total_gpu_seconds() == 3 * 8 * HOUR
+
+
+def test_a_ledger_created_before_runs_kept_their_end_sequence_gains_the_columns(ledger: Ledger):
+    t = ledger.tables
+    with ledger.engine.begin() as conn:  # the tables as an earlier release created them
+        conn.execute(sa.text(f"ALTER TABLE {t.runs.name} DROP COLUMN ended_seq"))
+        conn.execute(sa.text(f"ALTER TABLE {t.jobs.name} DROP COLUMN cancelled_seq"))
+    ledger.create_schema()
+    assert ledger.apply(SKEWED) == 6
+    (run,) = ledger.runs()
+    assert (run.outcome, run.gpu_seconds) == ("failed:node_failure", 8 * 2 * HOUR)

@@ -145,6 +145,13 @@ END = START + 2 * HOUR
             id="a failure and a success at the same instant resolve to the failure whatever their order",
         ),
         pytest.param(
+            [*lifecycle(started_at=START, ended_at=None), failed(at=END, reason="preempted"), succeeded(at=END - HOUR)],
+            [],
+            None,
+            dict(outcome="succeeded", ended_at=END - HOUR),
+            id="without stream sequences the earliest terminal report wins",
+        ),
+        pytest.param(
             [
                 accepted(
                     roles=[
@@ -245,3 +252,38 @@ def test_accounting_core_imports_only_the_standard_library_msgspec_and_events():
             for name in names:
                 root = name.split(".")[0]
                 assert name.startswith(allowed) or (root != "trainyard" and root not in third_party), (path.name, name)
+
+
+RUN_EVENTS = [admitted(at=T0), placed(at=T0, gpus=8), started(at=START)]
+FAILURE, LATE_SUCCESS = failed(at=END, reason="node_failure"), succeeded(at=END - HOUR)
+
+
+@pytest.mark.parametrize(
+    "reports, outcome, ended_at",
+    [
+        pytest.param(
+            [(FAILURE, 4), (LATE_SUCCESS, 5)], "failed:node_failure", END,
+            id="of two terminal reports the first in log order wins, not the earliest stamped",
+        ),
+        pytest.param(
+            [(LATE_SUCCESS, 5), (FAILURE, 4)], "failed:node_failure", END,
+            id="the first in log order wins whatever order the reports are observed in",
+        ),
+        pytest.param(
+            [(LATE_SUCCESS, 5), (FAILURE, 4), (LATE_SUCCESS, 9), (FAILURE, 4)], "failed:node_failure", END,
+            id="a terminal report published again under a later sequence changes nothing",
+        ),
+        pytest.param(
+            [(LATE_SUCCESS, None), (FAILURE, 4)], "failed:node_failure", END,
+            id="a report with a sequence wins over one without",
+        ),
+    ],
+)  # fmt: skip
+def test_the_outcome_follows_log_order_when_sequences_are_known(reports, outcome, ended_at) -> None:
+    facts = None
+    for seq, event in enumerate(RUN_EVENTS, start=1):
+        facts = observe(facts, event, seq)
+    for event, seq in reports:
+        facts = observe(facts, event, seq)
+    assert facts is not None and (facts.outcome, facts.ended_at) == (outcome, ended_at)
+    assert meter(facts).gpu_seconds == 8 * (ended_at - START)

@@ -6,6 +6,13 @@ idempotent and commutative: every field keeps the earliest report of its
 kind, and ties are broken by a fixed rank, never by arrival order.  Any
 permutation of any multiset of a run's events gives the same facts.
 
+The run's outcome follows the lifecycle fold (:mod:`trainyard.core.lifecycle`)
+when the events' stream sequences are known: the fold accepts the first
+terminal event of the run in log order (its own success or failure, or a
+cancel of its job), so of the terminal reports the one with the lowest
+sequence wins, whatever the producers' clocks say.  Without sequences (a
+plain list of events) the earliest ``at`` wins.
+
 :func:`meter` turns facts into a :class:`UsageInterval`.  All three measures
 are GPU-seconds (seconds x GPUs held):
 
@@ -61,8 +68,9 @@ class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
     placed_at: float | None = None  # earliest JobPlaced
     placement: dict[str, int] = {}  # role -> GPUs, from the earliest JobPlaced
     started_at: float | None = None  # earliest RunStarted
-    ended_at: float | None = None  # earliest terminal event (own or job-wide cancel)
+    ended_at: float | None = None  # time of the terminal event that ended the run (own or its job's cancel)
     outcome: str | None = None  # outcome of that terminal event; None while open
+    ended_seq: int | None = None  # its stream sequence, when known
 
 
 class UsageInterval(msgspec.Struct, frozen=True, kw_only=True):
@@ -107,23 +115,31 @@ def _earliest(current: float | None, at: float) -> float:
     return at if current is None or at < current else current
 
 
-def end_run(facts: RunFacts, at: float, outcome: str) -> RunFacts:
-    """Record a terminal report; the earliest one wins, ties by outcome rank."""
+def _end_key(seq: int | None, at: float, outcome: str) -> tuple:
+    """Which terminal report ends a run: the first in log order, then (for
+    reports without a sequence) the earliest, then the lowest outcome rank."""
+    return (0, seq, at, _rank(outcome)) if seq is not None else (1, 0, at, _rank(outcome))
+
+
+def end_run(facts: RunFacts, at: float, outcome: str, seq: int | None = None) -> RunFacts:
+    """Record a terminal report with its stream sequence ``seq`` (None when
+    unknown); the first in log order wins, else the earliest, ties by rank."""
     if facts.ended_at is not None and facts.outcome is not None:
-        if (facts.ended_at, _rank(facts.outcome)) <= (at, _rank(outcome)):
+        if _end_key(facts.ended_seq, facts.ended_at, facts.outcome) <= _end_key(seq, at, outcome):
             return facts
-    return msgspec.structs.replace(facts, ended_at=at, outcome=outcome)
+    return msgspec.structs.replace(facts, ended_at=at, outcome=outcome, ended_seq=seq)
 
 
 def _placement_key(at: float, placement: Mapping[str, int], cluster: str | None) -> tuple:
     return (at, sorted(placement.items()), cluster or "")
 
 
-def observe(facts: RunFacts | None, event: JobEvent) -> RunFacts:
-    """Fold one run-level event (one that carries a ``run_id``) into ``facts``.
+def observe(facts: RunFacts | None, event: JobEvent, seq: int | None = None) -> RunFacts:
+    """Fold one run-level event (one that carries a ``run_id``), with its
+    stream sequence ``seq`` when known, into ``facts``.
 
     Raises ``ValueError`` for an event about another run or about no run at
-    all; a job-wide cancel is applied to each run with :func:`end_run`.
+    all; a cancel of the run's job is applied to each run with :func:`end_run`.
     """
     run_id = getattr(event, "run_id", None)
     if run_id is None:
@@ -151,7 +167,7 @@ def observe(facts: RunFacts | None, event: JobEvent) -> RunFacts:
     outcome = outcome_of(event)
     if outcome is None:  # pragma: no cover - every run-level event is handled above
         return facts
-    return end_run(facts, event.at, outcome)
+    return end_run(facts, event.at, outcome, seq)
 
 
 def role_gpus(accepted: JobAccepted) -> dict[str, tuple[str, int]]:

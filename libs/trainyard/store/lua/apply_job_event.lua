@@ -1,7 +1,10 @@
 -- Fold one JOBS-stream event into the job projection, exactly once.
+-- The rules are trainyard.core.lifecycle.apply's, field for field (a property
+-- test holds the two equal); job_event_args in projector.py builds ARGV.
 -- KEYS[1] = key prefix.  ARGV[1] = stream seq, ARGV[2] = event type,
 -- ARGV[3] = job id, ARGV[4] = event time, ARGV[5..] = per-type fields.
--- Returns 1 if applied, 0 if already applied (seq not beyond last_seq).
+-- Returns 1 if applied, 0 if not (already applied: seq not beyond last_seq,
+-- or fenced by the job's status or current run).
 local p = KEYS[1]
 local seq = tonumber(ARGV[1])
 local last = tonumber(redis.call('HGET', p .. 'proj:jobs', 'last_seq') or '0')
@@ -12,6 +15,12 @@ local kind, jid, at = ARGV[2], ARGV[3], ARGV[4]
 local jk = p .. 'job:' .. jid
 local status = redis.call('HGET', jk, 'status')
 local active = {admitted = true, placed = true, running = true}
+
+-- A number as Redis should store it: every digit of the double, so a reader
+-- gets back exactly the value the Python fold computes.
+local function exact(x)
+  return string.format('%.17g', x)
+end
 
 local function set_status(new)
   if status then redis.call('HINCRBY', p .. 'counts', status, -1) end
@@ -56,7 +65,7 @@ if status then redis.call('HSET', jk, 'last_seq', seq) end
 
 if kind == 'JobAccepted' then
   if status then return 0 end
-  local order = tonumber(ARGV[7])
+  local order = ARGV[7]
   redis.call('HSET', jk, 'tenant', ARGV[5], 'queue', ARGV[6], 'order', order,
     'gpus_by_type', ARGV[8], 'spec', ARGV[9], 'submitted_at', ARGV[10],
     'priority_class', ARGV[11], 'name', ARGV[12], 'gpus', ARGV[13], 'max_retries', ARGV[14],
@@ -67,7 +76,7 @@ if kind == 'JobAccepted' then
   redis.call('ZADD', p .. 'tenant:' .. ARGV[5], order, jid)
 elseif kind == 'JobRejected' then
   if status then return 0 end
-  local order = tonumber(ARGV[7])
+  local order = ARGV[7]
   redis.call('HSET', jk, 'tenant', ARGV[5], 'errors', ARGV[6], 'order', order,
     'finished_at', at, 'last_seq', seq, 'gpus', 0)
   set_status('rejected')
@@ -120,19 +129,19 @@ elseif kind == 'RunFailed' then
   -- ARGV[8]: head (node failure: back to the head of the queue), keep (keep
   -- its place), timeout (keep its place after a backoff), own (the job's own
   -- failure: retried after a backoff up to max_retries).  ARGV[9], ARGV[10]:
-  -- backoff base and cap in seconds.
+  -- backoff base and cap in seconds.  ARGV[11]: HEAD_OF_QUEUE_OFFSET.
   local category = ARGV[8]
   local order = tonumber(redis.call('HGET', jk, 'order'))
   local function backoff(n)
     return math.min(tonumber(ARGV[9]) * 2 ^ (n - 1), tonumber(ARGV[10]))
   end
   local function requeue(not_before)
-    if not_before then redis.call('HSET', jk, 'not_before', not_before) end
+    if not_before then redis.call('HSET', jk, 'not_before', exact(not_before)) end
     set_status('pending')
     redis.call('ZADD', p .. 'pending', order, jid)
   end
   if category == 'head' then
-    if order >= 0 then order = order - 1e12 end  -- ahead of every job never run
+    if order >= 0 then order = order - tonumber(ARGV[11]) end  -- ahead of every job never run
     redis.call('HSET', jk, 'order', string.format('%d', order))
     redis.call('HINCRBY', jk, 'requeues', 1)
     requeue(nil)
