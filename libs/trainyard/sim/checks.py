@@ -39,7 +39,9 @@ def check_state(sim: Simulator) -> list[str]:
     ours = {k for k in held if k[0] not in sim.cluster.down}
     if live != ours:
         problems.append(f"{at}: tree and runs disagree on {len(live ^ ours)} GPUs")
-    admitted = sum(sim.jobs[i].job.gpus for i in sim.admitted_running)
+    admitted = dict.fromkeys(sim.in_use, 0)
+    for i in sim.admitted_running:
+        admitted[sim.jobs[i].job.gpu_type] += sim.jobs[i].job.gpus
     if admitted != sim.in_use:
         problems.append(f"{at}: {sim.in_use} GPUs counted in use but admitted jobs hold {admitted}")
     return problems

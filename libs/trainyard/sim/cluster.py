@@ -48,10 +48,18 @@ class SimCluster:
         self.down: set[str] = set()  # failed nodes, out of service until repaired
         self.topo = Topology.build((n, range(n.gpus), True) for n in nodes)
         self.capacity = sum(n.gpus for n in nodes)  # GPUs of all nodes, up or down
+        self.capacity_by_type: dict[str, int] = {}  # the same per GPU type
+        for n in nodes:
+            self.capacity_by_type[n.gpu_type] = self.capacity_by_type.get(n.gpu_type, 0) + n.gpus
+        self.down_by_type: dict[str, int] = dict.fromkeys(self.capacity_by_type, 0)  # GPUs of failed nodes
 
     @property
     def up_gpus(self) -> int:
-        return self.capacity - sum(self.nodes[n].gpus for n in self.down)
+        return self.capacity - sum(self.down_by_type.values())
+
+    def up_by_type(self) -> dict[str, int]:
+        """GPUs of nodes in service, per type."""
+        return {t: c - self.down_by_type[t] for t, c in self.capacity_by_type.items()}
 
     def release(self, replicas: list[ReplicaPlacement]) -> None:
         """A run ended: its GPUs are free again (unless their node is down)."""
@@ -65,6 +73,8 @@ class SimCluster:
         if node_id in self.down:
             return
         self.down.add(node_id)
+        info = self.nodes[node_id]
+        self.down_by_type[info.gpu_type] += info.gpus
         node = self.topo.nodes[node_id]
         self.topo.take(node, list(node.free_gpus))
 
@@ -73,11 +83,13 @@ class SimCluster:
         if node_id not in self.down:
             return
         self.down.discard(node_id)
+        info = self.nodes[node_id]
+        self.down_by_type[info.gpu_type] -= info.gpus
         node = self.topo.nodes[node_id]
         self.topo.give(node, range(node.gpus))
 
     def free_gpus(self) -> int:
-        return self.topo.trees[GPU_TYPE].root.free if GPU_TYPE in self.topo.trees else 0
+        return sum(tree.root.free for tree in self.topo.trees.values())
 
     def snapshot(self, running: list[RunningAlloc], policy: PlacementPolicy) -> ClusterSnapshot:
         """The plain snapshot the placement service would build for the same state."""

@@ -21,7 +21,9 @@ from heapq import heappop, heappush
 from msgspec.structs import replace
 
 
-from trainyard.core.admission import AdmissionPolicy, AdmissionSnapshot, PendingJob, RunningJob, admit, decay_usage
+from trainyard.core.admission import (
+    AdmissionPolicy, AdmissionSnapshot, PendingJob, RunningJob, admit, decay_usage, queue_key,
+)
 from trainyard.core.admission.tree import TreeIndex
 from trainyard.core.placement import PlacementRequest, RunningAlloc, fragmentation
 from trainyard.domain.job import DEFAULT_MAX_RETRIES, ValidationError
@@ -44,31 +46,41 @@ ARRIVE, FINISH, FAIL, DETECT, STOP, REPAIR, TICK = range(7)  # same-time events 
 class Simulator:
     def __init__(self, workload: Workload, cluster: SimCluster, policy: Policy, scenario: Scenario = Scenario()) -> None:
         self.workload, self.cluster, self.policy, self.scenario = workload, cluster, policy, scenario
+        types = cluster.capacity_by_type
+        several_queues = any(len(qs) > 1 or qs != [QUEUE] for qs in workload.queues.values())
         tenancy = tenancy_for(workload.quotas, borrowing=scenario.borrowing, preemption=policy.preemption,
-                              fair_share_preemption=policy.fair_share_preemption, min_runtime_s=policy.min_runtime_s)
+                              fair_share_preemption=policy.fair_share_preemption, min_runtime_s=policy.min_runtime_s,
+                              capacity=dict(types) if list(types) != [GPU_TYPE] else None,
+                              queues=workload.queues if several_queues else None)
         self.tenancy = replace(tenancy, scheduling=policy.scheduling)
         classes = {c.name: c for c in self.tenancy.priority_classes}
         self.priority = [classes[j.priority_class].priority if j.priority_class in classes else 0
                          for j in workload.jobs]
         self.preemptible = [classes[j.priority_class].preemptible if j.priority_class in classes else True
                             for j in workload.jobs]
-        self.demand_of = [(GPU_TYPE, j.gpus) for j in workload.jobs]
+        self.demand_of = [(j.gpu_type, j.gpus) for j in workload.jobs]  # (GPU type, GPUs) of each job
+        self.qkey = [queue_key(j.tenant, j.queue) for j in workload.jobs]  # "tenant/queue" of each job
         self.max_retries = DEFAULT_MAX_RETRIES  # a run stopped at its limit is the job's own failure, as live
         self.admission = AdmissionPolicy(tenancy=self.tenancy)
-        index = TreeIndex(self.tenancy, [GPU_TYPE])
-        self.ceiling = {index.names[q].split("/")[0]: index.ceiling[q][0] for q in index.queue_nodes}
-        self.entitled = {t: index.entitlement[index.queue_of[f"{t}/{QUEUE}"]] for t in workload.quotas}
+        index = TreeIndex(self.tenancy, list(types))
+        # largest gang each queue could ever get, per type
+        self.ceiling = {(index.names[q], t): index.ceiling[q][f] for q in index.queue_nodes for t, f in index.fidx.items()}
+        self.entitled = dict.fromkeys(workload.quotas, 0.0)  # tenant -> its share of the cluster by weights
+        for q in index.queue_nodes:
+            self.entitled[index.names[q].split("/")[0]] += index.entitlement[q]
         self.jobs = [JobState(j, first_order(policy, j.index, j.duration)) for j in workload.jobs]
-        self.pending = PendingQueues(list(workload.quotas), policy.scheduling)
+        self.pending = PendingQueues(sorted(set(self.qkey) | set(index.queue_of)), policy.scheduling)
         self.to_place: dict[int, int] = {}  # admitted, not yet placed: job -> admission sequence
         self.admitted_running: dict[int, RunningJob] = {}  # admission's view of holders
         self.allocs: dict[int, RunningAlloc] = {}  # placement's view of holders
         self.on_node: dict[str, set[int]] = {n: set() for n in cluster.order}
-        self.in_use = 0  # GPUs held by admitted and placed jobs
+        self.in_use: dict[str, int] = dict.fromkeys(types, 0)  # GPUs per type held by admitted and placed jobs
+        self.held_q: dict[tuple[str, str], int] = {}  # (queue, type) -> GPUs placed (fair-share usage)
+        self.used_q: dict[tuple[str, str], float] = {}  # (queue, type) -> GPU-seconds placed
         self.held_by: dict[str, int] = dict.fromkeys(workload.quotas, 0)  # tenant -> GPUs placed
         self.history: dict[str, dict[str, float]] = {}  # queue -> type -> decayed GPU-seconds
         self.hist_at = 0.0  # when the history was last decayed
-        self.hist_used: dict[str, float] = {}  # used_s at that time
+        self.hist_used: dict[tuple[str, str], float] = {}  # used_q at that time
         self.used_s: dict[str, float] = dict.fromkeys(workload.quotas, 0.0)  # GPU-seconds placed per tenant
         self.recent_preemptions: list[float] = []
         self.events: list = []
@@ -144,6 +156,10 @@ class Simulator:
                 if gpus:
                     self.used_s[tenant] += gpus * dt
                     placed += gpus
+            used_q = self.used_q
+            for key, gpus in self.held_q.items():
+                if gpus:
+                    used_q[key] = used_q.get(key, 0.0) + gpus * dt
             self.busy_s += placed * dt
             self.up_s += self.cluster.up_gpus * dt
             self.last = at
@@ -155,19 +171,20 @@ class Simulator:
         st = self.jobs[i]
         job = st.job
         self.emit(JobAccepted(at=self.now, job_id=job.job_id, spec=self._spec(st), submitted_at=job.submit))
-        ceiling = min(self.ceiling.get(job.tenant, 0), self.cluster.capacity)
+        qkey = self.qkey[i]
+        ceiling = min(self.ceiling.get((qkey, job.gpu_type), 0), self.cluster.capacity_by_type.get(job.gpu_type, 0))
         if job.gpus > ceiling:
             st.status = "rejected"
             self.left -= 1
             self.emit(JobRejected(at=self.now, job_id=job.job_id, tenant=job.tenant, errors=[ValidationError(
-                "roles", f"the gang needs {job.gpus} GPUs but queue {job.tenant}/{QUEUE} can get at most {ceiling}")]))
+                "roles", f"the gang needs {job.gpus} {job.gpu_type} GPUs but queue {qkey} can get at most {ceiling}")]))
             return
         self._enqueue(i)
 
     def _enqueue(self, i: int) -> None:
         st = self.jobs[i]
         st.status = "pending"
-        self.pending.add(st.job.tenant, i, self.priority[i], st.order, st.attained, st.job.submit, self.now)
+        self.pending.add(self.qkey[i], i, self.priority[i], st.order, st.attained, st.job.submit, self.now)
 
     def _finish(self, what: tuple[int, str, bool]) -> None:
         i, run_id, timed_out = what
@@ -248,11 +265,12 @@ class Simulator:
         st = self.jobs[i]
         self.to_place.pop(i, None)
         if self.admitted_running.pop(i, None) is not None:
-            self.in_use -= st.job.gpus
+            self.in_use[st.job.gpu_type] -= st.job.gpus
         alloc = self.allocs.pop(i, None)
         if alloc is not None:
             self.cluster.release(alloc.replicas)
             self.held_by[st.job.tenant] -= st.job.gpus
+            self.held_q[(self.qkey[i], st.job.gpu_type)] -= st.job.gpus
             for r in alloc.replicas:
                 self.on_node[r.node_id].discard(i)
         st.alloc, st.running, st.failed_at = None, None, None
@@ -301,44 +319,47 @@ class Simulator:
             self.violations.extend(check_state(self))
 
     def _admission_snapshot(self) -> AdmissionSnapshot:
-        free = {GPU_TYPE: self.cluster.up_gpus - self.in_use}
+        up = self.cluster.up_by_type()
+        free = {t: up[t] - self.in_use[t] for t in up}
         pending: list[PendingJob] = []
         multi = self.policy.order_by == "multifactor"
         backfill = self.policy.scheduling.backfill
         queues = self.pending
         queues.promote(self.now)
         jobs = self.jobs
-        for tenant, queue in queues.lists.items():
+        for qkey, queue in queues.lists.items():
             if not queue:
                 continue
             if multi:
-                self._reprioritise(tenant, queue)
-            for neg_priority, _, order, i in queues.candidates(tenant, self.demand_of, free, backfill):
+                self._reprioritise(qkey, queue)
+            for neg_priority, _, order, i in queues.candidates(qkey, self.demand_of, free, backfill):
                 st = jobs[i]
                 job = st.job
                 pending.append(PendingJob(
-                    job_id=job.job_id, tenant=tenant, queue=QUEUE, order=order, gpus_by_type={GPU_TYPE: job.gpus},
+                    job_id=job.job_id, tenant=job.tenant, queue=job.queue, order=order,
+                    gpus_by_type={job.gpu_type: job.gpus},
                     priority=-neg_priority, not_before=st.not_before, runtime_limit_s=job.limit_s,
                     attained_gpu_s=st.attained, submitted_at=job.submit))
         self.recent_preemptions = [t for t in self.recent_preemptions if self.now - t < 3600.0]
         return AdmissionSnapshot(
-            pending=pending, capacity={GPU_TYPE: self.cluster.up_gpus}, in_use={GPU_TYPE: self.in_use},
+            pending=pending, capacity=up, in_use=dict(self.in_use),
             running=list(self.admitted_running.values()), usage_history=self.history,
             recent_preemptions=self.recent_preemptions,
         )
 
-    def _reprioritise(self, tenant: str, queue: list) -> None:
-        share = self._share(tenant)
+    def _reprioritise(self, qkey: str, queue: list) -> None:
+        share = self._share(qkey.split("/")[0])
         cap = self.cluster.capacity
         jobs = self.jobs
-        self.pending.replace(tenant, sorted(
+        self.pending.replace(qkey, sorted(
             (-(multifactor(self.policy, self.now - jobs[i].job.submit, share, jobs[i].job.gpus, cap)
                if order >= 0 else 10**9), 0, order, i)
             for _, _, order, i in queue
         ))
 
     def _share(self, tenant: str) -> float:
-        hist = self.history.get(f"{tenant}/{QUEUE}", {}).get(GPU_TYPE, 0.0)
+        prefix = tenant + "/"
+        hist = sum(v for q, per_type in self.history.items() if q.startswith(prefix) for v in per_type.values())
         recent = hist * math.log(2) / self.tenancy.half_life_s
         return recent / max(self.entitled[tenant] * self.cluster.capacity, 1e-9)
 
@@ -349,14 +370,13 @@ class Simulator:
         half = self.tenancy.half_life_s
         last = self.hist_used
         out = {}
-        for tenant, total in self.used_s.items():
-            used = total - last.get(tenant, 0.0)
-            key = f"{tenant}/{QUEUE}"
-            prev = self.history.get(key, {}).get(GPU_TYPE, 0.0)
+        for (qkey, gpu_type), total in self.used_q.items():
+            used = total - last.get((qkey, gpu_type), 0.0)
+            prev = self.history.get(qkey, {}).get(gpu_type, 0.0)
             if used or prev:
-                out[key] = {GPU_TYPE: decay_usage(prev, used, elapsed, half)}
+                out.setdefault(qkey, {})[gpu_type] = decay_usage(prev, used, elapsed, half)
         self.history = out
-        self.hist_at, self.hist_used = self.now, dict(self.used_s)
+        self.hist_at, self.hist_used = self.now, dict(self.used_q)
 
     def _admitted(self, i: int) -> None:
         st = self.jobs[i]
@@ -365,11 +385,12 @@ class Simulator:
         st.attempt += 1
         st.status = "admitted"
         st.run_id = f"{job.job_id}.{st.attempt}"
-        st.running = RunningJob(job_id=job.job_id, tenant=job.tenant, queue=QUEUE, gpus_by_type={GPU_TYPE: job.gpus},
+        st.running = RunningJob(job_id=job.job_id, tenant=job.tenant, queue=job.queue,
+                                gpus_by_type={job.gpu_type: job.gpus},
                                 started_at=self.now, priority=self.priority[i], preemptible=self.preemptible[i],
                                 expected_end=self.now + job.limit_s, attained_gpu_s=st.attained)
         self.admitted_running[i] = st.running
-        self.in_use += job.gpus
+        self.in_use[job.gpu_type] += job.gpus
         self.admit_seq += 1
         self.to_place[i] = self.admit_seq
         self.emit(JobAdmitted(at=self.now, job_id=job.job_id, tenant=job.tenant, run_id=st.run_id, attempt=st.attempt))
@@ -388,6 +409,8 @@ class Simulator:
                                 priority=self.priority[i])
         self.allocs[i] = st.alloc
         self.held_by[job.tenant] += job.gpus
+        key = (self.qkey[i], job.gpu_type)
+        self.held_q[key] = self.held_q.get(key, 0) + job.gpus
         for r in p.replicas:
             self.on_node[r.node_id].add(i)
         self.emit(JobPlaced(at=self.now, job_id=job.job_id, tenant=job.tenant, run_id=st.run_id, cluster="sim",
@@ -409,8 +432,11 @@ class Simulator:
         if placed and pending:
             # fairness now: GPUs held against the weighted max-min split of them, capped by what each tenant wants
             wanted = {}
-            for tenant, queue in self.pending.lists.items():
-                wanted[tenant] = self.held_by[tenant] + sum(self.jobs[i].job.gpus for *_, i in queue)
+            for tenant, held in self.held_by.items():
+                wanted[tenant] = held
+            for queue in self.pending.lists.values():
+                for *_, i in queue:
+                    wanted[self.jobs[i].job.tenant] += self.jobs[i].job.gpus
             fair = water_fill(wanted, self.entitled, placed)
             ratios = [self.held_by[t] / f for t, f in fair.items() if f > 0]
             self.jain_samples.append(jain(ratios))

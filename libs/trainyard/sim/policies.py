@@ -1,16 +1,19 @@
 """Scheduling policies the simulator compares, all driven through the same ``admit`` and ``place``.
 
-- ``trainyard``: the default: quota tree with borrowing, fair share and
-  preemption (priority, reclaim, and fair share of jobs that ran 4 hours) in
-  admission; topology-aware placement with a reservation for the first
-  blocked gang and backfill behind it.  ``trainyard-30m`` lets fair share
-  preempt after 30 minutes.
-- ``fifo``: submission order within each tenant's queue, no preemption, no
-  backfill reservations.
+- ``trainyard``: the default: quota tree with borrowing and fair share
+  across queues; inside a queue, least attained service (GPU-hours of a job's
+  earlier runs, in levels) with aging; EASY backfill on the users' run-time
+  limits in admission and placement; preemption for priority and to reclaim
+  lent quota, victims checkpointing during their notice.
+- ``fifo``: submission order within each tenant's queue, strictly (the first
+  job that does not fit holds up the rest), no preemption.
 - ``sjf``: shortest job first with the true run times known in advance (an
-  oracle no real scheduler has), no preemption, no reservations.
+  oracle no real scheduler has), strictly in order, no preemption;
+  ``sjf-backfill``: the same oracle order with EASY backfill.
 - ``slurm``: Slurm-like multifactor priority (age, fair share, job size),
   recomputed every cycle, with EASY backfill and no preemption.
+- ``tiresias``: Tiresias-like discretised least attained service,
+  work-conserving (whatever fits starts), no reservations, no aging.
 
 Every policy keeps the same quota tree, so tenants keep their nominal quotas;
 only the order and the extras differ.  A policy orders a queue by
@@ -43,15 +46,21 @@ class Policy(msgspec.Struct, frozen=True):
     scheduling: Scheduling = Scheduling(backfill=False, order="fifo")  # admission order and backfill
 
 
+BACKFILL = PlacementPolicy(backfill=True, max_reservations=1)
+
 POLICIES: dict[str, Policy] = {
-    "trainyard": Policy("trainyard", preemption=True, min_runtime_s=4 * 3600.0,
-                        placement=PlacementPolicy(backfill=True, max_reservations=1)),
-    # the same with fair-share victims after only 30 minutes: shows how preemption can thrash
-    "trainyard-30m": Policy("trainyard-30m", preemption=True, min_runtime_s=1800.0,
-                            placement=PlacementPolicy(backfill=True, max_reservations=1)),
+    # the default: least attained service with aging, EASY backfill on run-time limits in admission and
+    # placement, preemption for priority and to reclaim lent quota (topology-aware, checkpoint-aware)
+    "trainyard": Policy("trainyard", preemption=True, fair_share_preemption=False, scheduling=Scheduling(),
+                        placement=BACKFILL),
     "fifo": Policy("fifo"),
+    # oracles: shortest true run time first, strictly in order / with EASY backfill
     "sjf": Policy("sjf", order_by="duration"),
-    "slurm": Policy("slurm", order_by="multifactor", placement=PlacementPolicy(backfill=True, max_reservations=1)),
+    "sjf-backfill": Policy("sjf-backfill", order_by="duration", scheduling=Scheduling(order="fifo"),
+                           placement=BACKFILL),
+    "slurm": Policy("slurm", order_by="multifactor", scheduling=Scheduling(order="fifo"), placement=BACKFILL),
+    # Tiresias-like: discretised least attained service, work-conserving (whatever fits starts), no reservations
+    "tiresias": Policy("tiresias", scheduling=Scheduling(reserve=False, starvation_s=float("inf"))),
 }
 
 

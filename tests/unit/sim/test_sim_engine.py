@@ -4,22 +4,29 @@ import msgspec
 import pytest
 
 from trainyard.core.admission import admit
+from trainyard.core.admission.tree import Scheduling
 from trainyard.core.invariants import check_job_log
 from trainyard.core.placement import place
 from trainyard.sim import FailureModel, Scenario, SimCluster, build_nodes, policy_named, simulate, synthetic
+from trainyard.sim.policies import BACKFILL, Policy
 from trainyard.sim.report import summarise
 
 FAILING = FailureModel(rate_per_1000_node_days=2000.0, lemon_fraction=0.1, checkpoint_interval_s=1800.0)
 
 
+#: the default with fair-share preemption after only 30 minutes: preempts often
+FAIR_SHARE_30M = Policy("fair-share-30m", preemption=True, min_runtime_s=1800.0, scheduling=Scheduling(),
+                        placement=BACKFILL)
+
+
 def small(policy, seed=3, jobs=160, nodes=16, failures=FAILING, **kw):
     w = synthetic(jobs, nodes * 8, seed=seed, load=0.6, tenants=3)
     scenario = Scenario(tick_s=kw.pop("tick_s", 120.0), seed=seed, failures=failures, **kw)
-    return simulate(w, SimCluster(build_nodes(nodes, nodes_per_rack=4, racks_per_block=2)), policy_named(policy),
-                    scenario)
+    chosen = policy if isinstance(policy, Policy) else policy_named(policy)
+    return simulate(w, SimCluster(build_nodes(nodes, nodes_per_rack=4, racks_per_block=2)), chosen, scenario)
 
 
-@pytest.mark.parametrize("policy", ["trainyard", "fifo", "sjf", "slurm"])
+@pytest.mark.parametrize("policy", ["trainyard", "fifo", "sjf", "sjf-backfill", "slurm", "tiresias"])
 def test_same_seed_same_result(policy):
     a, b = summarise(small(policy, jobs=100)), summarise(small(policy, jobs=100))
     assert a == b
@@ -30,7 +37,7 @@ def test_another_seed_another_result():
     assert summarise(small("fifo", seed=3, jobs=100)) != summarise(small("fifo", seed=4, jobs=100))
 
 
-@pytest.mark.parametrize("policy", ["trainyard", "trainyard-30m", "fifo", "sjf", "slurm"])
+@pytest.mark.parametrize("policy", ["trainyard", FAIR_SHARE_30M, "fifo", "sjf", "sjf-backfill", "slurm", "tiresias"])
 def test_invariants_hold_at_every_cycle_with_failures(policy):
     sim = small(policy, check_every=1)
     assert sim.violations == []
@@ -42,8 +49,9 @@ def test_invariants_hold_at_every_cycle_with_failures(policy):
 
 
 def test_preemption_shows_up_in_the_log_and_the_ledger_of_lost_work():
-    sim = small("trainyard-30m", jobs=200, failures=FailureModel(enabled=False), check_every=1)
+    sim = small(FAIR_SHARE_30M, jobs=200, failures=FailureModel(enabled=False), check_every=1)
     preempted = [e for e in sim.events if type(e).__name__ == "RunFailed" and e.reason == "preempted"]
+    assert preempted, "fair-share preemption after 30 minutes should preempt in this scenario"
     assert len(preempted) == sum(st.preemptions for st in sim.jobs)
     assert check_job_log(sim.events).violations == []
 

@@ -190,7 +190,9 @@ def _admit_with_tenancy(
                     if reason is FAIR_SHARE:
                         break
             start = inf
-            if (
+            if shadows is not None and not scheduling.reserve and reason is INSUFFICIENT_GPUS:
+                start = None  # greedy backfill: wait, hold nothing
+            elif (
                 shadows is not None
                 and (reason is INSUFFICIENT_GPUS or (reason is COHORT_EXHAUSTED and not fail[1]))
                 and any(min(free[t], root_limit[t] - root_claim[t]) < d for t, d in demand)

@@ -69,7 +69,9 @@ class Scheduling(msgspec.Struct, frozen=True):
     - ``backfill``: EASY backfill on the users' run-time limits (backfill.py):
       a job that cannot start holds a reservation, later jobs start around it;
       off: the first job that does not fit blocks its queue and every queue
-      behind it in fair-share order (strict order).
+      behind it in fair-share order (strict order).  ``reserve`` off makes
+      backfill greedy: whatever fits starts, nobody holds a reservation (large
+      gangs can starve; a baseline, not a production setting).
     - ``order``: inside a queue, after priority: ``"las"`` least attained
       service first (the GPU-seconds a job's earlier runs received, in levels
       of ``service_levels_gpu_h``; new jobs are in the first level), then
@@ -79,6 +81,7 @@ class Scheduling(msgspec.Struct, frozen=True):
     """
 
     backfill: bool = True
+    reserve: bool = True  # with backfill: the first blocked job of a type holds a reservation (EASY); off: greedy
     order: str = "las"  # "las" or "fifo"
     service_levels_gpu_h: tuple[float, ...] = (1.0, 64.0, 1024.0)  # attained GPU-hours at which a job moves down
     starvation_s: float = 3 * 24 * 3600.0
