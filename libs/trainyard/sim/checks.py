@@ -6,7 +6,10 @@
   exactly those the runs hold;
 - gangs are whole: every placed run has every replica of every role, each on
   the GPUs its role asks for;
-- the GPUs counted in use are exactly those admitted jobs hold.
+- the GPUs counted in use are exactly those admitted jobs hold;
+- the lifecycle fold over the emitted events (the live projection's rules)
+  puts every job in the state the simulator has it in, and saw no GPU given
+  to two runs.
 """
 
 from __future__ import annotations
@@ -44,4 +47,18 @@ def check_state(sim: Simulator) -> list[str]:
         admitted[sim.jobs[i].job.gpu_type] += sim.jobs[i].job.gpus
     if admitted != sim.in_use:
         problems.append(f"{at}: {sim.in_use} GPUs counted in use but admitted jobs hold {admitted}")
+    folded = sim.table.jobs
+    for st in sim.jobs:
+        if st.status == "future":
+            continue
+        record = folded.get(st.job.job_id)
+        status = record.status if record is not None else None
+        if FOLDED_AS.get(st.status) != status:
+            problems.append(f"{at}: {st.job.job_id} is {st.status} in the simulator but {status} in the lifecycle fold")
+    problems += [f"{at}: {v}" for v in sim.table.holders.violations]
     return problems
+
+
+#: The simulator's job states and the fold's: a placed run starts at once in the simulator.
+FOLDED_AS = {"pending": "pending", "admitted": "admitted", "running": "running", "done": "succeeded",
+             "failed": "failed", "rejected": "rejected"}

@@ -26,15 +26,16 @@ from trainyard.core.admission import (
 )
 from trainyard.core.admission.tree import TreeIndex
 from trainyard.core.placement import PlacementRequest, RunningAlloc, fragmentation
-from trainyard.domain.job import DEFAULT_MAX_RETRIES, ValidationError
+from trainyard.core.lifecycle import HEAD_OF_QUEUE_OFFSET, JobRecord, JobTable
+from trainyard.domain.job import ValidationError
 from trainyard.events.jobs import (
-    JobAccepted, JobAdmitted, JobPlaced, JobRejected, RunFailed, RunStarted, RunSucceeded, failure_category,
+    JobAccepted, JobAdmitted, JobPlaced, JobRejected, RunFailed, RunStarted, RunSucceeded,
 )
 from trainyard.sim.checks import check_state
 from trainyard.sim.cluster import SimCluster
 from trainyard.sim.failures import FailureSource, progress_lost
 from trainyard.sim.placing import place_live
-from trainyard.sim.policies import REQUEUE_BASE, Policy, first_order, multifactor
+from trainyard.sim.policies import Policy, first_order, multifactor
 from trainyard.sim.queues import PendingQueues
 from trainyard.sim.report import jain, water_fill
 from trainyard.sim.state import JobState, Scenario
@@ -60,7 +61,6 @@ class Simulator:
                             for j in workload.jobs]
         self.demand_of = [(j.gpu_type, j.gpus) for j in workload.jobs]  # (GPU type, GPUs) of each job
         self.qkey = [queue_key(j.tenant, j.queue) for j in workload.jobs]  # "tenant/queue" of each job
-        self.max_retries = DEFAULT_MAX_RETRIES  # a run stopped at its limit is the job's own failure, as live
         self.admission = AdmissionPolicy(tenancy=self.tenancy)
         index = TreeIndex(self.tenancy, list(types))
         # largest gang each queue could ever get, per type
@@ -84,6 +84,8 @@ class Simulator:
         self.used_s: dict[str, float] = dict.fromkeys(workload.quotas, 0.0)  # GPU-seconds placed per tenant
         self.recent_preemptions: list[float] = []
         self.events: list = []
+        self.table = JobTable()  # the lifecycle fold over every event the simulation emits
+        self.log_seq = 0  # sequence of the last event on the simulated log
         self.heap: list[tuple[float, int, int, int, object]] = []
         self.seq = 0
         self.now = 0.0
@@ -109,9 +111,13 @@ class Simulator:
         self.seq += 1
         heappush(self.heap, (at, kind, self.seq, kind, what))
 
-    def emit(self, event: object) -> None:
+    def emit(self, event: object) -> JobRecord | None:
+        """Put an event on the simulated log: the lifecycle fold applies it, as the live projection does."""
         if self.scenario.record_events:
             self.events.append(event)
+        self.log_seq += 1
+        self.table.apply(event, self.log_seq)  # type: ignore[arg-type]
+        return self.table.jobs.get(event.job_id)  # type: ignore[attr-defined]
 
     def run(self) -> Simulator:
         for i, j in enumerate(self.workload.jobs):
@@ -168,9 +174,9 @@ class Simulator:
     # --- event handlers ---
 
     def _arrive(self, i: int) -> None:
+        """Accepted, or rejected at once when its queue could never hold the gang (as admission does live)."""
         st = self.jobs[i]
         job = st.job
-        self.emit(JobAccepted(at=self.now, job_id=job.job_id, spec=self._spec(st), submitted_at=job.submit))
         qkey = self.qkey[i]
         ceiling = min(self.ceiling.get((qkey, job.gpu_type), 0), self.cluster.capacity_by_type.get(job.gpu_type, 0))
         if job.gpus > ceiling:
@@ -179,6 +185,8 @@ class Simulator:
             self.emit(JobRejected(at=self.now, job_id=job.job_id, tenant=job.tenant, errors=[ValidationError(
                 "roles", f"the gang needs {job.gpus} {job.gpu_type} GPUs but queue {qkey} can get at most {ceiling}")]))
             return
+        record = self.emit(JobAccepted(at=self.now, job_id=job.job_id, spec=self._spec(st), submitted_at=job.submit))
+        st.order = self._order(i, record.order)
         self._enqueue(i)
 
     def _enqueue(self, i: int) -> None:
@@ -234,9 +242,10 @@ class Simulator:
             self.push(at, FAIL, node)
 
     def _interrupt(self, i: int, reason: str, stopped_at: float, node: str | None) -> None:
-        """End the current run early; keep the work up to its last checkpoint and requeue at the head."""
+        """End the current run early: keep the work up to its last checkpoint, then requeue as the fold says."""
         st = self.jobs[i]
         model = self.scenario.failures
+        # 1. Work saved and lost.
         if st.status == "running":
             st.attained += max(stopped_at - st.placed_at, 0.0) * st.job.gpus
             ran = stopped_at - st.placed_at - st.overhead
@@ -245,21 +254,27 @@ class Simulator:
             st.remaining -= saved
             wasted = lost + (self.now - stopped_at) + min(max(stopped_at - st.placed_at, 0.0), st.overhead)
             st.gpus_lost += wasted * st.job.gpus
+        # 2. Its GPUs back, the failure on the log.
         self._release(i)
-        self.emit(RunFailed(at=self.now, job_id=st.job.job_id, tenant=st.job.tenant, run_id=st.run_id,
-                            reason=reason, node_id=node))  # type: ignore[arg-type]
+        record = self.emit(RunFailed(at=self.now, job_id=st.job.job_id, tenant=st.job.tenant, run_id=st.run_id,
+                                     reason=reason, node_id=node))  # type: ignore[arg-type]
+        # 3. Requeued (or failed for good) by the lifecycle fold's rules: its place, its backoff, its retries.
+        if record.status == "failed":
+            st.status, st.end = "failed", self.now
+            self.left -= 1
+            return
         self.requeues += 1
-        category, (base, cap) = failure_category(reason)
-        if category == "head" and st.order >= 0:
-            st.order = REQUEUE_BASE + self.requeues  # a node failure: ahead of every job never run, as live
-        elif category == "own":
-            st.own_failures += 1
-            if st.own_failures > self.max_retries:
-                st.status, st.end = "failed", self.now
-                self.left -= 1
-                return
-            st.not_before = self.now + min(base * 2 ** (st.own_failures - 1), cap)
+        st.order = self._order(i, record.order)
+        st.not_before = record.not_before
         self._enqueue(i)
+
+    def _order(self, i: int, log_order: int) -> int:
+        """A job's key inside its queue: the fold's (submission order, moved to the head after a node failure),
+        or the policy's own first-attempt key moved the same way."""
+        if self.policy.order_by != "duration":
+            return log_order
+        key = first_order(self.policy, i, self.jobs[i].job.duration)
+        return key - HEAD_OF_QUEUE_OFFSET if log_order < 0 else key
 
     def _release(self, i: int) -> None:
         st = self.jobs[i]

@@ -29,7 +29,6 @@ import msgspec
 from trainyard.core.admission.tree import Scheduling
 from trainyard.core.placement import PlacementPolicy
 
-REQUEUE_BASE = -(10**15)  # orders of requeued jobs: ahead of every first attempt, in requeue order
 
 
 class Policy(msgspec.Struct, frozen=True):

@@ -28,7 +28,7 @@ class JobState:
 
     __slots__ = ("job", "status", "attempt", "run_id", "remaining", "order", "first_start", "end", "placed_at",
                  "alloc", "running", "gpus_lost", "failures", "preemptions", "spec", "failed_at", "overhead",
-                 "attained", "own_failures", "not_before")
+                 "attained", "not_before")
 
     def __init__(self, job: SimJob, order: int) -> None:
         self.job = job
@@ -49,5 +49,4 @@ class JobState:
         self.failed_at: float | None = None  # the current run's node failed at this time
         self.overhead = 0.0  # restart overhead of the current run
         self.attained = 0.0  # GPU-seconds its ended runs held (least-attained-service order)
-        self.own_failures = 0  # runs that ended by the job's own fault (here: stopped at the run-time limit)
-        self.not_before: float | None = None  # retry backoff after its own failure
+        self.not_before: float | None = None  # retry backoff after its own failure (from the lifecycle fold)

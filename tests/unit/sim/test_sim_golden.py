@@ -75,4 +75,5 @@ def test_gang_larger_than_quota_is_rejected_not_stuck():
     jobs = [SimJob(0, "a", 0.0, 10, gang_of(32)), SimJob(1, "a", 0.0, 10, gang_of(8))]
     sim = run(jobs, 2, "fifo", quota=16)
     assert [st.status for st in sim.jobs] == ["rejected", "done"]
-    assert type(sim.events[1]).__name__ == "JobRejected"
+    assert type(sim.events[0]).__name__ == "JobRejected"  # rejected instead of accepted, as admission does live
+    assert check_job_log(sim.events).status["j0000000"] == "rejected"
