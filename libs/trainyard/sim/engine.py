@@ -254,6 +254,11 @@ class Simulator:
             st.remaining -= saved
             wasted = lost + (self.now - stopped_at) + min(max(stopped_at - st.placed_at, 0.0), st.overhead)
             st.gpus_lost += wasted * st.job.gpus
+            if reason == "preempted":
+                # what stopping it costs: the work since its checkpoint and the restart its next run pays
+                restart = model.restart_overhead_s * st.job.gpus
+                st.gpus_lost += restart
+                st.lost_to_preemption += wasted * st.job.gpus + restart
         # 2. Its GPUs back, the failure on the log.
         self._release(i)
         record = self.emit(RunFailed(at=self.now, job_id=st.job.job_id, tenant=st.job.tenant, run_id=st.run_id,

@@ -48,16 +48,19 @@ class Policy(msgspec.Struct, frozen=True):
 BACKFILL = PlacementPolicy(backfill=True, max_reservations=1)
 
 POLICIES: dict[str, Policy] = {
-    # the default: least attained service with aging, EASY backfill on run-time limits in admission and
-    # placement, preemption for priority and to reclaim lent quota (topology-aware, checkpoint-aware)
+    # the default: least attained service with aging, backfill on run-time limits in admission and placement
+    # with a reservation for a job once it has waited 6 hours, preemption for priority and to reclaim lent quota
+    # by that job only (victims checkpoint during their notice)
     "trainyard": Policy("trainyard", preemption=True, fair_share_preemption=False, scheduling=Scheduling(),
                         placement=BACKFILL),
     "fifo": Policy("fifo"),
     # oracles: shortest true run time first, strictly in order / with EASY backfill
     "sjf": Policy("sjf", order_by="duration"),
-    "sjf-backfill": Policy("sjf-backfill", order_by="duration", scheduling=Scheduling(order="fifo"),
+    "sjf-backfill": Policy("sjf-backfill", order_by="duration", scheduling=Scheduling(order="fifo", reserve_after_s=0.0),
                            placement=BACKFILL),
-    "slurm": Policy("slurm", order_by="multifactor", scheduling=Scheduling(order="fifo"), placement=BACKFILL),
+    # Slurm-like: multifactor priority, EASY backfill reserving for the top blocked job at once
+    "slurm": Policy("slurm", order_by="multifactor", scheduling=Scheduling(order="fifo", reserve_after_s=0.0),
+                    placement=BACKFILL),
     # Tiresias-like: discretised least attained service, work-conserving (whatever fits starts), no reservations
     "tiresias": Policy("tiresias", scheduling=Scheduling(reserve=False, starvation_s=float("inf"))),
 }

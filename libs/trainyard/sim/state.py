@@ -28,7 +28,7 @@ class JobState:
 
     __slots__ = ("job", "status", "attempt", "run_id", "remaining", "order", "first_start", "end", "placed_at",
                  "alloc", "running", "gpus_lost", "failures", "preemptions", "spec", "failed_at", "overhead",
-                 "attained", "not_before")
+                 "attained", "not_before", "lost_to_preemption")
 
     def __init__(self, job: SimJob, order: int) -> None:
         self.job = job
@@ -43,6 +43,7 @@ class JobState:
         self.alloc: RunningAlloc | None = None
         self.running: RunningJob | None = None
         self.gpus_lost = 0.0  # GPU-seconds of work thrown away by failures and preemption
+        self.lost_to_preemption = 0.0  # the part thrown away by preemption (restart, work since the checkpoint)
         self.failures = 0
         self.preemptions = 0
         self.spec = None

@@ -95,3 +95,22 @@ def test_a_job_that_waited_past_the_starvation_limit_goes_ahead_of_every_service
     assert admitted_ids(cycle(tree, pending, capacity={"H100": 8})) == ["old-heavy"]
     pending[0] = job("old-heavy", 8, order=1, attained=2000 * HOUR, submitted=NOW - 23 * HOUR)
     assert admitted_ids(cycle(tree, pending, capacity={"H100": 8})) == ["fresh"]
+
+
+@pytest.mark.parametrize(
+    "scheduling, big_waited, admitted",
+    [
+        pytest.param({"reserve_after_s": 6 * HOUR}, 1 * HOUR, ["b-long"],
+                     id="a job that has waited less than the reservation delay lets a long job start around it"),
+        pytest.param({"reserve_after_s": 6 * HOUR}, 7 * HOUR, [],
+                     id="a job that has waited past the reservation delay holds its GPUs against a long job"),
+        pytest.param({"reserve_after_s": 0.0}, 0.0, [], id="reserving at once holds them from the start"),
+        pytest.param({"reserve": False}, 30 * HOUR, ["b-long"], id="greedy backfill never holds anything"),
+    ],
+)
+def test_when_a_blocked_job_starts_to_hold_a_reservation(scheduling, big_waited, admitted):
+    pending = [job("a-big", 16, "a", order=1, submitted=NOW - big_waited),
+               job("b-long", 4, "b", order=2, limit=10 * HOUR, submitted=NOW)]
+    result = cycle(shared_pool(**scheduling), pending, [running("r", 8, "b", ends=NOW + 2 * HOUR)],
+                   capacity={"H100": 16})
+    assert admitted_ids(result) == admitted

@@ -98,6 +98,7 @@ def _admit_with_tenancy(
     scheduling = tenancy.scheduling
     shadows = Shadows(nf, ends, now) if scheduling.backfill else None
     root_limit, root_claim = index.limit[0], state.claim[0]
+    reserve_after = scheduling.reserve_after_s
 
     # 2. Queues in priority, then service (or submission) order.
     waiting: list[Waiting] = []
@@ -190,15 +191,16 @@ def _admit_with_tenancy(
                     if reason is FAIR_SHARE:
                         break
             start = inf
-            if shadows is not None and not scheduling.reserve and reason is INSUFFICIENT_GPUS:
-                start = None  # greedy backfill: wait, hold nothing
-            elif (
+            if (
                 shadows is not None
                 and (reason is INSUFFICIENT_GPUS or (reason is COHORT_EXHAUSTED and not fail[1]))
                 and any(min(free[t], root_limit[t] - root_claim[t]) < d for t, d in demand)
             ):
-                start = shadows.reserve(job.job_id, demand,
-                                        [min(free[t], root_limit[t] - root_claim[t]) for t in range(nf)])
+                if scheduling.reserve and (job.submitted_at is None or now - job.submitted_at >= reserve_after):
+                    start = shadows.reserve(job.job_id, demand,
+                                            [min(free[t], root_limit[t] - root_claim[t]) for t in range(nf)])
+                else:
+                    start = None  # it waits without a reservation and without holding up the line
             if start is None or start < inf:
                 # backfill: short of GPUs (or of the whole tree's quota, the same thing), the job waits without
                 # holding up the line; the first such job of each type holds a reservation, and only it may
@@ -241,7 +243,7 @@ def _admit_with_tenancy(
     if blocked:
         preemptions, preemptors = preempt(
             tenancy.preemption, state, shares, free, holders, blocked[: policy.max_preemptors_per_cycle],
-            snapshot.recent_preemptions, now,
+            snapshot.recent_preemptions, now, snapshot.cluster, snapshot.specs,
         )
         for at in preemptors:
             old = waiting[at]

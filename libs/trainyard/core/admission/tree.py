@@ -61,6 +61,7 @@ class PreemptionSettings(msgspec.Struct, frozen=True):
     grace_period_s: float = 0.0  # notice given to a victim before it is stopped
     fair_share_limit: int = 10  # fair-share preemptions allowed per window
     fair_share_window_s: float = 600.0
+    restart_cost_s: float = 300.0  # per GPU: what a stopped run spends getting back (added to its lost work)
 
 
 class Scheduling(msgspec.Struct, frozen=True):
@@ -82,6 +83,7 @@ class Scheduling(msgspec.Struct, frozen=True):
 
     backfill: bool = True
     reserve: bool = True  # with backfill: the first blocked job of a type holds a reservation (EASY); off: greedy
+    reserve_after_s: float = 6 * 3600.0  # only a job that has waited this long may hold a reservation (0: any)
     order: str = "las"  # "las" or "fifo"
     service_levels_gpu_h: tuple[float, ...] = (1.0, 64.0, 1024.0)  # attained GPU-hours at which a job moves down
     starvation_s: float = 3 * 24 * 3600.0
