@@ -178,6 +178,7 @@ def record_from_hash(h: dict[str, str]) -> JobRecord:
         last_checkpoint_step=int(h["last_checkpoint_step"]) if "last_checkpoint_step" in h else None,
         notice_at=num("notice_at"), preempt_deadline=num("preempt_deadline"), preemptor=h.get("preemptor"),
         preempt_reason=h.get("preempt_reason"), reason=h.get("reason"), message=h.get("message"),
+        attained_gpu_s=num("attained_gpu_s") or 0.0,
     )  # fmt: skip
 
 

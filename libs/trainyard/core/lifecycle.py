@@ -109,6 +109,7 @@ class JobRecord(msgspec.Struct, frozen=True, kw_only=True):
     preempt_reason: str | None = None
     reason: str | None = None  # why the last run failed, or why the job was cancelled
     message: str | None = None  # the last failure's message
+    attained_gpu_s: float = 0.0  # GPU-seconds its failed or preempted runs held while running (least attained service)
 
     @property
     def active(self) -> bool:
@@ -211,9 +212,12 @@ def _notice(record: JobRecord, event: PreemptionNotice) -> JobRecord:
 
 
 def _fail(record: JobRecord, event: RunFailed) -> JobRecord:
+    attained = record.attained_gpu_s
+    if record.started_at is not None and event.at > record.started_at:
+        attained += (event.at - record.started_at) * record.gpus
     ended = msgspec.structs.replace(
         record, reason=event.reason, message=event.message, placement=(), notice_at=None, preempt_deadline=None,
-        preemptor=None, preempt_reason=None,
+        preemptor=None, preempt_reason=None, attained_gpu_s=attained,
     )  # fmt: skip
     category, base_cap = failure_category(event.reason)
     replace = msgspec.structs.replace

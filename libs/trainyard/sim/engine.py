@@ -247,7 +247,6 @@ class Simulator:
         model = self.scenario.failures
         # 1. Work saved and lost.
         if st.status == "running":
-            st.attained += max(stopped_at - st.placed_at, 0.0) * st.job.gpus
             ran = stopped_at - st.placed_at - st.overhead
             interval = 0.0 if reason == "preempted" and model.checkpoint_on_notice else model.checkpoint_interval_s
             saved, lost = progress_lost(min(ran, st.remaining), interval)
@@ -271,6 +270,7 @@ class Simulator:
         self.requeues += 1
         st.order = self._order(i, record.order)
         st.not_before = record.not_before
+        st.attained = record.attained_gpu_s
         self._enqueue(i)
 
     def _order(self, i: int, log_order: int) -> int:

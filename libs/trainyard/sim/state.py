@@ -49,5 +49,5 @@ class JobState:
         self.spec = None
         self.failed_at: float | None = None  # the current run's node failed at this time
         self.overhead = 0.0  # restart overhead of the current run
-        self.attained = 0.0  # GPU-seconds its ended runs held (least-attained-service order)
+        self.attained = 0.0  # GPU-seconds its ended runs held (least-attained-service order; from the fold)
         self.not_before: float | None = None  # retry backoff after its own failure (from the lifecycle fold)

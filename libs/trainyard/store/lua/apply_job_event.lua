@@ -126,6 +126,13 @@ elseif kind == 'RunFailed' then
   release()
   redis.call('HSET', jk, 'reason', ARGV[6], 'message', ARGV[7], 'placement', '')
   redis.call('HDEL', jk, 'notice_at', 'preempt_deadline', 'preemptor', 'preempt_reason')
+  -- GPU-seconds the run held while running: least-attained-service order
+  local started = redis.call('HGET', jk, 'started_at')
+  if started and tonumber(at) > tonumber(started) then
+    local before = tonumber(redis.call('HGET', jk, 'attained_gpu_s') or '0')
+    local gpus = tonumber(redis.call('HGET', jk, 'gpus') or '0')
+    redis.call('HSET', jk, 'attained_gpu_s', exact(before + (tonumber(at) - tonumber(started)) * gpus))
+  end
   -- ARGV[8]: head (node failure: back to the head of the queue), keep (keep
   -- its place), timeout (keep its place after a backoff), own (the job's own
   -- failure: retried after a backoff up to max_retries).  ARGV[9], ARGV[10]:
