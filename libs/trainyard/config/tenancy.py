@@ -6,7 +6,8 @@ Declared in YAML (see ``examples/tenancy.yaml``)::
     priority_classes:   name, priority, preemptible, may_only_borrow
     organisations:      -> teams -> queues, each with a weight and a quota per flavor
     fair_share:         half_life_s of the decayed usage
-    preemption:         which kinds are on, min runtime, grace period, rate limit
+    preemption:         which kinds are on, min runtime, grace period, rate limit, restart cost
+    scheduling:         backfill, order inside a queue (las or fifo), service levels, aging
 
 A team is a *tenant*: ``JobSpec.tenant`` is a team name (unique across the
 cluster) and ``JobSpec.queue`` one of that team's queues.
@@ -28,6 +29,7 @@ from trainyard.core.admission.tree import (
     PreemptionSettings,
     PriorityClass,
     QueueQuota,
+    Scheduling,
     Tenancy,
 )
 from trainyard.domain.job import JobSpec, ValidationError
@@ -90,10 +92,18 @@ class PreemptionConfig(_Config):
     within_queue: bool = True
     reclaim: bool = True
     fair_share: bool = True
-    min_runtime_s: float = 900.0  # fair-share victims have run at least this long
+    min_runtime_s: float = 4 * 3600.0  # fair-share victims have run at least this long (shorter thrashes)
     grace_period_s: float = 300.0  # notice before a victim is stopped, time to checkpoint
     max_fair_share_preemptions: int = 10  # per rate window
     rate_window_s: float = 600.0
+    restart_cost_s: float = 300.0  # per GPU: what a stopped run spends getting back; added to its lost work
+
+
+class SchedulingConfig(_Config):
+    backfill: bool = True  # EASY backfill on run-time limits; false: strict order
+    order: str = "las"  # inside a queue after priority: "las" (least attained service) or "fifo"
+    service_levels_gpu_h: tuple[float, ...] = (1.0, 64.0, 1024.0)  # attained GPU-hours at which a job moves down
+    starvation_s: float = 3 * 24 * 3600.0  # a job waiting longer goes ahead of the service levels
 
 
 class TenancyConfig(_Config):
@@ -103,6 +113,7 @@ class TenancyConfig(_Config):
     default_priority_class: str = "standard"
     fair_share: FairShareConfig = FairShareConfig()
     preemption: PreemptionConfig = PreemptionConfig()
+    scheduling: SchedulingConfig = SchedulingConfig()
 
 
 class ConfigError(msgspec.Struct, frozen=True):
@@ -176,6 +187,13 @@ def compile_tenancy(cfg: TenancyConfig) -> Tenancy:
             grace_period_s=p.grace_period_s,
             fair_share_limit=p.max_fair_share_preemptions,
             fair_share_window_s=p.rate_window_s,
+            restart_cost_s=p.restart_cost_s,
+        ),
+        scheduling=Scheduling(
+            backfill=cfg.scheduling.backfill,
+            order=cfg.scheduling.order,
+            service_levels_gpu_h=tuple(cfg.scheduling.service_levels_gpu_h),
+            starvation_s=cfg.scheduling.starvation_s,
         ),
     )
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from trainyard.config.tenancy import ConfigError, QuotaLimits, TenancyConfig
 from trainyard.domain.job import GPU_TYPE_RE, NAME_RE
 
+ORDERS = ("las", "fifo")  # scheduling.order: least attained service, or submission order
+
 
 def validate_tenancy(cfg: TenancyConfig) -> list[ConfigError]:
     """Every problem in ``cfg``; an empty list means it is usable."""
@@ -43,11 +45,23 @@ def validate_tenancy(cfg: TenancyConfig) -> list[ConfigError]:
     if cfg.fair_share.half_life_s <= 0:
         err("fair_share.half_life_s", f"must be greater than 0, got {cfg.fair_share.half_life_s}")
     p = cfg.preemption
-    for field in ("min_runtime_s", "grace_period_s", "max_fair_share_preemptions"):
+    for field in ("min_runtime_s", "grace_period_s", "max_fair_share_preemptions", "restart_cost_s"):
         if getattr(p, field) < 0:
             err(f"preemption.{field}", f"must not be negative, got {getattr(p, field)}")
     if p.rate_window_s <= 0:
         err("preemption.rate_window_s", f"must be greater than 0, got {p.rate_window_s}")
+    s = cfg.scheduling
+    if s.order not in ORDERS:
+        err("scheduling.order", f"unknown order {s.order!r}; known: {', '.join(ORDERS)}")
+    levels = s.service_levels_gpu_h
+    for i, level in enumerate(levels):
+        if not level > 0:
+            err(f"scheduling.service_levels_gpu_h[{i}]", f"must be greater than 0, got {level}")
+        elif i and not level > levels[i - 1]:
+            err(f"scheduling.service_levels_gpu_h[{i}]",
+                f"levels must rise: {level} is not above the level before it, {levels[i - 1]}")
+    if not s.starvation_s > 0:
+        err("scheduling.starvation_s", f"must be greater than 0, got {s.starvation_s}")
     # 3. The tree: names, weights, quotas, children within parents.
     org_names: set[str] = set()
     team_names: dict[str, str] = {}  # team -> where first declared

@@ -7,8 +7,9 @@ import json
 
 import msgspec
 
+from trainyard.core.placement.snapshot import ClusterSnapshot, NodeView, PlacementPolicy, RunningAlloc
 from trainyard.domain.job import JobSpec
-from trainyard.domain.node import NodeInfo
+from trainyard.domain.node import NodeInfo, NodeState
 from trainyard.events.jobs import ReplicaPlacement
 from trainyard.store.projector import Store
 
@@ -327,3 +328,73 @@ async def set_placement_outlook(
     for job_id in placed:
         pipe.hdel(store.key("job", job_id), "reason", "expected_start")
     await pipe.execute()
+
+
+# --- the cluster as the placement core sees it --------------------------------
+
+#: Job statuses whose current run holds GPUs.
+HOLDING = frozenset({"placed", "running"})
+
+
+class ClusterReader:
+    """Builds the placement core's ``ClusterSnapshot`` from the projections:
+    every node of one cluster with its free GPUs, and every run holding GPUs
+    with where it runs, when it started, its limit and its last checkpoint.
+
+    Placement reads it every cycle; admission reads it to choose preemption
+    victims where the waiting gang can use their GPUs.  A job's spec and a
+    run's replicas never change, so each is read and decoded once and kept
+    while the job is active.
+    """
+
+    def __init__(self, store: Store, cluster: str, policy: PlacementPolicy | None = None) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.policy = policy or PlacementPolicy()
+        self.specs: dict[str, JobSpec] = {}  # job id -> spec, for every active job
+        self.replicas: dict[str, list[ReplicaPlacement]] = {}  # run id -> where it runs
+
+    async def read(self, job_ids: list[str]) -> tuple[ClusterSnapshot, dict[str, ActiveJob]]:
+        """The cluster and the heads of the jobs among ``job_ids`` that hold or
+        wait for GPUs (admitted, placed, running), from one consistent read."""
+        node_rows, heads = await placement_state(self.store, job_ids)
+        jobs = {j.job_id: j for j in heads if j.run_id and (j.status == "admitted" or j.status in HOLDING)}
+        missing = [j for j in jobs if j not in self.specs]
+        if missing:
+            self.specs.update(await job_specs(self.store, missing))
+        for job_id in [j for j in self.specs if j not in jobs]:
+            del self.specs[job_id]  # no longer active
+        running = await self._running([j for j in jobs.values() if j.status in HOLDING])
+        nodes = [
+            NodeView(info=info, free_gpus=tuple(free), schedulable=state == NodeState.HEALTHY.value)
+            for info, state, free in node_rows
+            if info.cluster == self.cluster
+        ]
+        return ClusterSnapshot(nodes=nodes, running=running, policy=self.policy), jobs
+
+    async def _running(self, holding: list[ActiveJob]) -> list[RunningAlloc]:
+        """Every run holding GPUs, with its latest end and its last checkpoint."""
+        new = [j.job_id for j in holding if j.run_id not in self.replicas]
+        if new:
+            for run_id, replicas in (await run_placements(self.store, new)).values():
+                self.replicas[run_id] = replicas
+        current = {j.run_id for j in holding}
+        for run_id in [r for r in self.replicas if r not in current]:
+            del self.replicas[run_id]
+        out = []
+        for j in holding:
+            replicas = self.replicas.get(j.run_id or "")
+            spec = self.specs.get(j.job_id)
+            started = j.started_at if j.started_at is not None else j.placed_at
+            if replicas is None or spec is None or started is None:
+                continue
+            # A checkpoint older than this run (it resumed from it) saves none of this run's work.
+            checkpoint = j.last_checkpoint_at if j.last_checkpoint_at and j.last_checkpoint_at >= started else None
+            out.append(
+                RunningAlloc(
+                    job_id=j.job_id, run_id=j.run_id or "", replicas=replicas, started_at=started,
+                    max_runtime_s=float(spec.max_runtime_s), preemptible=j.preemptible,
+                    last_checkpoint_at=checkpoint, priority=j.priority,
+                )  # fmt: skip
+            )
+        return out

@@ -1,11 +1,19 @@
 """One admission cycle: read the projection, call the pure core, publish.
 
 Besides admitting, a cycle gives preemption notices, stops victims whose grace
-period is over (``RunFailed(preempted)``: requeued keeping their place), gives
-back the quota of gangs placement could not place in time
-(``RunFailed(placement_timeout)``: requeued after a backoff), and keeps the
-decayed usage behind fair share.  Every decision about a job is fenced by the
-job's last subject sequence.
+period is over (``RunFailed(preempted)``: requeued keeping their place), stops
+runs at their run-time limit (``RunFailed(timeout)``: the job's own failure,
+retried after a backoff), gives back the quota of gangs placement could not
+place in time (``RunFailed(placement_timeout)``: requeued after a backoff), and
+keeps the decayed usage behind fair share.  Every decision about a job is
+fenced by the job's last subject sequence.
+
+The core gets what it decides on: each pending job's run-time limit,
+submission time and the GPU-seconds its earlier runs held (backfill, aging,
+least attained service), each running job's expected end (backfill), and,
+when preemption may be needed, the cluster as placement sees it (nodes, free
+GPUs, the runs holding them) with the pending jobs' specs, so victims are
+chosen where the waiting gang can use their GPUs.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from trainyard.core.admission import (
     queue_key,
 )
 from trainyard.core.admission.deadlines import HeldRun, overdue
+from trainyard.core.placement import ClusterSnapshot
 from trainyard.domain.job import JobSpec
 from trainyard.events import JobAdmitted, PreemptionNotice, RunFailed, subjects
 from trainyard.store import Projector, Store
@@ -39,6 +48,7 @@ log = logging.getLogger(__name__)
 FIELDS = (
     "status", "tenant", "order", "run_id", "last_seq", "attempt", "not_before", "priority_class",
     "last_checkpoint_step", "last_checkpoint_at", "admitted_at", "notice_at", "preempt_deadline", "preemptor",
+    "submitted_at", "started_at", "attained_gpu_s",
 )  # fmt: skip
 
 
@@ -61,7 +71,7 @@ class AdmissionCycle:
     def __init__(
         self, bus: Bus, store: Store, projector: Projector, policy: AdmissionPolicy, clock: Callable[[], float],
         window: int = 20_000, node_projector: tuple[Projector, ...] = (), tenancy: TenancyHolder | None = None,
-        placement_timeout_s: float = 60.0,
+        placement_timeout_s: float = 60.0, cluster: str | None = None,
     ) -> None:  # fmt: skip
         self.bus = bus
         self.store = store
@@ -73,6 +83,9 @@ class AdmissionCycle:
         self.tenancy = tenancy or TenancyHolder()
         self.placement_timeout_s = placement_timeout_s
         self._demand: dict[str, tuple[str, dict[str, int]]] = {}  # job id -> (queue, GPUs by type)
+        self._specs: dict[str, JobSpec] = {}  # job id -> spec, while pending or active (specs never change)
+        # the cluster for topology-aware preemption; None: victims by GPU counts
+        self.cluster = views.ClusterReader(store, cluster) if cluster is not None else None
         self._cache: dict[str, dict[str, str | None]] = {}  # job id -> FIELDS, while pending or active
         self._lost_seen = 0
         self.last_timings: dict[str, float] = {}  # seconds per step of the last cycle
@@ -100,6 +113,7 @@ class AdmissionCycle:
         if unknown:
             for job_id, spec in (await views.job_specs(self.store, unknown)).items():
                 self._demand[job_id] = (spec.queue, gpu_demand(spec))
+                self._specs[job_id] = spec
         wanted = set(ids)
         for job_id in [j for j in self._cache if j not in wanted]:
             del self._cache[job_id]  # no longer pending or active
@@ -111,26 +125,48 @@ class AdmissionCycle:
         rows = await self._rows(pending_ids + active_ids)
         for job_id in [j for j in self._demand if j not in rows]:
             del self._demand[job_id]  # no longer pending or active
+            self._specs.pop(job_id, None)
         pending, running = [], []
         for job_id, r in rows.items():
             queue, demand = self._demand[job_id]
+            limit = float(self._specs[job_id].max_runtime_s)
             priority, preemptible, only_borrow = self.tenancy.priority_class(r["priority_class"])
             if r["status"] == "pending":
                 pending.append(
                     PendingJob(job_id, r["tenant"] or "", queue, int(r["order"] or 0), demand, priority,
-                               _float(r["not_before"]), only_borrow)  # fmt: skip
+                               _float(r["not_before"]), only_borrow, runtime_limit_s=limit,
+                               attained_gpu_s=_float(r["attained_gpu_s"]) or 0.0,
+                               submitted_at=_float(r["submitted_at"]))  # fmt: skip
                 )
             elif r["status"] in ("admitted", "placed", "running"):
+                admitted_at = _float(r["admitted_at"]) or 0.0
+                started_at = _float(r["started_at"])
                 running.append(
-                    RunningJob(job_id, r["tenant"] or "", queue, demand, _float(r["admitted_at"]) or 0.0,
+                    RunningJob(job_id, r["tenant"] or "", queue, demand, admitted_at,
                                _float(r["last_checkpoint_at"]), priority, preemptible, only_borrow,
-                               _float(r["notice_at"]))  # fmt: skip
+                               _float(r["notice_at"]),
+                               expected_end=(started_at if started_at is not None else admitted_at) + limit,
+                               attained_gpu_s=_float(r["attained_gpu_s"]) or 0.0)  # fmt: skip
                 )
         capacity = await views.gpus_by_type(self.store, "capacity")
         in_use = await views.gpus_by_type(self.store, "inuse")
         history, recent = await self._fair_share_state(running)
-        snapshot = AdmissionSnapshot(pending, capacity, in_use, running, history, recent)
+        cluster, specs = await self._cluster(pending, running, active_ids)
+        snapshot = AdmissionSnapshot(pending, capacity, in_use, running, history, recent, cluster, specs)
         return snapshot, rows
+
+    async def _cluster(
+        self, pending: list[PendingJob], running: list[RunningJob], active_ids: list[str]
+    ) -> tuple[ClusterSnapshot | None, dict[str, JobSpec]]:
+        """Where the GPUs are, and the pending jobs' specs, when a pending job might preempt."""
+        tenancy = self.tenancy.compiled
+        if self.cluster is None or tenancy is None or not pending or not any(r.preemptible for r in running):
+            return None, {}
+        p = tenancy.preemption
+        if not (p.within_queue or p.reclaim or p.fair_share):
+            return None, {}
+        cluster, _ = await self.cluster.read(active_ids)
+        return cluster, {j.job_id: self._specs[j.job_id] for j in pending}
 
     async def _fair_share_state(self, running: list[RunningJob]) -> tuple[dict[str, dict[str, float]], list[float]]:
         """Decay the usage table by the time since the last cycle, add what the
@@ -224,7 +260,8 @@ class AdmissionCycle:
     def _stops(self, rows: dict, now: float) -> list[PublishRequest]:
         """Victims past their grace period, and gangs placement did not place in time."""
         held = [
-            HeldRun(job_id, r["status"], _float(r["admitted_at"]), _float(r["preempt_deadline"]))
+            HeldRun(job_id, r["status"], _float(r["admitted_at"]), _float(r["preempt_deadline"]),
+                    _float(r["started_at"]), float(self._specs[job_id].max_runtime_s))  # fmt: skip
             for job_id, r in rows.items()
             if r["run_id"]
         ]
@@ -233,6 +270,8 @@ class AdmissionCycle:
             r = rows[stop.job_id]
             if stop.reason == "preempted":
                 message = f"preempted for {r.get('preemptor') or 'a waiting job'}"
+            elif stop.reason == "timeout":
+                message = f"stopped at its run-time limit of {self._specs[stop.job_id].max_runtime_s}s"
             else:
                 message = f"not placed within {self.placement_timeout_s:.0f}s"
             event = RunFailed(at=now, job_id=stop.job_id, tenant=r["tenant"], run_id=r["run_id"], reason=stop.reason,

@@ -26,7 +26,7 @@ async def main(rt: Runtime) -> None:
     intake = IntakeHandler(rt.bus, rt.store, time.time, tenancy)
     cycle = AdmissionCycle(
         rt.bus, rt.store, jobs, AdmissionPolicy(), time.time, node_projector=(nodes,), tenancy=tenancy,
-        placement_timeout_s=rt.settings.placement_timeout_s,
+        placement_timeout_s=rt.settings.placement_timeout_s, cluster=rt.settings.cluster,
     )
     lease = await Lease.open(rt.bus, f"admission.{rt.settings.cluster}", holder=f"{os.getpid()}")
     spec = ConsumerSpec(stream="INTAKE", durable="admission-intake", filter_subject=subjects.INTAKE_ALL)

@@ -23,23 +23,19 @@ import msgspec
 from trainyard.bus import Bus, PublishRequest, WrongLastSequence
 from trainyard.core.placement import (
     ClusterSnapshot,
-    NodeView,
     PlacementPolicy,
     PlacementRequest,
     PlacementResult,
-    RunningAlloc,
     place,
 )
-from trainyard.domain.job import JobSpec
-from trainyard.domain.node import NodeState
-from trainyard.events import JobPlaced, ReplicaPlacement, subjects
+from trainyard.events import JobPlaced, subjects
 from trainyard.store import Projector, Store
 from trainyard.store import views
 
 log = logging.getLogger(__name__)
 
 #: Job statuses whose current run holds GPUs.
-HOLDING = frozenset({"placed", "running"})
+HOLDING = views.HOLDING
 
 
 class Leadership(Protocol):
@@ -85,8 +81,9 @@ class PlacementCycle:
         self.lease = lease  # None: always decide (a test's single decider)
         self.policy = policy
         self.stats = PlacementStats()
-        self._specs: dict[str, JobSpec] = {}  # job id -> spec, for every active job (specs never change)
-        self._replicas: dict[str, list[ReplicaPlacement]] = {}  # run id -> where it runs, decoded once
+        self.reader = views.ClusterReader(store, cluster, policy)  # nodes and runs holding GPUs, from Redis
+        self._specs = self.reader.specs  # job id -> spec, for every active job (specs never change)
+        self._replicas = self.reader.replicas  # run id -> where it runs, decoded once
 
     @property
     def leading(self) -> bool:
@@ -94,57 +91,13 @@ class PlacementCycle:
 
     async def snapshot(self) -> Snapshot:
         active = await views.ids_in(self.store, "active")
-        node_rows, heads = await views.placement_state(self.store, active)
-        jobs = {j.job_id: j for j in heads if j.run_id and (j.status == "admitted" or j.status in HOLDING)}
-        missing = [j for j in jobs if j not in self._specs]
-        if missing:
-            self._specs.update(await views.job_specs(self.store, missing))
-        # Forget specs of jobs no longer active.
-        for job_id in [j for j in self._specs if j not in jobs]:
-            del self._specs[job_id]
-        running = await self._running([j for j in jobs.values() if j.status in HOLDING])
-        cluster = ClusterSnapshot(
-            nodes=[
-                NodeView(info=info, free_gpus=tuple(free), schedulable=state == NodeState.HEALTHY.value)
-                for info, state, free in node_rows
-                if info.cluster == self.cluster
-            ],
-            running=running,
-            policy=self.policy,
-        )
+        cluster, jobs = await self.reader.read(active)
         waiting = {j.job_id: j for j in jobs.values() if j.status == "admitted" and j.job_id in self._specs}
         requests = [
             PlacementRequest(job_id=j.job_id, run_id=j.run_id or "", spec=self._specs[j.job_id], order=j.order)
             for j in waiting.values()
         ]
         return Snapshot(cluster, requests, waiting)
-
-    async def _running(self, holding: list[views.ActiveJob]) -> list[RunningAlloc]:
-        """Every run holding GPUs, with its latest end, for reservations."""
-        new = [j.job_id for j in holding if j.run_id not in self._replicas]
-        if new:
-            for run_id, replicas in (await views.run_placements(self.store, new)).values():
-                self._replicas[run_id] = replicas
-        current = {j.run_id for j in holding}
-        for run_id in [r for r in self._replicas if r not in current]:
-            del self._replicas[run_id]
-        out = []
-        for j in holding:
-            replicas = self._replicas.get(j.run_id or "")
-            spec = self._specs.get(j.job_id)
-            started = j.started_at if j.started_at is not None else j.placed_at
-            if replicas is None or spec is None or started is None:
-                continue
-            # A checkpoint older than this run (it resumed from it) saves none of this run's work.
-            checkpoint = j.last_checkpoint_at if j.last_checkpoint_at and j.last_checkpoint_at >= started else None
-            out.append(
-                RunningAlloc(
-                    job_id=j.job_id, run_id=j.run_id or "", replicas=replicas, started_at=started,
-                    max_runtime_s=float(spec.max_runtime_s), preemptible=j.preemptible,
-                    last_checkpoint_at=checkpoint, priority=j.priority,
-                )  # fmt: skip
-            )
-        return out
 
     async def run_once(self) -> int:
         # 0. Only the leader decides.

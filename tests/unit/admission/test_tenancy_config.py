@@ -17,6 +17,7 @@ from trainyard.config import (
     validate_against_tenancy,
     validate_tenancy,
 )
+from trainyard.core.admission.tree import Scheduling
 from trainyard.domain.job import JobSpec, Role
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "tenancy.yaml"
@@ -136,6 +137,26 @@ def test_the_example_is_valid_and_has_what_the_docs_promise():
             {"fair_share": {"half_life_s": 0}}, "fair_share.half_life_s", "greater than 0",
             id="a half-life of zero",
         ),
+        pytest.param(
+            {"scheduling": {"order": "sjf"}}, "scheduling.order", "unknown order 'sjf'; known: las, fifo",
+            id="an unknown order inside a queue",
+        ),
+        pytest.param(
+            {"scheduling": {"service_levels_gpu_h": [1, 64, 32]}}, "scheduling.service_levels_gpu_h[2]",
+            "levels must rise", id="service levels that do not rise",
+        ),
+        pytest.param(
+            {"scheduling": {"service_levels_gpu_h": [0, 64]}}, "scheduling.service_levels_gpu_h[0]",
+            "greater than 0", id="a service level of zero",
+        ),
+        pytest.param(
+            {"scheduling": {"starvation_s": 0}}, "scheduling.starvation_s", "greater than 0",
+            id="aging that would put every job ahead of the levels",
+        ),
+        pytest.param(
+            {"preemption": {"restart_cost_s": -1}}, "preemption.restart_cost_s", "negative",
+            id="a negative restart cost",
+        ),
     ],
 )
 def test_validation_names_the_path(edits, path, words):
@@ -148,6 +169,32 @@ def test_the_small_config_is_valid():
     assert validate_tenancy(load_tenancy(SMALL)) == []
 
 
+def test_the_scheduling_section_reaches_the_core():
+    cfg = load_tenancy(SMALL + """
+scheduling: {backfill: false, order: fifo, service_levels_gpu_h: [2, 20], starvation_s: 3600}
+preemption: {restart_cost_s: 120}
+""")
+    assert validate_tenancy(cfg) == []
+    tree = compile_tenancy(cfg)
+    assert (tree.scheduling.backfill, tree.scheduling.order) == (False, "fifo")
+    assert tree.scheduling.service_levels_gpu_h == (2.0, 20.0) and tree.scheduling.starvation_s == 3600.0
+    assert tree.preemption.restart_cost_s == 120.0
+
+
+def test_without_a_scheduling_section_the_core_defaults_apply():
+    tree = compile_tenancy(load_tenancy(SMALL))
+    assert tree.scheduling == Scheduling()
+    assert tree.preemption.min_runtime_s >= 4 * 3600  # shorter fair-share minimums thrash
+
+
+def test_the_example_preempts_without_thrashing():
+    cfg = load_tenancy(EXAMPLE.read_text())
+    p = cfg.preemption
+    assert not p.fair_share or p.min_runtime_s >= 4 * 3600
+    assert p.grace_period_s > 0
+    assert cfg.scheduling.backfill and cfg.scheduling.order == "las"
+
+
 @pytest.mark.parametrize(
     "text, path, words",
     [
@@ -157,6 +204,10 @@ def test_the_small_config_is_valid():
                      id="an unknown field is refused, catching typos"),
         pytest.param("flavors: [", "line", "YAML", id="broken YAML says where"),
         pytest.param("- a list", "", "mapping", id="a document that is not a mapping"),
+        pytest.param(SMALL + "scheduling: {backfill: maybe}\n", "scheduling.backfill", "bool",
+                     id="a scheduling switch that is not true or false names its path"),
+        pytest.param(SMALL + "scheduling: {reorder: las}\n", "scheduling", "reorder",
+                     id="an unknown scheduling field is refused"),
     ],
 )
 def test_load_errors(text, path, words):

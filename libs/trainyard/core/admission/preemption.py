@@ -13,15 +13,27 @@ blocked its queue (in the order the cycle met them):
    rate limit allows.  Nominal quota is a guarantee: a job inside its queue's
    nominal quota is only ever preempted for priority within its own queue.
 
-Among the candidates of one way, those that lose the least GPU time since
-their last checkpoint go first; once the gang fits, victims that turn out not
+Among the candidates of one way, the cheapest go first: a victim costs the
+GPU time lost since its last checkpoint plus its restart cost
+(``restart_cost_s`` per GPU); once the gang fits, victims that turn out not
 to be needed are handed back, the costliest first.  Jobs already told to stop
 are counted as gone, so a job waiting for them does not preempt again.
+
+**Where the GPUs are.**  Given the cluster (a placement ``ClusterSnapshot``)
+and the waiting job's spec, a way's candidates go to placement's
+``select_victims``, which picks whole jobs (a gang is stopped as a unit) that
+free one domain -- node, NVLink domain, rack, block -- the gang can then be
+placed in, the cheapest domain first.  The job preempts only if such a set
+exists and the gang then fits the quota tree (more candidates of the same way
+may be stopped for quota alone).  Room already coming from jobs told to stop
+counts only if the gang can be placed on it.  Each commitment is written into
+one topology for the whole pass, so two waiting jobs never count on the same
+GPUs.  A waiting job whose spec is not given does not preempt.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from trainyard.core.admission.fairshare import FairShare
@@ -29,7 +41,14 @@ from trainyard.core.admission.ordering import WITHIN_NOMINAL
 from trainyard.core.admission.quota import Demand, QuotaState
 from trainyard.core.admission.snapshot import PendingJob, Preemption, RunningJob
 from trainyard.core.admission.tree import PreemptionSettings
+from trainyard.core.placement.cycle import build_topology
+from trainyard.core.placement.gang import fit_gang
+from trainyard.core.placement.preemption import select_victims
+from trainyard.core.placement.snapshot import ClusterSnapshot, PlacementRequest, RunningAlloc
+from trainyard.core.placement.topology import Topology
 from trainyard.core.reasons import PreemptionReason
+from trainyard.domain.job import JobSpec
+from trainyard.events.jobs import ReplicaPlacement
 
 
 class Holder(NamedTuple):
@@ -47,14 +66,16 @@ class Blocked(NamedTuple):
 
 
 class _Candidate:
-    __slots__ = ("holder", "lost_per_gpu", "lost", "ran", "types", "taken")
+    __slots__ = ("holder", "lost_per_gpu", "lost", "cost", "ran", "types", "taken")
 
-    def __init__(self, holder: Holder, now: float) -> None:
+    def __init__(self, holder: Holder, now: float, restart_cost_s: float) -> None:
         job = holder.job
         since = job.started_at if job.last_checkpoint_at is None else max(job.started_at, job.last_checkpoint_at)
+        gpus = sum(d for _, d in holder.demand)
         self.holder = holder
         self.lost_per_gpu = max(now - since, 0.0)  # seconds of work lost per GPU if stopped now
-        self.lost = self.lost_per_gpu * sum(d for _, d in holder.demand)
+        self.lost = self.lost_per_gpu * gpus
+        self.cost = (self.lost_per_gpu + restart_cost_s) * gpus  # lost work plus getting back to it
         self.ran = now - job.started_at
         self.types = {t for t, _ in holder.demand}
         self.taken = False  # chosen as a victim this cycle
@@ -69,15 +90,24 @@ def preempt(
     blocked: list[Blocked],
     recent: list[float],
     now: float,
+    cluster: ClusterSnapshot | None = None,
+    specs: Mapping[str, JobSpec] | None = None,
 ) -> tuple[list[Preemption], list[int]]:
-    """Victims for the blocked jobs, and the waiting-list entries now waiting on them."""
+    """Victims for the blocked jobs, and the waiting-list entries now waiting on them.
+
+    With ``cluster``, victims must free one domain the waiting gang (its spec
+    from ``specs``) can be placed in; without it, GPU counts decide.
+    """
+    where = _Cluster(cluster, specs or {}, now, settings.restart_cost_s) if cluster is not None else None
     # 1. Jobs already told to stop are as good as gone.
     candidates: list[_Candidate] = []
     for h in holders:
         if h.job.notice_at is not None:
             _release(state, shares, free, h, -1)
+            if where is not None:
+                where.stop(h.job.job_id)
         elif h.job.preemptible:
-            candidates.append(_Candidate(h, now))
+            candidates.append(_Candidate(h, now, settings.restart_cost_s))
     candidates.sort(key=lambda c: (c.lost_per_gpu, c.holder.job.priority, c.holder.job.job_id))
     by_queue: dict[int, list[_Candidate]] = {}
     for c in candidates:
@@ -88,15 +118,19 @@ def preempt(
     # 2. Each blocked job in turn: room already coming, or victims by the first way that works.
     for b in blocked:
         borrow_only = b.job.may_only_borrow
-        if _fits(state, free, b, borrow_only):
+        spec = where.specs.get(b.job.job_id) if where is not None else None
+        if _fits(state, free, b, borrow_only) and (spec is None or where.place(spec)):
             _take(state, shares, free, b, borrow_only)
             preemptors.append(b.at)
             continue
+        if where is not None and spec is None:
+            continue  # its shape is unknown: no victims could be shown to make room for it
         victims: list[_Candidate] | None = None
+        plan: list[ReplicaPlacement] | None = None  # where the gang goes once its victims stop
         reason = PreemptionReason.PRIORITY
         if settings.within_queue:
             pool = [c for c in by_queue.get(b.queue, ()) if c.holder.job.priority < b.job.priority]
-            victims = _choose(state, shares, free, b, pool, lambda c: True)
+            victims, plan = _pick(where, state, shares, free, b, spec, pool, lambda c: True)
         if victims is None and settings.reclaim and b.cls == WITHIN_NOMINAL:
             reason = PreemptionReason.RECLAIM
             pool = [c for q, cs in by_queue.items() if q != b.queue and _over_nominal(state, q) for c in cs]
@@ -104,15 +138,16 @@ def preempt(
                      if c.holder.job.may_only_borrow]
             pool.sort(key=lambda c: (not c.holder.job.may_only_borrow, c.lost_per_gpu, c.holder.job.priority,
                                      c.holder.job.job_id))
-            victims = _choose(state, shares, free, b, pool, lambda c: _reclaimable(state, c, b.demand))
+            victims, plan = _pick(where, state, shares, free, b, spec, pool,
+                                   lambda c: _reclaimable(state, c, b.demand))
         if victims is None and settings.fair_share and budget > 0 and not borrow_only:
             reason = PreemptionReason.FAIR_SHARE
             mine = shares.share_with(b.queue, b.demand)
             over = sorted((q for q in by_queue if q != b.queue and shares.share[q] > mine),
                           key=lambda q: (-shares.share[q], q))
             pool = [c for q in over for c in by_queue[q] if c.ran >= settings.min_runtime_s]
-            victims = _choose(
-                state, shares, free, b, pool,
+            victims, plan = _pick(
+                where, state, shares, free, b, spec, pool,
                 lambda c: shares.share[c.holder.queue] > mine and _reclaimable(state, c, b.demand),
             )
             if victims is not None and len(victims) > budget:
@@ -125,6 +160,8 @@ def preempt(
             continue
         # 3. Commit: the victims go, the gang's room is held for it.
         _take(state, shares, free, b, borrow_only)
+        if where is not None:
+            where.commit(victims, plan)
         preemptors.append(b.at)
         for c in victims:
             c.taken = True
@@ -132,6 +169,16 @@ def preempt(
                 Preemption(c.holder.job.job_id, b.job.job_id, reason, settings.grace_period_s, c.lost)
             )
     return preemptions, preemptors
+
+
+def _pick(
+    where: _Cluster | None, state: QuotaState, shares: FairShare, free: list[int], b: Blocked, spec: JobSpec | None,
+    pool: list[_Candidate], still_valid: Callable[[_Candidate], bool],
+) -> tuple[list[_Candidate] | None, list[ReplicaPlacement] | None]:
+    """Victims from ``pool``: by GPU counts, or freeing one domain when the cluster is known."""
+    if where is None or spec is None:
+        return _choose(state, shares, free, b, pool, still_valid), None
+    return where.choose(state, shares, free, b, spec, pool, still_valid)
 
 
 def _choose(
@@ -158,7 +205,7 @@ def _choose(
         for c in chosen:
             _release(state, shares, free, c.holder, +1)
         return None
-    for c in sorted(chosen, key=lambda c: -c.lost):
+    for c in sorted(chosen, key=lambda c: -c.cost):
         _release(state, shares, free, c.holder, +1)
         if _fits(state, free, b, b.job.may_only_borrow):
             chosen.remove(c)
@@ -195,3 +242,103 @@ def _reclaimable(state: QuotaState, c: _Candidate, demand: Demand) -> bool:
     if c.holder.job.may_only_borrow:
         return True
     return any(state.borrowing(c.holder.queue, t) for t, _ in demand if t in c.types)
+
+
+class _Cluster:
+    """The GPUs' whereabouts for one preemption pass: a topology that every
+    commitment is written into (victims' GPUs back, the gang's plan taken)."""
+
+    __slots__ = ("snapshot", "_topo", "_stopping", "specs", "allocs", "now", "restart_cost_s")
+
+    def __init__(self, snapshot: ClusterSnapshot, specs: Mapping[str, JobSpec], now: float,
+                 restart_cost_s: float) -> None:
+        self.snapshot = snapshot
+        self._topo: Topology | None = None  # built on first use, once per pass; select_victims reuses it
+        self._stopping: list[str] = []  # jobs told to stop before the topology was built
+        self.specs = specs
+        self.allocs = {a.job_id: a for a in snapshot.running}  # a job's current run: its whole gang
+        self.now = now
+        self.restart_cost_s = restart_cost_s
+
+    @property
+    def topo(self) -> Topology:
+        if self._topo is None:
+            self._topo = build_topology(self.snapshot)
+            for job_id in self._stopping:
+                self._give_back(job_id)
+        return self._topo
+
+    def stop(self, job_id: str) -> None:
+        """A run that is stopping: its GPUs count as free."""
+        if self._topo is None:
+            self._stopping.append(job_id)
+        else:
+            self._give_back(job_id)
+
+    def _give_back(self, job_id: str) -> None:
+        alloc = self.allocs.get(job_id)
+        topo = self.topo
+        for r in alloc.replicas if alloc is not None else ():
+            node = topo.nodes.get(r.node_id)
+            if node is not None:
+                topo.give(node, r.gpus)
+
+    def place(self, spec: JobSpec) -> bool:
+        """Hold room for the gang on GPUs free now (or freed by this pass), if it fits."""
+        return fit_gang(self.topo, spec, self.snapshot.policy.candidates_per_level) is not None
+
+    def commit(self, victims: list[_Candidate], plan: list[ReplicaPlacement] | None) -> None:
+        for c in victims:
+            self.stop(c.holder.job.job_id)
+        for r in plan or ():
+            node = self.topo.nodes.get(r.node_id)
+            if node is not None:
+                self.topo.take(node, r.gpus)
+
+    def choose(
+        self, state: QuotaState, shares: FairShare, free: list[int], b: Blocked, spec: JobSpec,
+        pool: list[_Candidate], still_valid: Callable[[_Candidate], bool],
+    ) -> tuple[list[_Candidate] | None, list[ReplicaPlacement] | None]:
+        """Whole jobs of ``pool`` that free one domain the gang fits in, plus any more the quota tree needs.
+
+        Released from the quota state when found (as ``_choose`` does); the
+        topology is changed only by ``commit``.
+        """
+        needed = {t for t, _ in b.demand}
+        usable = [c for c in pool if not c.taken and c.types & needed and still_valid(c)]
+        by_run: dict[str, tuple[RunningAlloc, _Candidate]] = {}
+        for c in usable:
+            alloc = self.allocs.get(c.holder.job.job_id)
+            if alloc is not None:
+                by_run[alloc.run_id] = (alloc, c)
+        request = PlacementRequest(b.job.job_id, b.job.job_id, spec, 0)
+        # 1. The cheapest domain; a victim that stops being valid once others go is dropped and the search rerun.
+        while True:
+            found = select_victims(self.snapshot, request, [a for a, _ in by_run.values()], self.now, self.topo,
+                                   self.restart_cost_s)
+            if found is None:
+                return None, None
+            core: list[_Candidate] = []
+            invalid = None
+            for run_id in found.victims:
+                c = by_run[run_id][1]
+                if not still_valid(c):
+                    invalid = run_id
+                    break
+                _release(state, shares, free, c.holder, -1)
+                core.append(c)
+            if invalid is None:
+                break
+            for c in core:
+                _release(state, shares, free, c.holder, +1)
+            del by_run[invalid]
+        # 2. The gang fits that domain; the quota tree may need more of the same way's candidates to go.
+        if _fits(state, free, b, b.job.may_only_borrow):
+            return core, found.replicas
+        chosen = set(map(id, core))
+        extra = _choose(state, shares, free, b, [c for c in usable if id(c) not in chosen], still_valid)
+        if extra is None:
+            for c in core:
+                _release(state, shares, free, c.holder, +1)
+            return None, None
+        return core + extra, found.replicas

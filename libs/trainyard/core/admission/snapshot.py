@@ -10,7 +10,9 @@ from __future__ import annotations
 import msgspec
 
 from trainyard.core.admission.tree import Tenancy
+from trainyard.core.placement.snapshot import ClusterSnapshot
 from trainyard.core.reasons import PendingReason, PreemptionReason
+from trainyard.domain.job import JobSpec
 
 
 def queue_key(tenant: str, queue: str) -> str:
@@ -56,6 +58,10 @@ class AdmissionSnapshot(msgspec.Struct, frozen=True):
     running: list[RunningJob] = []  # the jobs holding ``in_use``; quota usage is derived from them
     usage_history: dict[str, dict[str, float]] = {}  # queue -> GPU type -> decayed GPU-seconds
     recent_preemptions: list[float] = []  # when recent fair-share preemption notices were given
+    # Where the GPUs are: with it, a job preempts only runs that free one domain it can then be placed in
+    # (placement's select_victims); None: victims are chosen by GPU counts alone.
+    cluster: ClusterSnapshot | None = None
+    specs: dict[str, JobSpec] = {}  # job id -> spec of pending jobs that may preempt (needed with ``cluster``)
 
 
 class AdmissionPolicy(msgspec.Struct, frozen=True):

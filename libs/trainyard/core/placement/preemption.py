@@ -5,11 +5,19 @@ placement decides *which* of those to stop.  Stopping runs scattered over the
 cluster frees GPUs the gang cannot use together, so victims are chosen per
 domain: for every domain the waiting gang could use, the cheapest runs in it
 are stopped until the gang fits there, then any run that turns out not to be
-needed is spared.  The cheapest domain wins; cost is work lost since each
-run's last checkpoint (GPU-seconds).
+needed is spared.  The cheapest domain wins; a run's cost is the work lost
+since its last checkpoint plus its restart cost (``restart_cost_s`` per GPU:
+start-up, reloading the checkpoint, warming up), in GPU-seconds.
+
+A caller that asks for several gangs in one cycle (admission) builds the
+topology once and passes it in: each call then costs in proportion to the
+candidates and the domains they touch, not to the whole cluster, and leaves
+the topology as it found it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import msgspec
 
@@ -31,6 +39,7 @@ class VictimSet(msgspec.Struct, frozen=True):
     level: str  # "node", "nvlink", "rack", "block", "zone" or "cluster"
     domain: str  # key of the domain freed, e.g. "z1/b2/r7"
     replicas: list[ReplicaPlacement]  # the gang's placement once the victims have stopped
+    cost_gpu_seconds: float = 0.0  # what the choice was priced at: lost work plus restart cost
 
 
 def select_victims(
@@ -38,27 +47,38 @@ def select_victims(
     request: PlacementRequest,
     preemptible_candidates: list[RunningAlloc],
     now: float,
+    topology: Topology | None = None,
+    restart_cost_s: float = 0.0,
 ) -> VictimSet | None:
     """The cheapest set of candidates whose stopping lets the gang start in one domain.
 
     Returns a set with no victims when the gang fits already, and ``None``
-    when stopping every candidate would still not make room.
+    when stopping every candidate would still not make room.  ``topology``:
+    the snapshot's topology already built (and perhaps updated since) by the
+    caller; it is used as is and left unchanged.  ``restart_cost_s``: seconds
+    per GPU a stopped run spends getting back to where it was, added to its
+    lost work.
     """
-    topo = build_topology(snapshot)
+    topo = topology if topology is not None else build_topology(snapshot)
     limit = snapshot.policy.candidates_per_level
     spec = request.spec
     # 1. Nothing to stop if the gang fits now.
     now_fit = fit_gang(topo, spec, limit)
     if now_fit is not None:
+        undo(topo, [(0, "", topo.nodes[r.node_id], r.gpus) for r in now_fit])
         return VictimSet(request.job_id, request.run_id, [], 0.0, "cluster", "*", now_fit)
     primary = min(spec.gpu_types)
     tree = topo.trees.get(primary)
     if tree is None:
         return None
+
+    def cost(v: RunningAlloc) -> float:
+        return v.lost_gpu_seconds(now) + restart_cost_s * v.gpus
+
     # 2. Each candidate's GPUs on schedulable nodes and the domains it touches.
     victims = sorted(
         (v for v in preemptible_candidates if any(r.node_id in topo.nodes for r in v.replicas)),
-        key=lambda v: (v.lost_gpu_seconds(now), v.run_id),
+        key=lambda v: (cost(v), v.run_id),
     )
     touched: dict[tuple[Level, str], list[RunningAlloc]] = {}
     for v in victims:
@@ -74,27 +94,29 @@ def select_victims(
         for (lvl, key), inside in sorted(touched.items(), key=lambda t: (t[0][0], t[0][1])):
             if lvl != level or (level is not Level.NODE and tree.levels[level].get(key) is None):
                 continue
-            found = _free_domain(topo, spec, level, key, inside, now, limit)
+            found = _free_domain(topo, spec, level, key, inside, cost, limit)
             if found is None:
                 continue
-            cost, chosen, plan = found
-            if best is None or (cost, level, key) < (best[0], best[1], best[2]):
-                best = (cost, level, key, chosen, plan)
+            price, chosen, plan = found
+            if best is None or (price, level, key) < (best[0], best[1], best[2]):
+                best = (price, level, key, chosen, plan)
     if best is None:
         return None
-    cost, level, key, chosen, plan = best
+    price, level, key, chosen, plan = best
     return VictimSet(
         job_id=request.job_id,
         run_id=request.run_id,
         victims=[v.run_id for v in chosen],
-        lost_gpu_seconds=cost,
+        lost_gpu_seconds=sum(v.lost_gpu_seconds(now) for v in chosen),
         level=Level(level).name.lower(),
         domain=key,
         replicas=plan,
+        cost_gpu_seconds=price,
     )
 
 
-def _free_domain(topo: Topology, spec: JobSpec, level: Level, key: str, inside: list[RunningAlloc], now: float,
+def _free_domain(topo: Topology, spec: JobSpec, level: Level, key: str, inside: list[RunningAlloc],
+                 cost: Callable[[RunningAlloc], float],
                  limit: int) -> tuple[float, list[RunningAlloc], list[ReplicaPlacement]] | None:
     released: list[tuple[RunningAlloc, list[tuple[Node, list[int]]]]] = []
     plan = None
@@ -107,7 +129,7 @@ def _free_domain(topo: Topology, spec: JobSpec, level: Level, key: str, inside: 
         if plan is None:
             return None
         # Spare any run the gang turns out not to need, the costliest first.
-        for v, given in sorted(released, key=lambda p: (-p[0].lost_gpu_seconds(now), p[0].run_id)):
+        for v, given in sorted(released, key=lambda p: (-cost(p[0]), p[0].run_id)):
             if len(released) == 1:
                 break
             for node, gpus in given:
@@ -119,8 +141,8 @@ def _free_domain(topo: Topology, spec: JobSpec, level: Level, key: str, inside: 
             else:
                 plan = again
                 released.remove((v, given))
-        chosen = sorted((v for v, _ in released), key=lambda v: (v.lost_gpu_seconds(now), v.run_id))
-        return sum(v.lost_gpu_seconds(now) for v in chosen), chosen, plan
+        chosen = sorted((v for v, _ in released), key=lambda v: (cost(v), v.run_id))
+        return sum(cost(v) for v in chosen), chosen, plan
     finally:
         for _, given in released:
             for node, gpus in given:
