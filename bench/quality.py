@@ -125,7 +125,7 @@ def main() -> None:
     for load in [float(x) for x in args.philly_loads.split(",") if x]:
         cases.append(run_case(f"Philly at offered load {load:g}",
                               {"workload": "philly", "traces": args.traces, "target_load": load,
-                               "limit": philly_limit}, NO_FAILURES, policies))
+                               "limit": philly_limit}, FailureModel(enabled=False), policies))
     for load in [float(x) for x in args.synthetic_loads.split(",") if x]:
         cases.append(run_case(f"Synthetic mix with failures at offered load {load:g}",
                               {"workload": "synthetic", "jobs": jobs, "nodes": nodes, "seed": args.seed,

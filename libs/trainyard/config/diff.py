@@ -35,6 +35,7 @@ def _flatten(cfg: TenancyConfig) -> tuple[dict[str, Any], list[str]]:
     out["default_priority_class"] = cfg.default_priority_class
     _settings("fair_share", cfg.fair_share, out)
     _settings("preemption", cfg.preemption, out)
+    _settings("scheduling", cfg.scheduling, out)
     for org in cfg.organisations:
         o = f"organisation {org.name}"
         entities.append(o)

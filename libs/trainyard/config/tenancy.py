@@ -101,6 +101,8 @@ class PreemptionConfig(_Config):
 
 class SchedulingConfig(_Config):
     backfill: bool = True  # EASY backfill on run-time limits; false: strict order
+    reserve: bool = True  # a blocked job holds a reservation (once it has waited reserve_after_s); false: greedy
+    reserve_after_s: float = 6 * 3600.0  # how long a job waits before it holds a reservation and may reclaim
     order: str = "las"  # inside a queue after priority: "las" (least attained service) or "fifo"
     service_levels_gpu_h: tuple[float, ...] = (1.0, 64.0, 1024.0)  # attained GPU-hours at which a job moves down
     starvation_s: float = 3 * 24 * 3600.0  # a job waiting longer goes ahead of the service levels
@@ -191,6 +193,8 @@ def compile_tenancy(cfg: TenancyConfig) -> Tenancy:
         ),
         scheduling=Scheduling(
             backfill=cfg.scheduling.backfill,
+            reserve=cfg.scheduling.reserve,
+            reserve_after_s=cfg.scheduling.reserve_after_s,
             order=cfg.scheduling.order,
             service_levels_gpu_h=tuple(cfg.scheduling.service_levels_gpu_h),
             starvation_s=cfg.scheduling.starvation_s,

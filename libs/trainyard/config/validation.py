@@ -60,6 +60,8 @@ def validate_tenancy(cfg: TenancyConfig) -> list[ConfigError]:
         elif i and not level > levels[i - 1]:
             err(f"scheduling.service_levels_gpu_h[{i}]",
                 f"levels must rise: {level} is not above the level before it, {levels[i - 1]}")
+    if not s.reserve_after_s >= 0:
+        err("scheduling.reserve_after_s", f"must be 0 or more seconds, got {s.reserve_after_s}")
     if not s.starvation_s > 0:
         err("scheduling.starvation_s", f"must be greater than 0, got {s.starvation_s}")
     # 3. The tree: names, weights, quotas, children within parents.

@@ -114,3 +114,26 @@ def test_when_a_blocked_job_starts_to_hold_a_reservation(scheduling, big_waited,
     result = cycle(shared_pool(**scheduling), pending, [running("r", 8, "b", ends=NOW + 2 * HOUR)],
                    capacity={"H100": 16})
     assert admitted_ids(result) == admitted
+
+
+@pytest.mark.parametrize(
+    "waited, preempts",
+    [
+        pytest.param(60.0, [], id="a job just blocked does not reclaim lent quota yet"),
+        pytest.param(7 * HOUR, ["b-borrowed"], id="a job that has waited past the reservation delay reclaims it"),
+    ],
+)
+def test_reclaiming_lent_quota_waits_for_the_reservation(waited, preempts):
+    tree = tenancy(queue("a", H100=8), queue("b", H100=8), within_queue=True, reclaim=True, fair_share=False)
+    pending = [job("a-own", 8, "a", order=1, submitted=NOW - waited)]
+    holders = [running("b-own", 8, "b", ends=NOW + 10 * HOUR), running("b-borrowed", 8, "b", ends=NOW + 10 * HOUR)]
+    result = cycle(tree, pending, holders, capacity={"H100": 16})
+    assert [p.job_id for p in result.preemptions] == preempts
+
+
+def test_priority_preemption_does_not_wait_for_the_reservation():
+    tree = tenancy(queue("a", H100=8), within_queue=True, reclaim=True, fair_share=False)
+    pending = [job("urgent", 8, "a", order=2, priority=100, submitted=NOW - 60.0)]
+    holders = [running("routine", 8, "a", priority=0, ends=NOW + 10 * HOUR)]
+    result = cycle(tree, pending, holders, capacity={"H100": 8})
+    assert [(p.job_id, p.preemptor, p.reason.value) for p in result.preemptions] == [("routine", "urgent", "priority")]

@@ -154,6 +154,10 @@ def test_the_example_is_valid_and_has_what_the_docs_promise():
             id="aging that would put every job ahead of the levels",
         ),
         pytest.param(
+            {"scheduling": {"reserve_after_s": -5}}, "scheduling.reserve_after_s", "0 or more",
+            id="a negative reservation delay",
+        ),
+        pytest.param(
             {"preemption": {"restart_cost_s": -1}}, "preemption.restart_cost_s", "negative",
             id="a negative restart cost",
         ),
@@ -171,12 +175,14 @@ def test_the_small_config_is_valid():
 
 def test_the_scheduling_section_reaches_the_core():
     cfg = load_tenancy(SMALL + """
-scheduling: {backfill: false, order: fifo, service_levels_gpu_h: [2, 20], starvation_s: 3600}
+scheduling: {backfill: false, reserve: false, reserve_after_s: 60, order: fifo, service_levels_gpu_h: [2, 20],
+             starvation_s: 3600}
 preemption: {restart_cost_s: 120}
 """)
     assert validate_tenancy(cfg) == []
     tree = compile_tenancy(cfg)
     assert (tree.scheduling.backfill, tree.scheduling.order) == (False, "fifo")
+    assert (tree.scheduling.reserve, tree.scheduling.reserve_after_s) == (False, 60.0)
     assert tree.scheduling.service_levels_gpu_h == (2.0, 20.0) and tree.scheduling.starvation_s == 3600.0
     assert tree.preemption.restart_cost_s == 120.0
 

@@ -99,6 +99,7 @@ def _admit_with_tenancy(
     shadows = Shadows(nf, ends, now) if scheduling.backfill else None
     root_limit, root_claim = index.limit[0], state.claim[0]
     reserve_after = scheduling.reserve_after_s
+    claimed = [False] * nf  # types a blocked job may already preempt for this cycle
 
     # 2. Queues in priority, then service (or submission) order.
     waiting: list[Waiting] = []
@@ -203,10 +204,13 @@ def _admit_with_tenancy(
                     start = None  # it waits without a reservation and without holding up the line
             if start is None or start < inf:
                 # backfill: short of GPUs (or of the whole tree's quota, the same thing), the job waits without
-                # holding up the line; the first such job of each type holds a reservation, and only it may
-                # make room by preemption, so that two jobs never preempt for the same GPUs
-                if start is not None and not borrow_only:
-                    blocked.append(Blocked(job, q, demand, cls, len(waiting)))
+                # holding up the line.  Only the first such job of each type may make room by preemption, so
+                # two jobs never preempt for the same GPUs: for priority at once, to reclaim lent quota (or for
+                # fair share) once it holds the type's reservation.
+                if not borrow_only and not any(claimed[t] for t, _ in demand):
+                    for t, _ in demand:
+                        claimed[t] = True
+                    blocked.append(Blocked(job, q, demand, cls, len(waiting), may_reclaim=start is not None))
                 add_waiting(Waiting(job.job_id, reason, i))
                 continue
             if reason is None and shadows is not None:

@@ -63,6 +63,9 @@ class Blocked(NamedTuple):
     demand: Demand
     cls: int  # ordering class when it blocked
     at: int  # index of its entry in the cycle's waiting list
+    # it may also reclaim lent quota and preempt for fair share (with backfill: once it holds a reservation,
+    # that is once it has waited; priority preemption never waits)
+    may_reclaim: bool = True
 
 
 class _Candidate:
@@ -131,7 +134,7 @@ def preempt(
         if settings.within_queue:
             pool = [c for c in by_queue.get(b.queue, ()) if c.holder.job.priority < b.job.priority]
             victims, plan = _pick(where, state, shares, free, b, spec, pool, lambda c: True)
-        if victims is None and settings.reclaim and b.cls == WITHIN_NOMINAL:
+        if victims is None and settings.reclaim and b.cls == WITHIN_NOMINAL and b.may_reclaim:
             reason = PreemptionReason.RECLAIM
             pool = [c for q, cs in by_queue.items() if q != b.queue and _over_nominal(state, q) for c in cs]
             pool += [c for q, cs in by_queue.items() if q != b.queue and not _over_nominal(state, q) for c in cs
@@ -140,7 +143,7 @@ def preempt(
                                      c.holder.job.job_id))
             victims, plan = _pick(where, state, shares, free, b, spec, pool,
                                    lambda c: _reclaimable(state, c, b.demand))
-        if victims is None and settings.fair_share and budget > 0 and not borrow_only:
+        if victims is None and settings.fair_share and budget > 0 and not borrow_only and b.may_reclaim:
             reason = PreemptionReason.FAIR_SHARE
             mine = shares.share_with(b.queue, b.demand)
             over = sorted((q for q in by_queue if q != b.queue and shares.share[q] > mine),
