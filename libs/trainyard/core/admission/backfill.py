@@ -23,8 +23,13 @@ planned, never later (unless nodes fail).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from trainyard.core.admission.quota import Demand
+
+if TYPE_CHECKING:
+    from trainyard.core.admission.preemption import Holder
 
 
 class Shadow:
@@ -41,15 +46,26 @@ class Shadow:
 class Shadows:
     """The per-type reservations of one admission cycle; mutated by that cycle only."""
 
-    __slots__ = ("releases", "by_type", "now")
+    __slots__ = ("_releases", "holders", "by_type", "now")
 
-    def __init__(self, type_count: int, ends: list[tuple[float, int, int]], now: float) -> None:
-        # 1. When held GPUs come back, per type, earliest first.
-        self.releases: list[list[tuple[float, int]]] = [[] for _ in range(type_count)]
-        for end, t, gpus in sorted(ends):
-            self.releases[t].append((end, gpus))
+    def __init__(self, type_count: int, holders: Sequence[Holder], now: float) -> None:
+        self.holders = holders  # the jobs holding GPUs; their expected ends are read on the first reservation
+        self._releases: list[list[tuple[float, int]]] | None = None
         self.by_type: list[Shadow | None] = [None] * type_count
         self.now = now
+
+    @property
+    def releases(self) -> list[list[tuple[float, int]]]:
+        """When held GPUs come back, per type, earliest first (a run without a limit: never known)."""
+        if self._releases is None:
+            self._releases = [[] for _ in self.by_type]
+            ends = []
+            for h in self.holders:
+                end = h.job.expected_end if h.job.expected_end is not None else math.inf
+                ends.extend((end, t, d) for t, d in h.demand)
+            for end, t, gpus in sorted(ends):
+                self._releases[t].append((end, gpus))
+        return self._releases
 
     def reserve(self, job_id: str, demand: Demand, free: list[int]) -> float | None:
         """Reserve every type of ``demand`` that has no reservation yet; the job's expected start.

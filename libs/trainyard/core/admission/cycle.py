@@ -81,22 +81,33 @@ def _admit_with_tenancy(
     state = QuotaState(index)
     held = [0] * nf
     holders: list[Holder] = []
-    ends: list[tuple[float, int, int]] = []  # (expected end, type, GPUs) of every holder, for backfill
+    demands = DemandCache(fidx)
+    usage: dict[tuple[int, bool], list[int]] = {}  # (queue, borrow-only) -> GPUs held per type, taken at once
+    lowest: dict[int, int] = {}  # queue -> lowest priority of a preemptible holder (priority preemption)
+    noticed = False  # a holder was already told to stop: its room is coming for someone
+    queue_of = index.queue_of
     for r in snapshot.running:
-        demand = [(fidx[t], n) for t, n in r.gpus_by_type.items() if n > 0 and t in fidx]
-        end = r.expected_end if r.expected_end is not None else float("inf")
+        demand = demands(r.gpus_by_type) or []
         for i, d in demand:
             held[i] += d
-            ends.append((end, i, d))
-        q = index.queue_of.get(queue_key(r.tenant, r.queue))
+        q = queue_of.get(queue_key(r.tenant, r.queue))
         if q is not None:
-            state.take(q, demand, r.may_only_borrow)
+            row = usage.get((q, r.may_only_borrow))
+            if row is None:
+                row = usage[(q, r.may_only_borrow)] = [0] * nf
+            for i, d in demand:
+                row[i] += d
             holders.append(Holder(r, q, demand))
+            if r.preemptible and r.priority < lowest.get(q, r.priority + 1):
+                lowest[q] = r.priority
+            noticed = noticed or r.notice_at is not None
+    for (q, borrow_only), row in usage.items():
+        state.take(q, [(i, d) for i, d in enumerate(row) if d], borrow_only)
     free = [capacity[i] - max(snapshot.in_use.get(f, 0), held[i]) for i, f in enumerate(index.flavors)]
     shares = FairShare(index, state.usage, capacity, snapshot.usage_history, tenancy.half_life_s)
 
     scheduling = tenancy.scheduling
-    shadows = Shadows(nf, ends, now) if scheduling.backfill else None
+    shadows = Shadows(nf, holders, now) if scheduling.backfill else None
     root_limit, root_claim = index.limit[0], state.claim[0]
     reserve_after = scheduling.reserve_after_s
     claimed = [False] * nf  # types a blocked job may already preempt for this cycle
@@ -110,8 +121,6 @@ def _admit_with_tenancy(
             waiting.extend(Waiting(job.job_id, PendingReason.UNKNOWN_QUEUE, p) for p, job in enumerate(jobs, 1))
         else:
             queue_jobs[q] = jobs
-
-    demands = DemandCache(fidx)
 
     def head_class(q: int, job: PendingJob) -> int:
         if job.may_only_borrow:
@@ -244,6 +253,9 @@ def _admit_with_tenancy(
 
     # 5. Jobs that blocked look for jobs to preempt.
     preemptions: list[Preemption] = []
+    if not noticed:
+        # only jobs that could make room now: for priority, or (reservation held) for quota or fair share
+        blocked = [b for b in blocked if b.may_reclaim or b.job.priority > lowest.get(b.queue, b.job.priority)]
     if blocked:
         preemptions, preemptors = preempt(
             tenancy.preemption, state, shares, free, holders, blocked[: policy.max_preemptors_per_cycle],
