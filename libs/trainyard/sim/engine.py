@@ -271,6 +271,8 @@ class Simulator:
         st.order = self._order(i, record.order)
         st.not_before = record.not_before
         st.attained = record.attained_gpu_s
+        if st.not_before is not None and st.not_before > self.now:
+            self.push(st.not_before, TICK, None)  # a cycle when its backoff is over, even if nothing else happens
         self._enqueue(i)
 
     def _order(self, i: int, log_order: int) -> int:

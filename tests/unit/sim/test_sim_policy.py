@@ -1,0 +1,94 @@
+"""What the simulator models that the live system decides on: GPU types, priority classes, backfill,
+run-time limits and the lifecycle fold's requeue rules, each in a small scenario."""
+
+import pytest
+
+from trainyard.core.invariants import check_job_log
+from trainyard.sim import Scenario, SimCluster, SimJob, Simulator, Workload, build_nodes, policy_named
+from trainyard.sim.workloads import gang_of
+
+GOLDEN = Scenario(tick_s=0, check_every=1)
+
+
+def run(jobs, nodes, policy="trainyard", quotas=None, scenario=GOLDEN):
+    w = Workload(jobs, quotas or {"a": sum(n.gpus for n in nodes)}, "policy")
+    sim = Simulator(w, SimCluster(nodes), policy_named(policy), scenario).run()
+    assert sim.violations == []
+    assert check_job_log(sim.events).violations == []
+    return sim
+
+
+def nodes_of(node_type: str, count: int, prefix: str):
+    return build_nodes(count, gpu_type=node_type, prefix=prefix)
+
+
+def test_jobs_run_only_on_nodes_of_the_gpu_type_they_ask_for():
+    nodes = nodes_of("H100", 1, "h") + nodes_of("A100", 1, "a")
+    jobs = [SimJob(0, "a", 0.0, 100, gang_of(8), gpu_type="A100"), SimJob(1, "a", 0.0, 100, gang_of(8), gpu_type="H100"),
+            SimJob(2, "a", 0.0, 100, gang_of(8), gpu_type="A100")]
+    sim = run(jobs, nodes)
+    placed = {e.job_id: {r.node_id[0] for r in e.replicas} for e in sim.events if type(e).__name__ == "JobPlaced"}
+    assert placed == {"j0000000": {"a"}, "j0000001": {"h"}, "j0000002": {"a"}}
+    # the second A100 job waited for the first although H100 GPUs were free
+    assert [st.end for st in sim.jobs] == [100.0, 100.0, 200.0]
+
+
+def test_a_type_the_cluster_does_not_have_is_rejected():
+    sim = run([SimJob(0, "a", 0.0, 100, gang_of(8), gpu_type="B200")], nodes_of("H100", 1, "h"))
+    assert sim.jobs[0].status == "rejected"
+
+
+def test_a_production_job_preempts_a_standard_one_and_the_victim_resumes_from_its_notice():
+    jobs = [SimJob(0, "a", 0.0, 1000, gang_of(8), priority_class="standard"),
+            SimJob(1, "a", 100.0, 50, gang_of(8), priority_class="production")]
+    sim = run(jobs, nodes_of("H100", 1, "h"))
+    victim, urgent = sim.jobs
+    assert victim.preemptions == 1 and urgent.preemptions == 0
+    assert urgent.end == 150.0  # started at once
+    # it checkpointed during its notice: only the restart is lost, and it finishes 1,000 s of work in total
+    assert victim.end == pytest.approx(150.0 + 900.0 + sim.scenario.failures.restart_overhead_s)
+
+
+def test_a_production_job_is_never_preempted():
+    jobs = [SimJob(0, "a", 0.0, 1000, gang_of(8), priority_class="production"),
+            SimJob(1, "a", 100.0, 50, gang_of(8), priority_class="production")]
+    sim = run(jobs, nodes_of("H100", 1, "h"))
+    assert [st.preemptions for st in sim.jobs] == [0, 0]
+    assert [st.end for st in sim.jobs] == [1000.0, 1050.0]
+
+
+def test_a_run_is_stopped_at_its_limit_and_retried_from_its_checkpoint():
+    scenario = Scenario(tick_s=0, check_every=1)
+    job = SimJob(0, "a", 0.0, 5000, gang_of(8), limit_s=3600)
+    sim = run([job], nodes_of("H100", 1, "h"), scenario=scenario)
+    st = sim.jobs[0]
+    timeouts = [e for e in sim.events if type(e).__name__ == "RunFailed" and e.reason == "timeout"]
+    assert len(timeouts) == 1 and st.status == "done"
+    assert check_job_log(sim.events).status[job.job_id] == "succeeded"
+
+
+def test_a_run_that_never_fits_its_limit_fails_after_its_retries():
+    from trainyard.sim.failures import FailureModel
+
+    no_checkpoints = Scenario(tick_s=0, check_every=1, failures=FailureModel(enabled=False, checkpoint_interval_s=1e9))
+    job = SimJob(0, "a", 0.0, 10_000, gang_of(8), limit_s=3600)
+    sim = run([job], nodes_of("H100", 1, "h"), scenario=no_checkpoints)
+    assert sim.jobs[0].status == "failed"
+    assert check_job_log(sim.events).status[job.job_id] == "failed"
+    assert sum(1 for e in sim.events if type(e).__name__ == "JobAdmitted") == 4  # the run and its 3 retries
+
+
+@pytest.mark.parametrize(
+    "policy, small_end",
+    [
+        pytest.param("fifo", 310.0, id="fifo: the short job waits behind the gang"),
+        pytest.param("trainyard", 12.0, id="trainyard: the short job starts around the gang and ends long before it"),
+    ],
+)
+def test_backfill_starts_a_short_job_around_a_waiting_gang(policy, small_end):
+    # one node busy until t=100 (its limit says 1 hour); a 2-node gang waits; a 10 s job fits on the free node
+    jobs = [SimJob(0, "a", 0.0, 100, gang_of(8), limit_s=3600), SimJob(1, "a", 1.0, 200, gang_of(16), limit_s=3600),
+            SimJob(2, "a", 2.0, 10, gang_of(8), limit_s=60)]
+    sim = run(jobs, nodes_of("H100", 2, "h"), policy=policy)
+    assert sim.jobs[2].end == small_end
+    assert sim.jobs[1].end == 300.0  # the gang is not delayed either way
