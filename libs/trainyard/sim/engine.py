@@ -311,6 +311,13 @@ class Simulator:
         # 1. Admission: the jobs that could fit, the holders, the capacity in service.
         snapshot = self._admission_snapshot()
         result = admit(snapshot, self.admission, now)
+        if result.preemptions:
+            # victims are chosen on the topology, as the live service does: decide again with the cluster
+            # (built only when someone would preempt, since it costs O(nodes))
+            cluster = self.cluster.snapshot(list(self.allocs.values()), self.policy.placement)
+            specs = {p.job_id: self._spec(self.jobs[int(p.job_id[1:])]) for p in snapshot.pending}
+            snapshot = replace(snapshot, cluster=cluster, specs=specs)
+            result = admit(snapshot, self.admission, now)
         if self.scenario.trace_decisions:
             self.decisions.append(("admit", snapshot, now, result))
         for a in result.admitted:
