@@ -59,6 +59,8 @@ class Simulator:
                          for j in workload.jobs]
         self.preemptible = [classes[j.priority_class].preemptible if j.priority_class in classes else True
                             for j in workload.jobs]
+        self.only_borrow = [classes[j.priority_class].may_only_borrow if j.priority_class in classes else False
+                            for j in workload.jobs]  # best effort: runs only on capacity others lend
         self.demand_of = [(j.gpu_type, j.gpus) for j in workload.jobs]  # (GPU type, GPUs) of each job
         self.qkey = [queue_key(j.tenant, j.queue) for j in workload.jobs]  # "tenant/queue" of each job
         self.admission = AdmissionPolicy(tenancy=self.tenancy)
@@ -367,7 +369,8 @@ class Simulator:
                 pending.append(PendingJob(
                     job_id=job.job_id, tenant=job.tenant, queue=job.queue, order=order,
                     gpus_by_type={job.gpu_type: job.gpus},
-                    priority=-neg_priority, not_before=st.not_before, runtime_limit_s=job.limit_s,
+                    priority=-neg_priority, not_before=st.not_before, may_only_borrow=self.only_borrow[i],
+                    runtime_limit_s=job.limit_s,
                     attained_gpu_s=st.attained, submitted_at=job.submit))
         self.recent_preemptions = [t for t in self.recent_preemptions if self.now - t < 3600.0]
         return AdmissionSnapshot(
@@ -417,6 +420,7 @@ class Simulator:
         st.running = RunningJob(job_id=job.job_id, tenant=job.tenant, queue=job.queue,
                                 gpus_by_type={job.gpu_type: job.gpus},
                                 started_at=self.now, priority=self.priority[i], preemptible=self.preemptible[i],
+                                may_only_borrow=self.only_borrow[i],
                                 expected_end=self.now + job.limit_s, attained_gpu_s=st.attained)
         self.admitted_running[i] = st.running
         self.in_use[job.gpu_type] += job.gpus

@@ -127,34 +127,38 @@ def prepare(
 
 
 def fit_to_nodes(w: Workload, nodes: list[NodeInfo]) -> Workload:
-    """Jobs on the cluster's GPU type, in replicas no larger than its largest node.
+    """Jobs on GPU types the cluster has, in replicas no larger than the largest node of their type.
 
-    The event loop schedules one pool of GPUs, so the nodes must be of one
-    model; jobs that ask for another type by name cannot run on them.
+    A job that named no type (``GPU_TYPE`` without a constraint for it) runs
+    on the cluster's type with the most GPUs when the cluster lacks
+    ``GPU_TYPE``; a job that names a type the cluster does not have is an
+    error that names it.
     """
     if not nodes:
         raise ValueError("the cluster has no nodes")
     models: dict[str, int] = {}
+    widest: dict[str, int] = {}
     for n in nodes:
         models[n.gpu_type] = models.get(n.gpu_type, 0) + n.gpus
-    if len(models) > 1:
-        have = ", ".join(f"{m} ({g:,} GPUs)" for m, g in sorted(models.items()))
-        raise ValueError(f"the node list has several GPU models: {have}; the simulator schedules one GPU pool, "
-                         "so keep the nodes of one model (or give them one gpu_model)")
-    model = next(iter(models))
-    foreign = {t: c for t, c in w.type_constraints.items() if t != model}
+        widest[n.gpu_type] = max(widest.get(n.gpu_type, 0), n.gpus)
+    main = max(sorted(models), key=lambda m: models[m])  # most GPUs; ties by name
+    foreign = {t: c for t, c in w.type_constraints.items() if t not in models}
     if foreign:
         asked = ", ".join(f"{t} ({c:,} job{'s' if c != 1 else ''})" for t, c in sorted(foreign.items()))
-        raise ValueError(f"jobs ask for a GPU type the cluster does not have: {asked}; its GPUs are {model}. "
+        have = ", ".join(sorted(models))
+        raise ValueError(f"jobs ask for a GPU type the cluster does not have: {asked}; its GPUs are {have}. "
                          "Change their gpu_type, or leave it empty to run on any type")
-    widest = max(n.gpus for n in nodes)
-    if model == GPU_TYPE and all(g <= widest for j in w.jobs for _, _, g in j.roles):
-        return w
     jobs = []
+    changed = False
     for j in w.jobs:
-        roles = j.roles if all(g <= widest for _, _, g in j.roles) else gang_of(j.gpus, per_node=widest)
-        jobs.append(j.but(gpu_type=model, roles=roles))
-    return w._like(jobs, dict(w.quotas), w.source)
+        model = j.gpu_type if j.gpu_type in models else main
+        wide = widest[model]
+        roles = j.roles if all(g <= wide for _, _, g in j.roles) else gang_of(j.gpus, per_node=wide)
+        if model != j.gpu_type or roles is not j.roles:
+            j = j.but(gpu_type=model, roles=roles)
+            changed = True
+        jobs.append(j)
+    return w._like(jobs, dict(w.quotas), w.source) if changed else w
 
 
 def partition_nodes(tenant: str, gpus: int) -> list[NodeInfo]:

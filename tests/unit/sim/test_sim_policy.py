@@ -92,3 +92,34 @@ def test_backfill_starts_a_short_job_around_a_waiting_gang(policy, small_end):
     sim = run(jobs, nodes_of("H100", 2, "h"), policy=policy)
     assert sim.jobs[2].end == small_end
     assert sim.jobs[1].end == 300.0  # the gang is not delayed either way
+
+
+def test_a_trace_on_a_cluster_of_two_gpu_models_runs_each_job_on_its_model(tmp_path):
+    from trainyard.sim.scenarios import prepare
+
+    trace = tmp_path / "trace.csv"
+    trace.write_text("submit_time,duration,gpus,gpu_type,tenant\n0,100,8,A100,a\n0,100,8,,a\n10,100,4,H200,b\n")
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("node_id,gpus,gpu_model,rack,block\na1,8,A100,r1,b1\nh1,8,H200,r2,b1\nh2,8,H200,r2,b1\n")
+    plan = prepare(trace=str(trace), nodes_file=str(nodes))
+    # the untyped job runs on the model with the most GPUs
+    assert [j.gpu_type for j in plan.workload.jobs] == ["A100", "H200", "H200"]
+    sim = Simulator(plan.workload, SimCluster(plan.nodes), policy_named("trainyard"), GOLDEN).run()
+    assert sim.violations == [] and all(st.status == "done" for st in sim.jobs)
+    model = {n.node_id: n.gpu_type for n in plan.nodes}
+    for e in sim.events:
+        if type(e).__name__ == "JobPlaced":
+            job = sim.jobs[int(e.job_id[1:])].job
+            assert {model[r.node_id] for r in e.replicas} == {job.gpu_type}
+
+
+def test_a_best_effort_job_reaches_admission_as_borrow_only_and_lowest_priority():
+    nodes = nodes_of("H100", 2, "h")
+    jobs = [SimJob(0, "b", 0.0, 100, gang_of(8), priority_class="best-effort"),
+            SimJob(1, "a", 0.0, 100, gang_of(8), priority_class="standard")]
+    scenario = Scenario(tick_s=0, check_every=1, trace_decisions=True)
+    sim = run(jobs, nodes, quotas={"a": 16, "b": 0}, scenario=scenario)
+    _, snapshot, _, _ = next(d for d in sim.decisions if d[0] == "admit")
+    seen = {p.job_id: (p.may_only_borrow, p.priority) for p in snapshot.pending}
+    assert seen == {"j0000000": (True, 0), "j0000001": (False, 500)}
+    assert all(st.status == "done" for st in sim.jobs)
