@@ -15,12 +15,15 @@ PYTEST_ARGS ?=
 .PHONY: install up test test-fast bench proto lint clean
 
 $(VENV)/bin/python:
+	@echo "Creating a virtualenv in $(VENV)..."
 	python3 -m venv $(VENV)
 
 $(STAMP): pyproject.toml $(if $(VIRTUAL_ENV),,$(VENV)/bin/python)
+	@echo "Installing Trainyard and its dependencies into $(if $(VIRTUAL_ENV),$(VIRTUAL_ENV),$(VENV)) (first run: 1-2 minutes)..."
 	$(PYTHON) -m pip install --quiet --upgrade pip
-	$(PYTHON) -m pip install --quiet -e '.[dev]'
+	$(PYTHON) -m pip install --progress-bar on -e '.[dev]'
 	@touch $(STAMP)
+	@echo "Installed."
 
 install: $(STAMP)
 

@@ -5,8 +5,12 @@ which variable to fix."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import msgspec
+
+#: Where ``trainyard up`` and a service run outside it keep their data.
+DEFAULT_DATA_DIR = ".trainyard"
 
 
 class ConfigurationError(Exception):
@@ -18,7 +22,8 @@ class Settings(msgspec.Struct, frozen=True):
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_prefix: str = "ty:"
     cluster: str = "local"
-    ledger_url: str = "sqlite:///trainyard-ledger.db"
+    data_dir: str = DEFAULT_DATA_DIR
+    ledger_url: str = f"sqlite:///{DEFAULT_DATA_DIR}/ledger.db"  # default: <data_dir>/ledger.db
     stream_replicas: int = 1
     heartbeat_interval_s: float = 1.0
     heartbeat_timeout_s: float = 5.0
@@ -38,6 +43,8 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         name = f"TRAINYARD_{field.name.upper()}"
         if name in env:
             values[field.name] = env[name]
+    if "ledger_url" not in values:
+        values["ledger_url"] = default_ledger_url(str(values.get("data_dir") or DEFAULT_DATA_DIR))
     try:
         settings = msgspec.convert(values, Settings, strict=False)
     except msgspec.ValidationError as err:
@@ -49,3 +56,11 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     if not settings.redis_prefix.endswith(":"):
         raise ConfigurationError("TRAINYARD_REDIS_PREFIX must end with ':'")
     return settings
+
+
+def default_ledger_url(data_dir: str) -> str:
+    """SQLite at ``<data_dir>/ledger.db``; creates the directory, as SQLite
+    will not."""
+    path = Path(data_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path.resolve() / 'ledger.db'}"

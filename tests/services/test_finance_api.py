@@ -12,6 +12,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import httpx
+import msgspec
 import pyarrow.parquet as pq
 import pytest
 
@@ -293,3 +294,61 @@ def test_bad_finance_files_are_refused_naming_the_file_and_the_problem(tmp_path:
     with pytest.raises(RateCardError, match=message) as err:
         getattr(finance_config, reader)(path)
     assert str(path) in str(err.value)
+
+
+# --- capacity report -----------------------------------------------------------------------------------
+
+
+async def capacity(client: httpx.AsyncClient, headers: dict[str, str] = FINANCE, **params: object) -> httpx.Response:
+    query = {"from": "2026-11-01", "to": "2026-11-20", "capacity": "H100=64,A100=2x8", "as_of": AS_OF, **params}
+    return await client.get("/v1/reports/capacity", params=query, headers=headers)
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        pytest.param({}, 403, id="a caller with no role may not read the capacity report"),
+        pytest.param({"X-Trainyard-Tenant": "acme"}, 403, id="a tenant may not read the capacity report"),
+        pytest.param(FINANCE, 200, id="finance reads the capacity report"),
+        pytest.param({"X-Trainyard-Role": "admin"}, 200, id="an admin reads the capacity report"),
+    ],
+)
+async def test_the_capacity_report_is_for_finance_and_admin(client: httpx.AsyncClient, headers: dict[str, str], status: int) -> None:
+    response = await capacity(client, headers=headers)
+
+    assert response.status_code == status
+    if status == 403:
+        assert response.json()["code"] == "permission_denied"
+
+
+async def test_the_capacity_report_endpoint_returns_the_report_the_cli_computes(client: httpx.AsyncClient, ledger_url: str) -> None:
+    from trainyard.reports import capacity_report
+
+    response = await capacity(client)
+
+    lo, hi = T0, T0 + 20 * 86_400
+    with Ledger(ledger_url) as ledger:
+        jobs = ledger.jobs(end=hi)
+        runs = [r for r in ledger.runs() if (r.placed_at if r.placed_at is not None else r.started_at or hi) < hi]
+    expected = capacity_report(runs, jobs, {"A100": 16, "H100": 64}, lo, hi, AS_OF)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json() == json.loads(msgspec.json.encode(expected))
+    assert response.json()["capacity"] == {"A100": 16, "H100": 64}
+    assert any(row["allocated_gpu_hours"] > 0 for row in response.json()["timeline"])
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        pytest.param({"from": "2026-11-20", "to": "2026-11-01"}, "to", id="a window that ends before it starts"),
+        pytest.param({"bucket": "week"}, "bucket", id="a bucket other than day or hour"),
+        pytest.param({"capacity": "H100=lots"}, "capacity", id="a capacity that is not GPUs per type"),
+        pytest.param({"from": "November"}, "from", id="a start that is not a date"),
+    ],
+)
+async def test_bad_capacity_report_parameters_are_422(client: httpx.AsyncClient, params: dict[str, str], field: str) -> None:
+    response = await capacity(client, **params)
+
+    assert response.status_code == 422
+    assert field in {e["field"] for e in response.json()["errors"]}

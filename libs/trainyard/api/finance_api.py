@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 from decimal import Decimal
 from typing import Annotated, Any
 
@@ -20,16 +21,18 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import Response
 
 from trainyard.api.jobs import InvalidRequest
-from trainyard.api.rest import TENANT_HEADER, Forbidden, error_response
+from trainyard.api.rest import TENANT_HEADER, Forbidden, error_response, json_response
 from trainyard.bus import Bus
 from trainyard.domain.job import ValidationError
 from trainyard.ledger import Ledger, RateCardError, chargeback_rows, encode_rows, period_bounds
 from trainyard.ledger.finance_config import read_cost_centres, read_rate_card
+from trainyard.reports import CapacityReport, capacity_from_nodes, capacity_report, parse_capacity
 from trainyard.settings import Settings
-from trainyard.store import Store
+from trainyard.store import Store, views
 
 ROLE_HEADER = "X-Trainyard-Role"
 FINANCE_ROLE = "finance"
+ADMIN_ROLE = "admin"
 FORMATS = {"csv": "text/csv; charset=utf-8", "parquet": "application/vnd.apache.parquet"}
 #: ``group_by`` names the usage endpoint accepts -> ledger grouping keys.
 USAGE_GROUPS = {"tenant": "tenant", "queue": "queue", "gpu_type": "gpu_type", "job": "job_id", "job_id": "job_id"}
@@ -147,5 +150,52 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
             "X-Trainyard-Billed-Total": f"{total} {currency}",
         }
         return Response(content=body, media_type=FORMATS[format], headers=headers)
+
+    @router.get(
+        "/reports/capacity",
+        summary="Capacity-planning report over whole UTC days (finance or admin)",
+        responses={
+            200: {"description": "The report as JSON: allocation vs capacity per bucket and GPU type, queue waits, "
+                                 "lost work, demand trend and forecast"},
+            403: {"description": f"The caller is neither finance nor admin ({ROLE_HEADER})"},
+            422: {"description": "Bad window, capacity, bucket or horizon"},
+        },
+    )  # fmt: skip
+    async def capacity_report_route(
+        start: str = Query(..., alias="from", description="First day, YYYY-MM-DD (UTC)"),
+        end: str = Query(..., alias="to", description="Last day, YYYY-MM-DD (UTC), included"),
+        capacity: str | None = Query(None, description="GPUs per type, e.g. H100=128,A100=16x8 (default: the registered nodes)"),
+        bucket: str = Query("day", description="day or hour"),
+        horizon: int = Query(14, ge=0, le=365, description="Days of demand forecast past the last complete day"),
+        as_of: float | None = Query(None, description="Report as of this Unix time (default: now)"),
+        role: RoleHeader = None,
+    ) -> Response:
+        if role not in (FINANCE_ROLE, ADMIN_ROLE):
+            raise Forbidden(f"the capacity report is for finance and admin: send {ROLE_HEADER}: {FINANCE_ROLE}")
+        lo, hi = parse_instant("from", start), parse_instant("to", end, end_of_day=True)
+        problems = []
+        if lo is None or hi is None or lo % 86_400 or hi % 86_400 or hi <= lo:
+            problems.append(ValidationError("to", "from and to must be dates (YYYY-MM-DD), to on or after from"))
+        if bucket not in ("day", "hour"):
+            problems.append(ValidationError("bucket", f"{bucket!r} is not day or hour"))
+        gpus: dict[str, int] = {}
+        if capacity is not None:
+            try:
+                gpus = parse_capacity(capacity)
+            except ValueError as err:
+                problems.append(ValidationError("capacity", str(err)))
+        if problems:
+            raise InvalidRequest(problems)
+        if not gpus:
+            gpus = capacity_from_nodes((info.gpu_type, info.gpus) for info, _, _ in await views.node_views(store))
+        now = time.time() if as_of is None else as_of
+        bucket_s = 86_400.0 if bucket == "day" else 3_600.0
+
+        def build() -> CapacityReport:
+            jobs = ledger().jobs(end=hi)
+            runs = [r for r in ledger().runs() if (r.placed_at if r.placed_at is not None else r.started_at or hi) < hi]
+            return capacity_report(runs, jobs, gpus, lo, hi, now, bucket_s=bucket_s, horizon_days=horizon)  # type: ignore[arg-type]
+
+        return json_response(await asyncio.to_thread(build))
 
     return router

@@ -13,7 +13,9 @@ DEFAULT_API_URL = "http://127.0.0.1:8080"
 
 
 class ApiError(Exception):
-    pass
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # the HTTP status, None when the API could not be reached
 
 
 def resolve_api_url(api_url: str | None, data_dir: str) -> str:
@@ -43,7 +45,7 @@ class Client:
                 body = response.json()
             except ValueError:
                 body = response.text
-            raise ApiError(_format_error(response.status_code, body))
+            raise ApiError(_format_error(response.status_code, body), response.status_code)
         return response.json() if response.content else None
 
 

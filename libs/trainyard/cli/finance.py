@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import datetime as dt
 import io
 import os
 import sys
@@ -53,6 +54,29 @@ def _ledger_url(ledger_url: str | None, data_dir: str) -> str:
     raise _fail(f"no ledger: pass --ledger-url, set TRAINYARD_LEDGER_URL, or run `trainyard up` (data dir {data_dir})")
 
 
+#: Periods named relative to today (UTC), accepted wherever a month is.
+RELATIVE_PERIODS = ("this-month", "last-month")
+
+
+def resolve_period(period: str, now: float | None = None) -> str:
+    """``this-month`` / ``last-month`` -> ``YYYY-MM`` of the current or the
+    previous UTC month at ``now``; any other text is returned as given."""
+    if period not in RELATIVE_PERIODS:
+        return period
+    today = dt.datetime.fromtimestamp(time.time() if now is None else now, dt.timezone.utc).date()
+    first = today.replace(day=1)
+    if period == "last-month":
+        first = (first - dt.timedelta(days=1)).replace(day=1)
+    return f"{first.year:04d}-{first.month:02d}"
+
+
+def period_days(period: str) -> tuple[str, str]:
+    """First and last day (``YYYY-MM-DD``) of a month ``YYYY-MM``."""
+    first = dt.date.fromisoformat(f"{period}-01")
+    following = (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
+    return first.isoformat(), (following - dt.timedelta(days=1)).isoformat()
+
+
 def _api_url(api_url: str | None, data_dir: str) -> str:
     from trainyard.cli.client import resolve_api_url
 
@@ -80,7 +104,7 @@ def _get(url: str, path: str, params: dict, headers: dict) -> httpx.Response:
 
 @export_app.command("chargeback")
 def export_chargeback(
-    period: str = typer.Option(..., help="Billing month, YYYY-MM."),
+    period: str = typer.Option(..., help="Billing month: YYYY-MM, this-month or last-month (UTC)."),
     fmt: str = typer.Option("csv", "--format", help="csv or parquet."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="File to write (default chargeback-PERIOD.FORMAT; '-' for stdout)."),
     ledger_url: Optional[str] = LedgerUrl,
@@ -97,6 +121,7 @@ def export_chargeback(
 
     if fmt not in ("csv", "parquet"):
         raise _fail(f"--format {fmt!r} is not supported; use csv or parquet")
+    period = resolve_period(period, as_of)
     try:
         period_bounds(period)
     except ValueError as err:
@@ -166,8 +191,9 @@ def _capacity(capacity: str | None, data_dir: str) -> tuple[dict[str, int], str]
 
 @report_app.command("capacity")
 def report_capacity(
-    start: str = typer.Option(..., "--from", help="First day, YYYY-MM-DD (UTC)."),
-    end: str = typer.Option(..., "--to", help="Last day, YYYY-MM-DD (UTC), included."),
+    start: Optional[str] = typer.Option(None, "--from", help="First day, YYYY-MM-DD (UTC)."),
+    end: Optional[str] = typer.Option(None, "--to", help="Last day, YYYY-MM-DD (UTC), included."),
+    period: Optional[str] = typer.Option(None, help="A whole month instead of --from/--to: YYYY-MM, this-month or last-month."),
     out: Path = typer.Option(Path("capacity-report"), "--out", help="Directory for capacity.html and the CSV files."),
     capacity: Optional[str] = typer.Option(None, help="GPUs per type, e.g. 'H100=128,A100=16x8' (default: the running stack's nodes)."),
     bucket: str = typer.Option("day", help="Time bucket of the allocation table and charts: day or hour."),
@@ -182,6 +208,15 @@ def report_capacity(
     from trainyard.ledger import Ledger
     from trainyard.reports import capacity_report, report_files
 
+    if period is not None:
+        if start or end:
+            raise _fail("give either --period or --from/--to, not both")
+        try:
+            start, end = period_days(resolve_period(period, as_of))
+        except ValueError as err:
+            raise _fail(f"--period {period!r} is not a month (YYYY-MM, this-month or last-month)") from err
+    if not start or not end:
+        raise _fail("say which days: --from YYYY-MM-DD --to YYYY-MM-DD, or --period this-month")
     try:
         lo, hi = parse_instant("from", start), parse_instant("to", end, end_of_day=True)
     except InvalidRequest as err:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -21,6 +19,7 @@ from trainyard.cli.config import config_app
 from trainyard.cli.finance import export_app, report_app
 from trainyard.cli.nodes import agent_command, emulate_inject, node_app
 from trainyard.cli.sim import sim_app
+from trainyard.cli.up import up
 
 app = typer.Typer(help="Trainyard: the operating system for large GPU training clusters.", no_args_is_help=True)
 events_app = typer.Typer(help="The event vocabulary.", no_args_is_help=True)
@@ -35,6 +34,7 @@ app.add_typer(report_app, name="report")
 app.add_typer(sim_app, name="sim")
 app.add_typer(config_app, name="config")
 app.command("agent")(agent_command)
+app.command("up")(up)
 emulate_app.command("inject")(emulate_inject)
 
 console = Console()
@@ -70,83 +70,13 @@ def _age(seconds: float) -> str:
 # --- the local stack ---
 
 
-@app.command()
-def up(
-    data_dir: str = DataDir,
-    nodes: int = typer.Option(16, help="Emulated GPU nodes."),
-    gpus: int = typer.Option(8, help="GPUs per emulated node."),
-    racks: int = typer.Option(2, help="Racks the nodes are spread over."),
-    http_port: int = typer.Option(0, help="REST port (0 picks a free one)."),
-    grpc_port: int = typer.Option(0, help="gRPC port (0 picks a free one)."),
-    nats_port: int = typer.Option(0, help="NATS port (0 picks a free one)."),
-    redis_port: int = typer.Option(0, help="Redis port (0 picks a free one)."),
-) -> None:
-    """Start NATS, Redis, every service, the emulated cluster and the gateway, until Ctrl-C."""
-    from trainyard.local.stack import LocalStack, StackConfig, read_state
-
-    existing = read_state(data_dir)
-    if existing is not None and _alive(existing.pid):
-        err_console.print(f"[red]error:[/red] a stack is already running from {data_dir} (pid {existing.pid}); "
-                          "stop it first or use another --data-dir")  # fmt: skip
-        raise typer.Exit(1)
-    config = StackConfig(
-        data_dir=data_dir, nodes=nodes, gpus_per_node=gpus, racks=racks, http_port=http_port,
-        grpc_port=grpc_port, nats_port=nats_port, redis_port=redis_port,
-    )  # fmt: skip
-    stack = LocalStack(config)
-    stopping = False
-
-    def _stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    try:
-        with console.status("starting NATS, Redis and the services..."):
-            stack.start()
-        assert stack.nats and stack.redis
-        console.print("[bold green]Trainyard is up[/bold green]")
-        console.print(f"  REST API + docs  {stack.api_url}  ({stack.api_url}/docs)")
-        console.print(f"  gRPC             127.0.0.1:{stack.grpc_port}")
-        console.print(f"  NATS JetStream   {stack.nats.url}")
-        console.print(f"  Redis            {stack.redis.url}")
-        console.print(f"  ledger           {stack.ledger_url}")
-        console.print(f"  logs             {stack.data_dir / 'logs'}")
-        console.print(f"  cluster          {nodes} emulated nodes x {gpus} GPUs in {racks} racks")
-        console.print("Try: trainyard submit --tenant acme --gpus 8 --duration 5 && trainyard jobs   (Ctrl-C stops)")
-        restarts: dict[str, int] = {}
-        while not stopping:
-            time.sleep(0.5)
-            for name, code in stack.exited().items():
-                if stopping:
-                    break
-                restarts[name] = restarts.get(name, 0) + 1
-                err_console.print(f"[yellow]{name} exited with status {code}; restarting[/yellow]\n"
-                                  f"{stack.log_tail(name, 10)}")  # fmt: skip
-                time.sleep(min(2 ** restarts[name], 30))
-                stack.start_service(name)
-    finally:
-        with console.status("stopping..."):
-            stack.stop()
-        console.print("stopped")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
-
-
 # --- jobs ---
 
 
 @app.command()
 def submit(
-    tenant: str = typer.Option(..., help="Tenant the job belongs to."),
-    queue: str = typer.Option("default", help="Queue to submit to."),
+    tenant: Optional[str] = typer.Option(None, help="Tenant the job belongs to (default: the file's)."),
+    queue: Optional[str] = typer.Option(None, help="Queue to submit to (default: the file's, else 'default')."),
     gpus: int = typer.Option(1, help="GPUs per replica."),
     replicas: int = typer.Option(1, help="Replicas of the single role."),
     gpu_type: str = typer.Option("H100", help="GPU type."),
@@ -155,19 +85,34 @@ def submit(
     priority_class: str = typer.Option("standard", help="Priority class."),
     duration: Optional[float] = typer.Option(None, help="Simulated run time in seconds (emulated clusters)."),
     image: Optional[str] = typer.Option(None, help="Container image."),
-    file: Optional[Path] = typer.Option(None, "--file", "-f", help="A full job spec as JSON or YAML (overrides the flags)."),
+    file: Optional[Path] = typer.Option(None, "--file", "-f", help="A full job spec as JSON or YAML (overrides the flags but --tenant and --queue)."),
     job_id: Optional[str] = typer.Option(None, help="Idempotency key / job id."),
+    wait: float = typer.Option(10.0, help="Seconds to wait for admission to accept or reject the job (0: do not wait)."),
     as_json: bool = typer.Option(False, "--json"),
     api_url: Optional[str] = ApiUrl,
     data_dir: str = DataDir,
 ) -> None:
-    """Submit a job; prints its id."""
+    """Submit a job; prints its id, or the reasons it was rejected (and exits 1)."""
     if file is not None:
-        text = file.read_text()
-        body = msgspec.yaml.decode(text) if file.suffix in (".yaml", ".yml") else json.loads(text)
+        try:
+            text = file.read_text()
+            body = msgspec.yaml.decode(text) if file.suffix in (".yaml", ".yml") else json.loads(text)
+        except (OSError, ValueError, msgspec.DecodeError) as err:
+            err_console.print(f"[red]error:[/red] cannot read the job spec {file}: {err}")
+            raise typer.Exit(1) from err
+        if not isinstance(body, dict):
+            err_console.print(f"[red]error:[/red] {file} must hold one job spec (a mapping)")
+            raise typer.Exit(1)
+        body.update({k: v for k, v in {"tenant": tenant, "queue": queue}.items() if v is not None})
+        if not body.get("tenant"):
+            err_console.print(f"[red]error:[/red] {file} names no tenant: add `tenant:` to it or pass --tenant")
+            raise typer.Exit(1)
     else:
+        if tenant is None:
+            err_console.print("[red]error:[/red] say whose job it is: --tenant NAME (or give a job file with -f)")
+            raise typer.Exit(2)
         body = {
-            "tenant": tenant, "queue": queue, "name": name, "priority_class": priority_class,
+            "tenant": tenant, "queue": queue or "default", "name": name, "priority_class": priority_class,
             "roles": [{"name": role, "replicas": replicas, "gpus_per_replica": gpus, "gpu_type": gpu_type}],
         }  # fmt: skip
         if duration is not None:
@@ -178,8 +123,33 @@ def submit(
             body["simulated_duration_s"] = 10.0
     if job_id:
         body["job_id"] = job_id
-    result = _call(_client(api_url, data_dir).request, "POST", "/v1/jobs", json=body)
-    console.print_json(data=result) if as_json else console.print(result["job_id"])
+    client = _client(api_url, data_dir)
+    result = _call(client.request, "POST", "/v1/jobs", json=body)
+    answered = _answered(client, result["job_id"], wait) if wait > 0 else None
+    if answered is not None:
+        result |= {"status": answered["status"], "errors": answered.get("errors")}
+    if as_json:
+        console.print_json(data=result)
+    else:
+        console.print(result["job_id"])
+    if answered is not None and answered["status"] == "rejected":
+        err_console.print(f"[red]rejected:[/red] job {result['job_id']} was not accepted")
+        for e in answered.get("errors") or []:
+            err_console.print(f"  {e.get('field', '?')}: {e.get('message', '')}")
+        raise typer.Exit(1)
+
+
+def _answered(client: Client, job_id: str, wait: float) -> dict | None:
+    """The job once admission has accepted or rejected it (a job is readable
+    from then on), or None if that takes longer than ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return client.request("GET", f"/v1/jobs/{job_id}")
+        except ApiError as err:
+            if err.status != 404 or time.monotonic() >= deadline:
+                return None
+        time.sleep(0.2)
 
 
 @app.command()
@@ -223,8 +193,13 @@ def job(
     if as_json:
         console.print_json(data=j)
         return
-    console.print(f"[bold]{j['job_id']}[/bold]  {j['status']}  tenant={j['tenant']} queue={j.get('queue')} "
-                  f"gpus={j.get('gpus')} attempt={j.get('attempt')} run={j.get('run_id') or '-'}")  # fmt: skip
+    spec = j.get("spec") or {}
+    queue = j.get("queue") or spec.get("queue") or "-"
+    if j.get("status") == "rejected":
+        console.print(f"[bold]{j['job_id']}[/bold]  [red]rejected[/red]  tenant={j['tenant']} queue={queue}")
+    else:
+        console.print(f"[bold]{j['job_id']}[/bold]  {j['status']}  tenant={j['tenant']} queue={queue} "
+                      f"gpus={j.get('gpus')} attempt={j.get('attempt')} run={j.get('run_id') or '-'}")  # fmt: skip
     if j.get("status") == "pending" and j.get("reason"):
         console.print(f"  waiting: {j['reason']} (position {j.get('position') or '?'})")
     if j.get("errors"):

@@ -2,20 +2,27 @@
 and the gateway; stop them all cleanly.
 
 Each process is started with ``sys.executable`` so the stack runs from
-whatever environment ``trainyard`` was installed into.
+whatever environment ``trainyard`` was installed into.  One stack runs per
+data directory (:mod:`trainyard.local.lock`), and it keeps its ports across
+restarts.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 
-from trainyard.testing.servers import Server, free_port, start_nats, start_redis, wait_port
+from trainyard.local.lock import Child, StackLock, choose_ports, process_cmdline, signal_group, stop_leftovers
+from trainyard.testing.servers import Server, ServerError, start_nats, start_redis
 
 #: Process name -> the command after ``python``.
 SERVICES: dict[str, list[str]] = {
@@ -26,11 +33,14 @@ SERVICES: dict[str, list[str]] = {
     "gateway": ["-m", "trainyard_gateway"],
     "emulator": ["-m", "trainyard.cli.main", "emulate", "run"],
 }
+#: Every service logs this line once it is connected to NATS and Redis (at INFO).
+READY_MARKER = "{name} started ("
+STOP_TIMEOUT_S = 15.0
 
 
 class StackConfig(msgspec.Struct):
     data_dir: str = ".trainyard"
-    nats_port: int = 0  # 0 picks a free port
+    nats_port: int = 0  # 0: the port kept from the last start, else a free one
     redis_port: int = 0
     http_port: int = 0
     grpc_port: int = 0
@@ -41,6 +51,7 @@ class StackConfig(msgspec.Struct):
     heartbeat_interval_s: float = 1.0
     heartbeat_timeout_s: float = 5.0
     log_level: str = "INFO"
+    ledger_url: str = ""  # "" is sqlite at <data dir>/ledger.db
 
 
 class StackState(msgspec.Struct):
@@ -66,15 +77,18 @@ def read_state(data_dir: str | Path) -> StackState | None:
 
 
 class LocalStack:
-    def __init__(self, config: StackConfig) -> None:
+    def __init__(self, config: StackConfig, progress: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.data_dir = Path(config.data_dir).resolve()
         self.nats: Server | None = None
         self.redis: Server | None = None
         self.procs: dict[str, subprocess.Popen] = {}
         self.env: dict[str, str] = {}
-        self.http_port = config.http_port or free_port()
-        self.grpc_port = config.grpc_port or free_port()
+        self.http_port = config.http_port
+        self.grpc_port = config.grpc_port
+        self.lock = StackLock(self.data_dir)
+        self.progress = progress or (lambda line: None)  # told each process as it starts and is ready
+        self.stopping = threading.Event()  # set by request_stop(); start() gives up at the next step
 
     @property
     def api_url(self) -> str:
@@ -82,17 +96,50 @@ class LocalStack:
 
     @property
     def ledger_url(self) -> str:
-        return f"sqlite:///{self.data_dir / 'ledger.db'}"
+        return self.config.ledger_url or f"sqlite:///{self.data_dir / 'ledger.db'}"
+
+    def request_stop(self) -> None:
+        """Ask a starting or running stack to stop (safe from a signal handler)."""
+        self.stopping.set()
+
+    def claim(self) -> None:
+        """Take the data directory's lock (raises ``StackRunning`` naming the
+        stack that holds it) and choose the ports (raises ``PortError``)."""
+        stale = self.lock.acquire()
+        if stale is not None and stale.pid != os.getpid():
+            stopped = stop_leftovers(stale)
+            left = f"; stopped its leftover processes: {', '.join(stopped)}" if stopped else ""
+            self.progress(f"took over the lock of a stack that is gone (pid {stale.pid} on {stale.host}){left}")
+        asked = {"http": self.config.http_port, "grpc": self.config.grpc_port,
+                 "nats": self.config.nats_port, "redis": self.config.redis_port}  # fmt: skip
+        ports, notes = choose_ports(self.data_dir, asked)
+        for note in notes:
+            self.progress(note)
+        self.ports = ports
+        self.http_port, self.grpc_port = ports["http"], ports["grpc"]
+        self.lock.update(ports=ports)
 
     def start_servers(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.nats = start_nats(self.data_dir / "nats", self.config.nats_port or None)
-        self.redis = start_redis(self.data_dir / "redis", self.config.redis_port or None)
+        if not self.lock.held:
+            self.claim()
+        self.progress(f"nats-server starting on port {self.ports['nats']}")
+        self.nats = start_nats(self.data_dir / "nats", self.ports["nats"])
+        self.progress(f"nats-server ready (pid {self.nats.proc.pid})")
+        self._record_children()
+        if self.stopping.is_set():
+            return
+        self.progress(f"redis-server starting on port {self.ports['redis']}")
+        self.redis = start_redis(self.data_dir / "redis", self.ports["redis"])
+        self.progress(f"redis-server ready (pid {self.redis.proc.pid})")
+        self._record_children()
+        self._create_ledger()
         self.env = {
             **os.environ,
             "TRAINYARD_NATS_URL": self.nats.url,
             "TRAINYARD_REDIS_URL": self.redis.url,
             "TRAINYARD_CLUSTER": self.config.cluster,
+            "TRAINYARD_DATA_DIR": str(self.data_dir),
             "TRAINYARD_LEDGER_URL": self.ledger_url,
             "TRAINYARD_GATEWAY_HTTP_PORT": str(self.http_port),
             "TRAINYARD_GATEWAY_GRPC_PORT": str(self.grpc_port),
@@ -105,6 +152,17 @@ class LocalStack:
             "PYTHONUNBUFFERED": "1",
         }
 
+    def _create_ledger(self) -> None:
+        """Create the ledger's tables before the services start, so accounting
+        and the gateway never race to create them in a new SQLite file."""
+        from trainyard.ledger import Ledger
+
+        ledger = Ledger(self.ledger_url)
+        try:
+            ledger.create_schema()
+        finally:
+            ledger.close()
+
     def start_service(self, name: str) -> subprocess.Popen:
         logs = self.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -114,15 +172,79 @@ class LocalStack:
                 start_new_session=True,
             )  # fmt: skip
         self.procs[name] = proc
+        self._record_children()
         return proc
 
     def start(self, services: list[str] | None = None, wait: float = 60.0) -> None:
+        """Start everything (or ``services``); returns early, with what has
+        started still running, when :meth:`request_stop` is called."""
         self.start_servers()
-        for name in services or list(SERVICES):
-            self.start_service(name)
-        if services is None or "gateway" in services:
-            wait_port(self.http_port, timeout=wait, proc=self.procs["gateway"], name="gateway")
-        self.write_state()
+        names = services or list(SERVICES)
+        offsets: dict[str, int] = {}
+        for name in names:
+            if self.stopping.is_set():
+                return
+            offsets[name] = self._log_size(name)
+            proc = self.start_service(name)
+            self.progress(f"{name} starting (pid {proc.pid})")
+        self._wait_ready(names, offsets, wait)
+        if not self.stopping.is_set():
+            self.write_state()
+
+    def _wait_ready(self, names: list[str], offsets: dict[str, int], wait: float) -> None:
+        """Report each process as it becomes ready; raise if the gateway does
+        not listen within ``wait`` seconds."""
+        watch_logs = self.config.log_level.upper() in ("DEBUG", "INFO")
+        pending = [n for n in names if n == "gateway" or watch_logs]
+        deadline = time.monotonic() + wait
+        while pending and not self.stopping.is_set():
+            for name in list(pending):
+                proc = self.procs[name]
+                if proc.poll() is not None:
+                    if name == "gateway":
+                        raise ServerError(f"gateway exited with status {proc.returncode} while starting:\n"
+                                          f"{self.log_tail(name, 20)}")  # fmt: skip
+                    pending.remove(name)
+                    self.progress(f"{name} exited with status {proc.returncode} while starting")
+                    continue
+                if self._ready(name, offsets[name]):
+                    pending.remove(name)
+                    self.progress(f"{name} ready")
+            if pending and time.monotonic() > deadline:
+                if "gateway" in pending:
+                    raise ServerError(f"gateway did not listen on 127.0.0.1:{self.http_port} within {wait}s")
+                self.progress(f"not ready yet after {wait:.0f}s: {', '.join(pending)} (see {self.data_dir / 'logs'})")
+                return
+            self.stopping.wait(0.1)
+
+    def _ready(self, name: str, offset: int) -> bool:
+        if name == "gateway" and not _listening(self.http_port):
+            return False
+        if self.config.log_level.upper() not in ("DEBUG", "INFO"):
+            return True
+        path = self.data_dir / "logs" / f"{name}.log"
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                return READY_MARKER.format(name=name).encode() in f.read()
+        except OSError:
+            return False
+
+    def _log_size(self, name: str) -> int:
+        try:
+            return (self.data_dir / "logs" / f"{name}.log").stat().st_size
+        except OSError:
+            return 0
+
+    def _record_children(self) -> None:
+        """Note every process in the lock, so a start after a crash can stop them."""
+        if not self.lock.held:
+            return
+        procs = {name: proc.pid for name, proc in self.procs.items() if proc.poll() is None}
+        for server in (self.nats, self.redis):
+            if server is not None and server.proc.poll() is None:
+                procs[f"{server.name}-server"] = server.proc.pid
+        self.lock.update(children={name: Child(pid, process_cmdline(pid)) for name, pid in procs.items()})
 
     def write_state(self) -> None:
         assert self.nats and self.redis
@@ -138,31 +260,48 @@ class LocalStack:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
 
-    def stop_service(self, name: str, timeout: float = 15.0) -> None:
-        proc = self.procs.get(name)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    def stop_service(self, name: str, timeout: float = STOP_TIMEOUT_S) -> None:
+        self._stop_procs([name], timeout)
+
+    def _stop_procs(self, names: list[str], timeout: float) -> None:
+        """SIGTERM the services (each with whatever it started) together, then
+        SIGKILL any still running after ``timeout``."""
+        running = [self.procs[n] for n in names if n in self.procs and self.procs[n].poll() is None]
+        for proc in running:
+            signal_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in running:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                signal_group(proc.pid, signal.SIGKILL)
+                proc.wait()
 
     def exited(self) -> dict[str, int]:
         return {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
 
     def stop(self) -> None:
-        for name in reversed(list(self.procs)):
-            self.stop_service(name)
+        """Stop every service, then NATS and Redis; release the data directory."""
+        self._stop_procs(list(reversed(list(self.procs))), STOP_TIMEOUT_S)
         if self.nats:
             self.nats.stop()
         if self.redis:
             self.redis.stop()
-        state_path(self.data_dir).unlink(missing_ok=True)
+        if self.lock.held:
+            state_path(self.data_dir).unlink(missing_ok=True)
+            self.lock.release()
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         path = self.data_dir / "logs" / f"{name}.log"
         if not path.exists():
             return ""
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+

@@ -1,0 +1,92 @@
+"""``trainyard up``: the whole stack on this machine until Ctrl-C, SIGTERM or SIGHUP."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import typer
+from rich.console import Console
+
+console = Console()
+err_console = Console(stderr=True)
+
+DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR", help="Where `up` keeps its state.")
+
+
+def up(
+    data_dir: str = DataDir,
+    nodes: int = typer.Option(16, help="Emulated GPU nodes."),
+    gpus: int = typer.Option(8, help="GPUs per emulated node."),
+    racks: int = typer.Option(2, help="Racks the nodes are spread over."),
+    http_port: int = typer.Option(0, help="REST port (default: the one kept from the last start, else a free one)."),
+    grpc_port: int = typer.Option(0, help="gRPC port (default: kept from the last start, else free)."),
+    nats_port: int = typer.Option(0, help="NATS port (default: kept from the last start, else free)."),
+    redis_port: int = typer.Option(0, help="Redis port (default: kept from the last start, else free)."),
+) -> None:
+    """Start NATS, Redis, every service, the emulated cluster and the gateway, until Ctrl-C,
+    SIGTERM or SIGHUP (closing the terminal), which stop all of them."""
+    from trainyard.local import LocalStack, PortError, StackConfig, StackRunning
+    from trainyard.testing.servers import ServerError
+
+    config = StackConfig(
+        data_dir=data_dir, nodes=nodes, gpus_per_node=gpus, racks=racks, http_port=http_port,
+        grpc_port=grpc_port, nats_port=nats_port, redis_port=redis_port,
+        ledger_url=os.environ.get("TRAINYARD_LEDGER_URL", ""),
+    )  # fmt: skip
+    stack = LocalStack(config, progress=lambda line: _say(f"  {line}"))
+
+    def _stop(signum: int, _frame: object) -> None:
+        if not stack.stopping.is_set():
+            _say(f"{signal.Signals(signum).name}: stopping the stack...")
+        stack.request_stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _stop)
+    try:
+        _say(f"Starting Trainyard from {stack.data_dir}")
+        try:
+            stack.start()
+        except (StackRunning, PortError, ServerError) as err:
+            _say(f"[red]error:[/red] {err}", err=True)
+            raise typer.Exit(1) from err
+        if not stack.stopping.is_set():
+            _print_banner(stack, nodes, gpus, racks)
+        restarts: dict[str, int] = {}
+        while not stack.stopping.wait(0.5):
+            for name, code in stack.exited().items():
+                if stack.stopping.is_set():
+                    break
+                restarts[name] = restarts.get(name, 0) + 1
+                _say(f"[yellow]{name} exited with status {code}; restarting[/yellow]\n{stack.log_tail(name, 10)}",
+                     err=True)  # fmt: skip
+                if stack.stopping.wait(min(2 ** restarts[name], 30)):
+                    break
+                stack.start_service(name)
+                _say(f"  {name} restarted (pid {stack.procs[name].pid})")
+    finally:
+        stack.stop()
+        if stack.procs or stack.nats:
+            _say("stopped every process of the stack")
+
+
+def _say(text: str, err: bool = False) -> None:
+    """Print, ignoring a terminal that has gone away (SIGHUP)."""
+    try:
+        (err_console if err else console).print(text)
+    except OSError:
+        pass
+
+
+def _print_banner(stack, nodes: int, gpus: int, racks: int) -> None:  # type: ignore[no-untyped-def]
+    assert stack.nats and stack.redis
+    _say("[bold green]Trainyard is up[/bold green]")
+    _say(f"  REST API + docs  {stack.api_url}  ({stack.api_url}/docs)")
+    _say(f"  gRPC             127.0.0.1:{stack.grpc_port}")
+    _say(f"  NATS JetStream   {stack.nats.url}")
+    _say(f"  Redis            {stack.redis.url}")
+    _say(f"  ledger           {stack.ledger_url}")
+    _say(f"  logs             {stack.data_dir / 'logs'}")
+    _say(f"  ports kept in    {stack.data_dir / 'ports.json'}")
+    _say(f"  cluster          {nodes} emulated nodes x {gpus} GPUs in {racks} racks")
+    _say("Try: trainyard submit --tenant acme --gpus 8 --duration 5 && trainyard jobs   (Ctrl-C stops)")
