@@ -4,11 +4,14 @@
   and XIDs go through the rules and the monitor.
 - ``NodeEventsHandler`` (NODES): registrations (a lost node that reports again
   goes to repair), ``NodeLost`` (the record follows), and operator commands.
-- ``LivenessCheck``: marks silent nodes lost and fails the runs on them.
 
-The heartbeat clock is health's own: a heartbeat counts when health receives
-it, so a node with a wrong clock is judged fairly.  After a restart every
-known node gets one full timeout of grace.
+A heartbeat is recorded per node and boot at the time JetStream stored it
+(one clock for the whole fleet, so neither a node's wrong clock nor health's
+own stall changes how long a node was silent); the liveness check
+(``liveness.py``) judges on those times.  A heartbeat of a lost node's
+registered boot, newer than any read before, brings the node back through
+repair (``HeartbeatResumed``): the loss was a false alarm and does not count
+toward the lemon rule.  Heartbeats of other boots change nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 from nats.aio.msg import Msg
 
-from trainyard.bus import Bus, PoisonMessage, PublishRequest, RetryLater
+from trainyard.bus import PoisonMessage, RetryLater
 from trainyard.core.health import (
     Cordon,
     Drain,
@@ -32,12 +35,12 @@ from trainyard.core.health import (
     evaluate_sample,
     evaluate_xids,
 )
+from trainyard.core.health.liveness import heartbeat_resumes
 from trainyard.domain.node import NodeState
-from trainyard.events import NodeHeartbeat, NodeLost, NodeRegistered, RunFailed, decode_node_event, subjects
+from trainyard.events import NodeHeartbeat, NodeLost, NodeRegistered, decode_node_event
 from trainyard.events.nodes import CordonNode, DrainNode, GpuTelemetry, UncordonNode, XidObserved
-from trainyard.store import Store
-from trainyard.store import views
 from trainyard_health.monitor import Monitor
+from trainyard_health.fencing import ProjectionBehind
 from trainyard_health.records import VersionConflict
 
 #: Operator commands older than this when health first sees them (a new
@@ -58,8 +61,8 @@ class TelemetryHandler:
     async def __call__(self, msgs: Sequence[Msg]) -> list[BaseException | None]:
         outcomes: list[BaseException | None] = [None] * len(msgs)
         now = self.clock()
-        pipe = self.store.redis.pipeline(transaction=False)
         findings: list[Finding] = []
+        beats: list[tuple[str, str, float]] = []
         records = self.monitor.records
         for i, msg in enumerate(msgs):
             try:
@@ -68,8 +71,7 @@ class TelemetryHandler:
                 outcomes[i] = PoisonMessage(f"not a node event: {err}")
                 continue
             if isinstance(event, NodeHeartbeat):
-                pipe.zadd(self.store.key("hb"), {event.node_id: now})
-                pipe.hset(self.store.key("hbboot"), event.node_id, event.boot_id)
+                beats.append((event.node_id, event.boot_id, stored_at(msg, now)))
             elif isinstance(event, XidObserved):
                 record = await records.load(event.node_id)
                 findings += evaluate_xids(record, event.events, self.monitor.policy)
@@ -85,12 +87,26 @@ class TelemetryHandler:
                     continue  # an older reading, delivered late
                 findings += evaluate_sample(record, event.sample, previous, self.monitor.policy)
                 await records.keep_sample(event.sample)
-        await pipe.execute()
+        read = await records.record_heartbeats(beats)
+        resumed = sorted({b.node_id for b in read if heartbeat_resumes(b.state or "", b.registered_boot, b.boot_id, b.advanced)})
         try:
             await self.monitor.on_findings(findings)
+            for node_id in resumed:
+                log.warning("node %s heartbeats again with the boot declared lost: bringing it back", node_id)
+                await self.monitor.on_command(HeartbeatResumed(node_id=node_id, same_boot=True))
         except VersionConflict as err:
             raise RetryLater(f"record of {err} changed meanwhile", 0.1) from err
+        except ProjectionBehind as err:
+            raise RetryLater(str(err), 0.5) from err
         return outcomes
+
+
+def stored_at(msg: Msg, fallback: float) -> float:
+    """When JetStream stored the message (the fleet's clock for heartbeats)."""
+    try:
+        return msg.metadata.timestamp.timestamp()
+    except Exception:  # noqa: BLE001 - not a JetStream message: the receiver's clock
+        return fallback
 
 
 class NodeEventsHandler:
@@ -112,6 +128,8 @@ class NodeEventsHandler:
                 await self.one(event)
             except VersionConflict as err:
                 outcomes[i] = RetryLater(f"record of {err} changed meanwhile", 0.1)
+            except ProjectionBehind as err:
+                outcomes[i] = RetryLater(str(err), 0.5)
         return outcomes
 
     async def one(self, event: object) -> None:
@@ -135,64 +153,3 @@ class NodeEventsHandler:
                 return
             kind = {CordonNode: Cordon, DrainNode: Drain, UncordonNode: Uncordon}[type(event)]
             await m.on_command(kind(node_id=event.node_id, by=event.by, reason=event.reason), by=event.by)
-
-
-class LivenessCheck:
-    """Marks silent nodes lost and fails the runs that were on them."""
-
-    def __init__(self, bus: Bus, store: Store, timeout_s: float, clock: Callable[[], float]) -> None:
-        self.bus = bus
-        self.store = store
-        self.timeout_s = timeout_s
-        self.clock = clock
-
-    async def grace(self) -> None:
-        """Give every known node a full timeout from now (called at start)."""
-        now = self.clock()
-        nodes = await views.list_nodes(self.store)
-        if nodes:
-            await self.store.redis.zadd(self.store.key("hb"), {n.node_id: now for n in nodes}, gt=True)
-
-    async def run_once(self) -> int:
-        now = self.clock()
-        last_seen = dict(await self.store.redis.zrange(self.store.key("hb"), 0, -1, withscores=True))
-        requests: list[PublishRequest] = []
-        for node in await views.list_nodes(self.store):
-            if node.info is None:
-                continue
-            seen = last_seen.get(node.node_id)
-            just_lost = False
-            if node.state == "healthy" and (seen is None or now - seen > self.timeout_s):
-                if seen is None:  # registered but never heard from: start its clock now
-                    await self.store.redis.zadd(self.store.key("hb"), {node.node_id: now}, nx=True)
-                    continue
-                lost = NodeLost(
-                    at=now, node_id=node.node_id, cluster=node.info.cluster, boot_id=node.boot_id or "",
-                    last_heartbeat_at=seen, reason=f"no heartbeat for {now - seen:.1f}s",
-                )  # fmt: skip
-                requests.append(
-                    PublishRequest(
-                        subjects.node(node.info.cluster, node.node_id), lost, f"lost:{node.node_id}:{node.boot_id}"
-                    )
-                )
-                log.warning("node %s lost: %s", node.node_id, lost.reason)
-                just_lost = True
-            if node.state == "lost" or just_lost:
-                requests.extend(await self._fail_runs_on(node.node_id, now))
-        results = await self.bus.publish_many(requests)
-        for r in results:
-            if isinstance(r, Exception):
-                log.warning("health publish failed: %r", r)
-        return len(requests)
-
-    async def _fail_runs_on(self, node_id: str, now: float) -> list[PublishRequest]:
-        requests = []
-        for job in await views.get_jobs(self.store, await views.jobs_on_node(self.store, node_id), with_spec=False):
-            if job.run_id is None or job.status not in ("placed", "running"):
-                continue
-            failed = RunFailed(
-                at=now, job_id=job.job_id, tenant=job.tenant, run_id=job.run_id, reason="node_failure",
-                message=f"node {node_id} was lost", node_id=node_id,
-            )  # fmt: skip
-            requests.append(PublishRequest(subjects.job(job.tenant, job.job_id), failed, f"{job.run_id}:failed"))
-        return requests

@@ -16,7 +16,8 @@ from trainyard.events import subjects
 from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard.settings import ConfigurationError
 from trainyard.store import Projector
-from trainyard_health.handlers import LivenessCheck, NodeEventsHandler, TelemetryHandler
+from trainyard_health.handlers import NodeEventsHandler, TelemetryHandler
+from trainyard_health.liveness import HEARTBEAT_DURABLE, LivenessCheck, liveness_loop
 from trainyard_health.metrics import HealthMetrics
 from trainyard_health.monitor import Monitor, StateHook
 from trainyard_health.repair import RepairLoop
@@ -48,18 +49,9 @@ def kube_hook(environ: dict[str, str] | None = None) -> StateHook | None:
     return KubeNodeTainter().on_state_changed
 
 
-async def liveness_loop(rt: Runtime, check: LivenessCheck, nodes: Projector) -> None:
+async def liveness_after_nodes(rt: Runtime, check: LivenessCheck, nodes: Projector) -> None:
     await nodes.wait_for(await rt.store.last_seq("nodes"))
-    await check.grace()
-    while not rt.stop.is_set():
-        try:
-            await check.run_once()
-        except Exception as err:  # noqa: BLE001 - infrastructure; try again next tick
-            log.warning("liveness check failed: %r", err)
-        try:
-            await asyncio.wait_for(rt.stop.wait(), rt.settings.heartbeat_interval_s / 2)
-        except asyncio.TimeoutError:
-            pass
+    await liveness_loop(check, rt.stop, rt.settings.heartbeat_interval_s / 2)
 
 
 async def main(rt: Runtime) -> None:
@@ -71,16 +63,19 @@ async def main(rt: Runtime) -> None:
     nodes = Projector(rt.bus, rt.store, "NODES")
     monitor = Monitor(rt.bus, rt.store, policy, time.time, metrics=metrics, nodes=nodes, hook=kube_hook())
     telemetry = ConsumerSpec(
-        stream="TELEMETRY", durable="health-heartbeats", filter_subject=subjects.TELEMETRY_ALL, ack_wait_s=10.0
+        stream="TELEMETRY", durable=HEARTBEAT_DURABLE, filter_subject=subjects.TELEMETRY_ALL, ack_wait_s=10.0
     )
     node_events = ConsumerSpec(stream="NODES", durable="health-nodes", filter_subject=subjects.NODES_ALL, ack_wait_s=10.0)
-    check = LivenessCheck(rt.bus, rt.store, rt.settings.heartbeat_timeout_s, time.time)
+    check = LivenessCheck(
+        rt.bus, rt.store, monitor, rt.settings.heartbeat_timeout_s, time.time,
+        catch_up_wait_s=max(1.0, rt.settings.heartbeat_interval_s),
+    )  # fmt: skip
     await run_tasks(
         rt.stop,
         nodes.run(rt.stop),
         run_consumer(rt.bus, telemetry, TelemetryHandler(monitor, time.time), rt.stop),
         run_consumer(rt.bus, node_events, NodeEventsHandler(monitor, time.time), rt.stop),
-        liveness_loop(rt, check, nodes),
+        liveness_after_nodes(rt, check, nodes),
         RepairLoop(monitor).run(rt.stop),
     )
 

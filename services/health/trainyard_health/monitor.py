@@ -10,8 +10,9 @@ Every decision goes through the pure core in five steps:
 4. publish each state change on the NODES stream and wait until the shared
    projection shows it, so no placement can pick the node again;
 5. only then fail the runs on an isolated node (``RunFailed(node_failure)``,
-   message id ``<run_id>:failed``), so the whole gang is requeued and placed
-   on healthy nodes; then store the record.
+   message id ``<run_id>:failed``, fenced by the job's last sequence so it can
+   only fail the run it is about: see ``fencing``), so the whole gang is
+   requeued and placed on healthy nodes; then store the record.
 
 Message ids derive from the record version, so a retried batch publishes
 nothing twice.
@@ -26,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from trainyard.bus import Bus, PublishRequest
+from trainyard.bus import Bus
 from trainyard.bus.audit import audit
 from trainyard.core.health import (
     Alert,
@@ -50,16 +51,17 @@ from trainyard.core.health import (
 )
 from trainyard.core.health.state import Command
 from trainyard.domain.node import SCHEDULABLE_STATES, NodeInfo
-from trainyard.events import RunFailed, subjects
+from trainyard.events import subjects
 from trainyard.events.nodes import NodeStateChanged
 from trainyard.store import Projector, Store, views
 from trainyard_health.agents import reset_gpu
+from trainyard_health.fencing import ACTIVE, fail_runs_fenced
 from trainyard_health.metrics import HealthMetrics
 from trainyard_health.records import RecordStore
 
 log = logging.getLogger(__name__)
 
-ACTIVE = ("placed", "running")
+__all__ = ["ACTIVE", "Monitor", "StateHook"]
 #: Called (in a thread) with every state change, e.g. to taint the Kubernetes node.
 StateHook = Callable[[NodeStateChanged], Any]
 
@@ -208,12 +210,12 @@ class Monitor:
         node = info.node_id
         if isinstance(action, FailRunsOnNode):
             if action.reason == "node_failure":
-                await self.fail_runs(node, "node_failure", f"node {node} isolated: fault on the node", now)
+                await self.fail_runs(node, "node_failure", f"node {node} isolated: fault on the node")
             else:  # an application-level XID: only the runs on that GPU
                 await self.fail_runs(node, "workload_error", f"GPU {action.gpu} of {node} reported an application error",
-                                     now, gpu=action.gpu)  # fmt: skip
+                                     gpu=action.gpu)  # fmt: skip
         elif isinstance(action, PreemptRunsOnNode):
-            await self.fail_runs(node, "preempted", f"node {node} drained: {action.reason}", now)
+            await self.fail_runs(node, "preempted", f"node {node} drained: {action.reason}")
         elif isinstance(action, RunHealthChecks):
             await self.records.want_checks(node, action.reason)
         elif isinstance(action, ResetGpu):
@@ -225,26 +227,13 @@ class Monitor:
         elif isinstance(action, TransitionRejected):
             log.info("node %s (%s): %s not applied: %s", node, action.state, action.input, action.reason)
 
-    async def fail_runs(self, node_id: str, reason: str, message: str, now: float, gpu: int | None = None) -> int:
-        """Fail every active run on the node (or on one GPU of it); the message id makes it once per run."""
-        jobs = await views.get_jobs(self.store, await views.jobs_on_node(self.store, node_id), with_spec=False)
-        requests = []
-        for job in jobs:
-            if job.run_id is None or job.status not in ACTIVE:
-                continue
-            if gpu is not None and not any(r.node_id == node_id and gpu in r.gpus for r in job.placement or []):
-                continue
-            failed = RunFailed(
-                at=now, job_id=job.job_id, tenant=job.tenant, run_id=job.run_id, reason=reason,  # type: ignore[arg-type]
-                message=message, node_id=node_id,
-            )  # fmt: skip
-            requests.append(PublishRequest(subjects.job(job.tenant, job.job_id), failed, f"{job.run_id}:failed"))
-        for result in await self.bus.publish_many(requests):
-            if isinstance(result, Exception):
-                raise result
-        if requests:
-            self.metrics.runs_failed.labels(reason).inc(len(requests))
-        return len(requests)
+    async def fail_runs(self, node_id: str, reason: str, message: str, gpu: int | None = None) -> int:
+        """Fail the current active run of every job on the node (or on one GPU of it), fenced by the
+        job's last sequence so a run that ended or a newer run is never failed (see ``fencing``)."""
+        failed = await fail_runs_fenced(self.bus, self.store, self.clock, node_id, reason, message, gpu)
+        if failed:
+            self.metrics.runs_failed.labels(reason).inc(failed)
+        return failed
 
     async def _alert(self, alert: Alert, now: float) -> None:
         # The same alert again within a minute (a condition seen on every sample) is not repeated.

@@ -8,6 +8,8 @@
   rack correlation across the fleet.
 - ``health:checks``: node id -> why health checks are wanted (retried until an
   agent answers).
+- ``health:hb``: ``<node id>/<boot id>`` -> the newest heartbeat read from that
+  boot, in stream time (when JetStream stored it); only ever moves forward.
 
 The gateway reads ``health:rec`` for ``GET /v1/nodes/{id}/history``.
 """
@@ -33,6 +35,16 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
 return 1
 """
+
+
+class HeartbeatRead(msgspec.Struct, frozen=True):
+    """One heartbeat as stored, with what the projection says of its node."""
+
+    node_id: str
+    boot_id: str
+    advanced: bool  # newer than any heartbeat read before from this boot
+    registered_boot: str | None  # the boot the node is registered with
+    state: str | None  # the node's projected state
 
 
 class VersionConflict(Exception):
@@ -93,6 +105,37 @@ class RecordStore:
     async def once(self, name: str, ttl_s: float) -> bool:
         """True the first time ``name`` is seen within ``ttl_s`` (alert deduplication)."""
         return bool(await self.redis.set(self._k("once:" + name), "1", nx=True, px=max(1, int(ttl_s * 1000))))
+
+    # --- heartbeats ---
+
+    async def record_heartbeats(self, beats: list[tuple[str, str, float]]) -> list[HeartbeatRead]:
+        """Store ``(node id, boot id, stream time)`` heartbeats; each moves its boot's time forward only."""
+        if not beats:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for node_id, boot_id, at in beats:
+            pipe.zadd(self._k("hb"), {f"{node_id}/{boot_id}": at}, gt=True, ch=True)
+            pipe.hget(self.store.key("node", node_id), "boot_id")
+            pipe.hget(self.store.key("nodestate"), node_id)
+        results = await pipe.execute()
+        return [
+            HeartbeatRead(node_id, boot_id, bool(results[3 * i]), results[3 * i + 1], results[3 * i + 2])
+            for i, (node_id, boot_id, _) in enumerate(beats)
+        ]
+
+    async def heartbeats(self) -> dict[tuple[str, str], float]:
+        """(node id, boot id) -> the newest heartbeat read from that boot."""
+        rows = await self.redis.zrange(self._k("hb"), 0, -1, withscores=True)
+        out = {}
+        for member, at in rows:
+            node_id, _, boot_id = member.rpartition("/")
+            out[(node_id, boot_id)] = at
+        return out
+
+    async def forget_heartbeats(self, keys: list[tuple[str, str]]) -> None:
+        """Drop the heartbeats of boots a node no longer runs."""
+        if keys:
+            await self.redis.zrem(self._k("hb"), *[f"{n}/{b}" for n, b in keys])
 
     async def want_checks(self, node_id: str, reason: str) -> None:
         await self.redis.hset(self._k("checks"), node_id, reason)

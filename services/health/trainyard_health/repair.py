@@ -44,7 +44,7 @@ class RepairLoop:
             # (each run is failed once: the message id is derived from it).
             fatal = bool(record.incidents) and record.incidents[-1] == record.since
             reason = "node_failure" if fatal else "preempted"
-            await m.fail_runs(node_id, reason, f"node {node_id} is draining: {record.reason}", m.clock())
+            await m.fail_runs(node_id, reason, f"node {node_id} is draining: {record.reason}")
         # 2. Checks health asked for.
         for node_id, reason in (await m.records.wanted_checks()).items():
             info = infos.get(node_id)

@@ -3,6 +3,8 @@
     healthy -> suspect -> cordoned -> draining -> repair -> healthy
     A fatal finding takes a healthy, suspect or cordoned node straight to draining.
     lost: no heartbeat; the node comes back through repair once it reports again.
+    A loss withdrawn because the same boot heartbeats again (a false alarm)
+    does not count as an incident toward the lemon rule.
 
 A node returns to healthy only through passing checks (from suspect or repair)
 or an operator's uncordon.  ``transition`` never raises for an input that does
@@ -57,6 +59,8 @@ class NodeHealthRecord(msgspec.Struct, frozen=True, kw_only=True):
     incidents: tuple[float, ...] = ()  # fatal incidents within the lemon window
     lemon: bool = False  # too many incidents: stays in repair until an operator uncordons
     expected_gpus: int | None = None  # GPUs the node registered with
+    loss_incident: float | None = None  # the incident the current loss added, withdrawn if it was a false alarm
+    lemon_before_loss: bool = False  # the lemon mark before the current loss
     history: tuple[HistoryEntry, ...] = ()  # most recent last, bounded by the policy
     version: int = 0  # bumped on every accepted change
 
@@ -98,6 +102,8 @@ class ChecksFailed(_Command, tag="ChecksFailed"):
 class HeartbeatResumed(_Command, tag="HeartbeatResumed"):
     """A lost node's agent reports again."""
 
+    same_boot: bool = False  # the boot declared lost heartbeats again: the loss was a false alarm
+
 
 Command = Cordon | Uncordon | Drain | DrainComplete | ChecksPassed | ChecksFailed | HeartbeatResumed
 Result = tuple[NodeHealthRecord, tuple[Action, ...]]
@@ -133,6 +139,9 @@ def _on_finding(record: NodeHealthRecord, finding: Finding, now: float, policy: 
             actions.append(FailRunsOnNode(node_id=node, reason="node_failure"))
         actions.append(Alert(severity="page", summary=f"node {node} lost: {finding.message}", node_id=node))
         lost = _move(record, NodeState.LOST, now, finding, policy, incident=state in _IN_SERVICE)
+        lost = msgspec.structs.replace(
+            lost, loss_incident=now if state in _IN_SERVICE else None, lemon_before_loss=record.lemon
+        )
         return lost, tuple(actions)
     if state == NodeState.LOST:
         return record, ()  # nothing more to learn until the node reports again
@@ -272,7 +281,12 @@ def _checks_failed(record: NodeHealthRecord, cmd: ChecksFailed, now: float, poli
 def _heartbeat_resumed(record: NodeHealthRecord, cmd: HeartbeatResumed, now: float, policy: HealthPolicy) -> Result:
     if record.state != NodeState.LOST:
         return _reject(record, cmd, f"node is {record.state.value}, not lost")
-    moved = _move(record, NodeState.REPAIR, now, cmd, policy, detail="agent reports again")
+    detail = "agent reports again (same boot: false alarm, not an incident)" if cmd.same_boot else "agent reports again"
+    moved = _move(record, NodeState.REPAIR, now, cmd, policy, detail=detail)
+    if cmd.same_boot and record.loss_incident is not None:
+        incidents = tuple(t for t in moved.incidents if t != record.loss_incident)
+        moved = msgspec.structs.replace(moved, incidents=incidents, lemon=record.lemon_before_loss)
+    moved = msgspec.structs.replace(moved, loss_incident=None, lemon_before_loss=False)
     return moved, (RunHealthChecks(node_id=record.node_id, reason="node was lost"),)
 
 

@@ -1,0 +1,111 @@
+"""Liveness: which nodes have gone silent, judged only on what has been read.
+
+A node is lost when it has been silent for longer than the timeout.  Silence
+is measured on the heartbeats' own clock, never on the judge's:
+
+1. Nobody is judged on a view that is behind: the caller must have read every
+   heartbeat the stream held when the check began (``caught_up``).  A judge
+   that stalled reads its backlog first, and the backlog holds the heartbeats
+   the fleet sent meanwhile.
+2. The reference time is the newest heartbeat read from the whole fleet
+   (capped by the judge's clock).  A node is silent for ``reference - its last
+   heartbeat``.  Time the judge spent stalled is not silence of the nodes.
+3. When the whole fleet is silent (the newest heartbeat is older than the
+   timeout by the judge's clock), the fault lies between the fleet and the
+   judge (the bus, the network, the telemetry path): nobody is declared lost
+   and one alert says so.
+4. Only heartbeats of the node's registered boot count.  A heartbeat from an
+   older boot (the previous agent process, still draining its queue) neither
+   keeps the new boot alive nor makes it lost; a boot never heard from is
+   watched from its registration or from when the judge first saw it.
+
+A node that heartbeats again (same boot) after it was declared lost comes
+back: see :func:`heartbeat_resumes`.
+
+Pure: no I/O, no clock reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from trainyard.domain.node import NodeState
+
+#: States in which a node is watched; a lost node waits for a heartbeat or a registration.
+WATCHED_STATES = frozenset(
+    s.value for s in (NodeState.HEALTHY, NodeState.SUSPECT, NodeState.CORDONED, NodeState.DRAINING, NodeState.REPAIR)
+)
+
+
+class HeartbeatView(msgspec.Struct, frozen=True, kw_only=True):
+    """What the judge has read of the heartbeat stream."""
+
+    caught_up: bool  # every heartbeat stored when the check began has been read and recorded
+    newest_at: float | None  # the newest heartbeat read from any node (stream time); None: none yet
+    now: float  # the judge's own clock, only to cap the reference and notice fleet-wide silence
+
+
+class NodeWatch(msgspec.Struct, frozen=True, kw_only=True):
+    """One node as the judge sees it."""
+
+    node_id: str
+    state: str  # projected node state
+    boot_id: str  # the boot the node last registered with
+    last_heartbeat_at: float | None  # newest heartbeat of that boot (stream time); None: not heard from yet
+    watched_since: float  # when watching this boot began (registration, or the judge's first sight)
+
+
+class SilentNode(msgspec.Struct, frozen=True, kw_only=True):
+    node_id: str
+    boot_id: str  # the boot that went silent
+    last_heartbeat_at: float  # its last heartbeat, or when watching it began
+    silent_for_s: float
+
+
+class LivenessVerdict(msgspec.Struct, frozen=True, kw_only=True):
+    judged: bool  # False: nobody was judged (see reason)
+    reason: str = ""  # why nobody was judged, or ""
+    reference: float | None = None  # the time silence was measured against
+    lost: tuple[SilentNode, ...] = ()  # nodes silent for longer than the timeout, by node id
+    fleet_silent_for_s: float | None = None  # set when the whole fleet is silent (an alert, not a loss)
+
+
+def judge_liveness(nodes: Iterable[NodeWatch], view: HeartbeatView, timeout_s: float) -> LivenessVerdict:
+    """Which watched nodes are lost, on a caught-up view of the fleet's heartbeats."""
+    # 1. Only a view that has read everything judges anyone.
+    if not view.caught_up:
+        return LivenessVerdict(judged=False, reason="heartbeat backlog not read yet")
+    if view.newest_at is None:
+        return LivenessVerdict(judged=False, reason="no heartbeat read from the fleet yet")
+    # 2. The reference is the fleet's newest heartbeat, never later than the judge's clock.
+    reference = min(view.newest_at, view.now)
+    # 3. A silent fleet is a fault of the path to it, not of every node.
+    fleet_silence = view.now - view.newest_at
+    if fleet_silence > timeout_s:
+        return LivenessVerdict(
+            judged=False, reason=f"no heartbeat from any node for {fleet_silence:.1f} s", reference=reference,
+            fleet_silent_for_s=fleet_silence,
+        )  # fmt: skip
+    # 4. Each watched node against the reference.
+    lost = []
+    for node in sorted(nodes, key=lambda n: n.node_id):
+        if node.state not in WATCHED_STATES:
+            continue
+        last = max(node.last_heartbeat_at or node.watched_since, node.watched_since)
+        silent = reference - last
+        if silent > timeout_s:
+            lost.append(SilentNode(node_id=node.node_id, boot_id=node.boot_id, last_heartbeat_at=last, silent_for_s=silent))
+    return LivenessVerdict(judged=True, reference=reference, lost=tuple(lost))
+
+
+def heartbeat_counts(registered_boot: str | None, heartbeat_boot: str) -> bool:
+    """A heartbeat counts only for the boot the node is registered with."""
+    return registered_boot is not None and heartbeat_boot == registered_boot
+
+
+def heartbeat_resumes(node_state: str, registered_boot: str | None, heartbeat_boot: str, advanced: bool) -> bool:
+    """A lost node comes back when its registered boot sends a heartbeat newer
+    than any read before (``advanced``): the loss was a false alarm."""
+    return node_state == NodeState.LOST.value and advanced and heartbeat_counts(registered_boot, heartbeat_boot)
