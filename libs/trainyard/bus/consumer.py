@@ -2,10 +2,14 @@
 ack, nak-with-delay or dead-letter.
 
 Handlers never ack or nak themselves.  They return normally (ack), raise
-:class:`RetryLater` (nak with a delay), or raise :class:`PoisonMessage` (the
-message is copied to the dead-letter stream with the reason, then terminated).
-Broken infrastructure (NATS, Redis, the database) and unexpected exceptions are
+:class:`RetryLater` (nak with a delay), :class:`NotCaughtUp` (a valid message
+that waits for a projection: nak with a growing, capped delay, for as long as
+it takes, never dead-lettered), or raise :class:`PoisonMessage` (the message is
+copied to the dead-letter stream with the reason, then terminated).  Broken
+infrastructure (NATS, Redis, the database) and unexpected exceptions are
 retried with a delay until ``max_deliver``; the last attempt dead-letters.
+The server itself never gives up on a message (its ``max_deliver`` is
+unlimited): only :func:`settle` decides that a message is dead.
 """
 
 from __future__ import annotations
@@ -33,6 +37,15 @@ class RetryLater(Exception):
     def __init__(self, reason: str, delay_s: float = 1.0) -> None:
         super().__init__(reason)
         self.delay_s = delay_s
+
+
+class NotCaughtUp(RetryLater):
+    """The message is valid, but a projection it needs has not caught up with
+    it (lagging, or rebuilt after a loss): wait and retry, never dead-letter."""
+
+    def __init__(self, reason: str, delay_s: float = 0.1, max_delay_s: float = 0.5) -> None:
+        super().__init__(reason, delay_s)
+        self.max_delay_s = max_delay_s
 
 
 class ConsumerSpec(msgspec.Struct, frozen=True):
@@ -71,6 +84,9 @@ async def settle(bus: Bus, spec: ConsumerSpec, msg: Msg, outcome: BaseException 
         await dead_letter(bus, spec.stream, msg, str(outcome))
         await msg.term()
         return "dead-letter"
+    if isinstance(outcome, NotCaughtUp):
+        await msg.nak(delay=min(outcome.delay_s * delivered, outcome.max_delay_s))
+        return "wait"
     if delivered >= spec.max_deliver:
         await dead_letter(bus, spec.stream, msg, f"gave up after {delivered} deliveries: {outcome!r}")
         await msg.term()
@@ -89,10 +105,14 @@ async def run_consumer(bus: Bus, spec: ConsumerSpec, handler: BatchHandler, stop
         ack_policy=AckPolicy.EXPLICIT,
         deliver_policy=DeliverPolicy.ALL,
         ack_wait=spec.ack_wait_s,
-        max_deliver=spec.max_deliver + 1,  # the last delivery is ours to dead-letter
+        max_deliver=-1,  # settle() decides when a message is dead, never the server
         max_ack_pending=spec.max_ack_pending,
         filter_subject=spec.filter_subject,
     )
+    try:  # create, or bring a consumer made with older settings up to date
+        await bus.js.add_consumer(spec.stream, config)
+    except nats.errors.Error as err:
+        log.warning("%s: could not update the consumer: %r", spec.durable, err)
     sub = await bus.js.pull_subscribe(spec.filter_subject, durable=spec.durable, stream=spec.stream, config=config)
     while not stop.is_set():
         try:

@@ -9,7 +9,9 @@ One process stands in for many nodes.  It is the emulator binder as well: it
 follows ``JobPlaced`` for its nodes, reports ``RunStarted`` and, when the run's
 time is up, ``RunSucceeded``.  After a restart it picks up the runs the
 projection says are on its nodes, so no run is lost or reported twice (every
-report carries a message id derived from the run id).
+report carries a message id derived from the run id).  Whatever it reads from
+the projection it reads caught up: a placement the projection has not reached
+yet, and a restart during a rebuild, wait for it, never give up.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from nats.aio.msg import Msg
 
 from trainyard.agent.control import agent_control_wildcard, emulator_control_subject
 from trainyard.agent.node import NodeAgent
-from trainyard.bus import Bus, ConsumerSpec, PoisonMessage, PublishRequest, RetryLater, run_consumer
+from trainyard.bus import Bus, ConsumerSpec, PoisonMessage, PublishRequest, run_consumer
+from trainyard.bus.consumer import NotCaughtUp
 from trainyard.domain.node import NodeInfo
 from trainyard.events import (
     CheckpointSaved,
@@ -48,6 +51,7 @@ from trainyard.emulator.control import EmulatorControl
 from trainyard.gpu.fake import FakeGpuBackend
 from trainyard.store import Store
 from trainyard.store import views
+from trainyard.store.projector import wait_until_projected
 
 log = logging.getLogger(__name__)
 
@@ -292,8 +296,13 @@ class EmulatedCluster:
             duration = self.durations.get(event.job_id)
             if duration is None:
                 job = jobs.get(event.job_id)
-                if job is None or job.last_seq < msgs[i].metadata.sequence.stream:
-                    outcomes[i] = RetryLater("the job projection has not caught up with this placement", 0.2)
+                seq = msgs[i].metadata.sequence.stream
+                if job is None or job.last_seq < seq:
+                    epoch, applied = await self.store.projection_state("jobs")
+                    if job is None and epoch and applied >= seq:
+                        outcomes[i] = PoisonMessage("a placement of a job the log never accepted")
+                    else:  # a valid placement: wait for the projection however long it lags
+                        outcomes[i] = NotCaughtUp("the job projection has not caught up with this placement")
                     return
                 if job.run_id != event.run_id or job.status not in ("placed", "running"):
                     return  # the run is over or was superseded
@@ -307,8 +316,11 @@ class EmulatedCluster:
         await asyncio.gather(*(start(i, e) for i, e in starts))
         return outcomes
 
-    async def resume(self) -> None:
-        """Pick up runs on our nodes that were placed or running before a restart."""
+    async def resume(self, timeout: float | None = None) -> None:
+        """Pick up runs on our nodes that were placed or running before a restart,
+        once the job projection holds everything the log held when called
+        (waiting while it is rebuilt; TimeoutError after ``timeout``)."""
+        await wait_until_projected(self.bus, self.store, "JOBS", timeout=timeout)
         job_ids: set[str] = set()
         for node_id in self.nodes:
             job_ids.update(await views.jobs_on_node(self.store, node_id))
@@ -323,15 +335,23 @@ class EmulatedCluster:
         spec = ConsumerSpec(
             stream="JOBS", durable=f"emulator-{cluster}", filter_subject=subjects.JOBS_ALL, ack_wait_s=5.0
         )
-        await self.resume()
         subs = [
             await self.bus.nc.subscribe(emulator_control_subject(cluster), cb=self.control.on_message),
             await self.bus.nc.subscribe(agent_control_wildcard(cluster), cb=self.control.on_message),
         ]
+
+        async def bind() -> None:
+            # The nodes heartbeat meanwhile: waiting for a rebuild must not look like a lost node.
+            while not stop.is_set():
+                try:
+                    await self.resume(timeout=5.0)
+                    break
+                except TimeoutError:
+                    log.warning("still waiting for the job projection before resuming runs")
+            await run_consumer(self.bus, spec, self.handle, stop)
+
         try:
-            await asyncio.gather(
-                self.heartbeat_loop(stop), self.telemetry_loop(stop), run_consumer(self.bus, spec, self.handle, stop)
-            )
+            await asyncio.gather(self.heartbeat_loop(stop), self.telemetry_loop(stop), bind())
         finally:
             for handle in self.running.values():
                 handle.cancel()

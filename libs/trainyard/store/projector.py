@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from importlib import resources
 
 import msgspec
 import nats.errors
+import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from redis.asyncio import Redis
@@ -44,6 +46,18 @@ def _lua(name: str) -> str:
     return resources.files("trainyard.store").joinpath("lua", name).read_text()
 
 
+# Adopt the projection's epoch, or start a new one where Redis has none (a
+# build from sequence 0): KEYS[1] = the proj:<name> hash, ARGV[1] = a new epoch.
+_JOIN = """
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch then
+  epoch = ARGV[1]
+  redis.call('HSET', KEYS[1], 'epoch', epoch)
+end
+return {epoch, redis.call('HGET', KEYS[1], 'last_seq') or '0'}
+"""
+
+
 class Store:
     """A Redis client plus the key prefix of one Trainyard installation."""
 
@@ -52,6 +66,7 @@ class Store:
         self.prefix = prefix
         self._apply_job = redis.register_script(_lua("apply_job_event.lua"))
         self._apply_node = redis.register_script(_lua("apply_node_event.lua"))
+        self._join = redis.register_script(_JOIN)
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "ty:") -> Store:
@@ -67,15 +82,28 @@ class Store:
         value = await self.redis.hget(self.key("proj", projection), "last_seq")
         return int(value or 0)
 
+    async def projection_state(self, projection: str) -> tuple[str, int]:
+        """The projection's epoch ("" when Redis has none) and last applied sequence."""
+        epoch, last = await self.redis.hmget(self.key("proj", projection), ["epoch", "last_seq"])
+        return epoch or "", int(last or 0)
+
     async def flush(self) -> None:
         """Drop every key of this installation (for ``trainyard admin rebuild``)."""
         async for key in self.redis.scan_iter(match=self.prefix + "*", count=1000):
             await self.redis.delete(key)
 
 
-def job_event_args(seq: int, event: object) -> list[str]:
+def job_event_args(seq: int, event: object | None, *, epoch: str, after: int) -> list[str]:
     """The Lua arguments for one job event (see apply_job_event.lua, which
-    applies the rules of :func:`trainyard.core.lifecycle.apply`)."""
+    applies the rules of :func:`trainyard.core.lifecycle.apply`), guarded by
+    the projection's ``epoch`` and the sequence it must hold before this one
+    (``after``).  ``event`` None: a message that cannot be read, which only
+    moves the projection's sequence."""
+    fields = [str(seq), ""] if event is None else _job_fields(seq, event)
+    return [*fields, epoch, str(after)]
+
+
+def _job_fields(seq: int, event: object) -> list[str]:
     head = [str(seq), type(event).__name__]
     if isinstance(event, JobAccepted):
         spec = event.spec
@@ -111,8 +139,14 @@ def job_event_args(seq: int, event: object) -> list[str]:
     raise TypeError(f"no projection for {type(event).__name__}")
 
 
-def node_event_args(seq: int, event: object) -> list[str]:
-    """The Lua arguments for one node event (see apply_node_event.lua)."""
+def node_event_args(seq: int, event: object | None, *, epoch: str, after: int) -> list[str]:
+    """The Lua arguments for one node event (see apply_node_event.lua), guarded
+    as :func:`job_event_args` describes."""
+    fields = [str(seq), ""] if event is None else _node_fields(seq, event)
+    return [*fields, epoch, str(after)]
+
+
+def _node_fields(seq: int, event: object) -> list[str]:
     from trainyard.events.nodes import NodeStateChanged
 
     head = [str(seq), type(event).__name__]
@@ -128,7 +162,12 @@ def node_event_args(seq: int, event: object) -> list[str]:
 
 
 class ProjectionLost(Exception):
-    """Redis holds less of the projection than this process saw applied."""
+    """Redis holds less of the projection than this process saw applied, or
+    another generation of it (wiped, rebuilt), or a fold refused a batch."""
+
+
+#: What the Lua folds return when they refuse an event (and change nothing).
+_REFUSED = {-1: "its epoch is gone (Redis wiped or rebuilt)", -2: "it does not continue the batch (a gap)"}
 
 
 class Projector:
@@ -144,6 +183,13 @@ class Projector:
     ``position`` is the last sequence this process has seen applied (by itself
     or by another projector); a decider that published an event with sequence
     ``s`` waits for ``position >= s`` before it reads the projection again.
+
+    ``epoch`` names the generation of the projection in Redis: a projector
+    that finds no projection there starts one (a build from sequence 0), the
+    others adopt it.  Every Lua apply carries the epoch and the sequence the
+    projection must hold before it, and is refused otherwise, so a wipe at any
+    moment is noticed before the next write: the projector then rebuilds from
+    what Redis still holds (the stream start after a wipe).
     """
 
     def __init__(self, bus: Bus, store: Store, stream: str) -> None:
@@ -156,28 +202,53 @@ class Projector:
         self.changed = asyncio.Event()  # set after every applied batch
         self._touched: set[str] = set()  # ids of entities with events since the last drain
         self.lost_count = 0  # times Redis was found to have lost the projection
+        self.epoch = ""  # the generation of the projection this process folds into
+        self._through = 0  # the last sequence handed to apply
         self._advanced = asyncio.Condition()
 
     @property
     def projection(self) -> str:
         return self.stream.lower()
 
-    async def apply(self, batch: list[tuple[int, bytes]]) -> int:
-        """Apply raw stream messages ``(seq, data)`` in order; returns how many changed state."""
+    async def join(self) -> int:
+        """Adopt the epoch of the projection in Redis, starting a new one if
+        Redis has none; returns the sequence the projection holds."""
+        key = self.store.key("proj", self.projection)
+        epoch, last = await self.store._join(keys=[key], args=[uuid.uuid4().hex])
+        if epoch != self.epoch:
+            log.info("%s projection: epoch %s at sequence %s", self.stream, epoch, last)
+        self.epoch, self._through = epoch, int(last)
+        return int(last)
+
+    async def apply(self, batch: list[tuple[int, bytes]], after: int | None = None) -> int:
+        """Apply raw stream messages ``(seq, data)`` in order; returns how many changed state.
+
+        ``after``: the sequence the projection must hold before the first
+        message (default: the last one this projector handed to apply).
+        Raises :class:`ProjectionLost` if the fold refused any of them."""
+        if not self.epoch:
+            await self.join()
         pipe = self.store.redis.pipeline(transaction=False)
         script = self.store._apply_job if self.stream == "JOBS" else self.store._apply_node
         decode = decode_job_event if self.stream == "JOBS" else decode_node_event
         to_args = job_event_args if self.stream == "JOBS" else node_event_args
+        through = self._through if after is None else after
         for seq, data in batch:
             try:
-                args = to_args(seq, decode(data))
+                event = decode(data)
+                args = to_args(seq, event, epoch=self.epoch, after=through)
             except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as err:
                 # A message we cannot read must not stall the fold: record and move on.
                 log.error("%s seq %d cannot be projected: %s", self.stream, seq, err)
-                pipe.hset(self.store.key("proj", self.projection), "last_seq", seq)
-                continue
+                args = to_args(seq, None, epoch=self.epoch, after=through)
             await script(keys=[self.store.prefix], args=args, client=pipe)
+            through = max(through, seq)
         results = await pipe.execute()
+        refused = [(seq, r) for (seq, _), r in zip(batch, results, strict=True) if r in _REFUSED]
+        if refused:
+            seq, code = refused[0]
+            raise ProjectionLost(f"{self.stream} fold refused seq {seq}: {_REFUSED[code]}")
+        self._through = max(self._through, through)
         return sum(1 for r in results if r == 1)
 
     async def _advance(self, seq: int) -> None:
@@ -193,23 +264,33 @@ class Projector:
         return touched
 
     async def wait_for(self, seq: int, timeout: float = 10.0) -> None:
+        if self.position >= seq:
+            return
         async with self._advanced:
             await asyncio.wait_for(self._advanced.wait_for(lambda: self.position >= seq), timeout)
 
+    async def _reset(self, position: int) -> None:
+        async with self._advanced:
+            self.position = position
+            self._advanced.notify_all()
+
     async def run(self, stop: asyncio.Event, batch_size: int = 512) -> None:
-        start = await self.store.last_seq(self.projection)
-        await self._advance(start)
         filter_subject = subjects.JOBS_ALL if self.stream == "JOBS" else subjects.NODES_ALL
+        joined = False
         while not stop.is_set():
             try:
+                if not joined:
+                    await self._reset(await self.join())
+                    joined = True
                 await self._follow(stop, filter_subject, batch_size)
             except ProjectionLost as err:
                 # Redis lost the projection (restarted empty, flushed, failed
-                # over to a stale replica): rebuild it by replaying the stream.
-                log.error("%s; replaying %s from the start", err, self.stream)
+                # over to a stale replica) or refused a batch: rebuild it from
+                # what Redis still holds, by replaying the stream.
+                log.error("%s; replaying %s", err, self.stream)
                 self.lost_count += 1  # caches of the projection must start over
-                async with self._advanced:
-                    self.position = await self.store.last_seq(self.projection)
+                await self._reset(0)  # nobody reads a caught-up view until the rebuild
+                joined = False
             except (nats.errors.Error, OSError, ConnectionError, RedisError) as err:
                 log.warning("%s projector: %r; resuming", self.stream, err)
                 await asyncio.sleep(0.5)
@@ -218,18 +299,47 @@ class Projector:
         """Wait until the projection holds everything the stream held when called.
 
         Deciders call this before each snapshot, so a decision is never made on
-        a projection that is still replaying or lagging behind the log."""
-        info = await self.bus.js.stream_info(self.stream)
-        await self.wait_for(info.state.last_seq, timeout)
+        a projection that is still replaying or lagging behind the log.  Redis
+        itself is checked too: a projection wiped since this process last
+        looked is waited for while it is rebuilt, never read."""
+        target = (await self.bus.js.stream_info(self.stream)).state.last_seq
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        delay = 0.01
+        while True:
+            await self.wait_for(target, max(0.0, deadline - loop.time()))
+            epoch, applied = await self.store.projection_state(self.projection)
+            if target == 0 or (epoch == self.epoch and applied >= target):
+                return
+            if loop.time() >= deadline:
+                raise asyncio.TimeoutError(f"{self.stream} projection not caught up with {target}")
+            await asyncio.sleep(min(delay, deadline - loop.time()))  # the follower notices the loss
+            delay = min(delay * 2, 0.2)
 
     async def _check_not_lost(self) -> int:
-        applied = await self.store.last_seq(self.projection)
+        epoch, applied = await self.store.projection_state(self.projection)
+        if epoch != self.epoch:
+            raise ProjectionLost(f"{self.stream} projection in Redis has epoch {epoch or 'none'}, not {self.epoch}")
         if applied < self.position:
             raise ProjectionLost(f"{self.stream} projection in Redis is at {applied}, behind this process's {self.position}")
         return applied
 
+    async def _check_no_hole(self, delivered: int, items: list[tuple[int, str, bytes]]) -> None:
+        """A delivery that skips a sequence the stream still holds is a gap
+        (messages the stream deleted are not): fold nothing past it."""
+        for seq, _, _ in items:
+            if seq > delivered + 1:
+                try:
+                    await self.bus.js.get_msg(self.stream, delivered + 1)
+                except nats.js.errors.NotFoundError:
+                    pass
+                else:
+                    raise ProjectionLost(f"{self.stream} delivery skipped from {delivered} to {seq}")
+            delivered = seq
+
     async def _follow(self, stop: asyncio.Event, filter_subject: str, batch_size: int) -> None:
-        start = max(self.position, await self.store.last_seq(self.projection)) + 1
+        start = max(self.position, await self._check_not_lost()) + 1
+        delivered = start - 1  # the last sequence delivered before the next message
         inbox: list[tuple[int, str, bytes]] = []
         arrived = asyncio.Event()
 
@@ -254,12 +364,47 @@ class Projector:
                     items, inbox[:] = inbox[:batch_size], inbox[batch_size:]
                     # Another process's projector may have applied these already:
                     # skip them without decoding (the Lua fold would skip them too).
+                    await self._check_no_hole(delivered, items)
                     applied = await self._check_not_lost()
-                    todo = [(s, d) for s, _, d in items if s > max(self.position, applied)]
+                    floor = max(self.position, applied)
+                    todo = [(s, d) for s, _, d in items if s > floor]
                     if todo:
-                        await self.apply(todo)
+                        # The fold continues from the message delivered just before.
+                        after = max([delivered] + [s for s, _, _ in items if s < todo[0][0]])
+                        await self.apply(todo, after=after)
+                    delivered = items[-1][0]
                     # Only now, with Redis holding these events, may a cache re-read them.
                     self._touched.update(subject.rsplit(".", 1)[-1] for _, subject, _ in items)
                     await self._advance(items[-1][0])
         finally:
             await sub.unsubscribe()
+
+
+async def wait_until_projected(
+    bus: Bus, store: Store, stream: str, seq: int | None = None, timeout: float | None = None
+) -> int:
+    """Wait until Redis holds the projection of ``stream`` through ``seq``
+    (default: the stream's head when called); returns that sequence.
+
+    For readers that run no projector of their own (the emulator's node
+    agents, health, the gateway): while a projection is rebuilt after a loss
+    they wait, polling with backoff, instead of acting on a partial view.
+    ``timeout`` None waits as long as it takes; otherwise TimeoutError."""
+    if seq is None:
+        seq = (await bus.js.stream_info(stream)).state.last_seq
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    deadline = None if timeout is None else started + timeout
+    delay, warned = 0.01, False
+    while True:
+        epoch, applied = await store.projection_state(stream.lower())
+        if seq == 0 or (epoch and applied >= seq):
+            return seq
+        now = loop.time()
+        if deadline is not None and now >= deadline:
+            raise TimeoutError(f"{stream} projection is at {applied}, not yet {seq}")
+        if not warned and now - started > 5.0:
+            log.warning("waiting for the %s projection (at %d) to reach %d", stream, applied, seq)
+            warned = True
+        await asyncio.sleep(delay if deadline is None else min(delay, deadline - now))
+        delay = min(delay * 2, 0.5)

@@ -4,12 +4,24 @@
 -- KEYS[1] = key prefix.  ARGV[1] = stream seq, ARGV[2] = event type,
 -- ARGV[3] = job id, ARGV[4] = event time, ARGV[5..] = per-type fields.
 -- Returns 1 if applied, 0 if not (already applied: seq not beyond last_seq,
--- or fenced by the job's status or current run).
+-- or fenced by the job's status or current run); -1 or -2 if refused (below).
 local p = KEYS[1]
+-- Guard (the last two ARGV, taken off before the fold reads the rest): the
+-- epoch the projector folds into, and the sequence the projection must hold
+-- before this event.  A missing or different epoch (Redis wiped, or rebuilt
+-- by another projector) returns -1, a projection that does not end where the
+-- projector continues (a gap) returns -2; either changes nothing.  An event
+-- type of '' (a message the projector cannot read) only moves last_seq.
+local after = tonumber(table.remove(ARGV))
+local epoch = table.remove(ARGV)
+local proj = redis.call('HMGET', p .. 'proj:jobs', 'epoch', 'last_seq')
+if proj[1] ~= epoch then return -1 end
 local seq = tonumber(ARGV[1])
-local last = tonumber(redis.call('HGET', p .. 'proj:jobs', 'last_seq') or '0')
+local last = tonumber(proj[2] or '0')
 if seq <= last then return 0 end
+if last ~= after then return -2 end
 redis.call('HSET', p .. 'proj:jobs', 'last_seq', seq)
+if ARGV[2] == '' then return 0 end
 
 local kind, jid, at = ARGV[2], ARGV[3], ARGV[4]
 local jk = p .. 'job:' .. jid

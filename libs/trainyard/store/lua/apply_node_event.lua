@@ -1,13 +1,26 @@
 -- Fold one NODES-stream event into the node projection, exactly once.
 -- KEYS[1] = key prefix.  ARGV[1] = stream seq, ARGV[2] = event type,
 -- ARGV[3] = node id, ARGV[4] = event time, ARGV[5..] = per-type fields.
+-- Returns 1 if applied, 0 if not (already applied); -1 or -2 if refused (below).
 -- Node states: healthy (the only schedulable one), suspect, cordoned,
 -- draining, repair, lost.
 local p = KEYS[1]
+-- Guard (the last two ARGV, taken off before the fold reads the rest): the
+-- epoch the projector folds into, and the sequence the projection must hold
+-- before this event.  A missing or different epoch (Redis wiped, or rebuilt
+-- by another projector) returns -1, a projection that does not end where the
+-- projector continues (a gap) returns -2; either changes nothing.  An event
+-- type of '' (a message the projector cannot read) only moves last_seq.
+local after = tonumber(table.remove(ARGV))
+local epoch = table.remove(ARGV)
+local proj = redis.call('HMGET', p .. 'proj:nodes', 'epoch', 'last_seq')
+if proj[1] ~= epoch then return -1 end
 local seq = tonumber(ARGV[1])
-local last = tonumber(redis.call('HGET', p .. 'proj:nodes', 'last_seq') or '0')
+local last = tonumber(proj[2] or '0')
 if seq <= last then return 0 end
+if last ~= after then return -2 end
 redis.call('HSET', p .. 'proj:nodes', 'last_seq', seq)
+if ARGV[2] == '' then return 0 end
 
 local kind, nid, at = ARGV[2], ARGV[3], ARGV[4]
 local nk = p .. 'node:' .. nid
