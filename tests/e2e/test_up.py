@@ -66,7 +66,8 @@ def test_a_signal_stops_the_whole_stack_and_a_second_start_is_refused_meanwhile(
         assert set(children) == {"nats-server", "redis-server", "admission", "placement", "health", "accounting",
                                  "gateway", "emulator"}  # fmt: skip
         assert lock.pid == up.pid and lock.ports == read_ports(data_dir)
-        assert f"127.0.0.1:{lock.ports['http']}" in output
+        # the addresses are printed just after "Trainyard is up"
+        wait_until(lambda: f"127.0.0.1:{lock.ports['http']}" in log.read_text(), 60, "the API address to be printed")
 
         second = subprocess.run(
             [sys.executable, "-m", "trainyard.cli.main", "up", "--data-dir", str(data_dir)],
