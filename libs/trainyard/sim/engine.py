@@ -20,13 +20,10 @@ from heapq import heappop, heappush
 
 from msgspec.structs import replace
 
-
-from trainyard.core.admission import (
-    AdmissionPolicy, AdmissionSnapshot, PendingJob, RunningJob, admit, decay_usage, queue_key,
-)
+from trainyard.core.admission import AdmissionPolicy, RunningJob, admit, queue_key
 from trainyard.core.admission.tree import TreeIndex
-from trainyard.core.placement import PlacementRequest, RunningAlloc, fragmentation
 from trainyard.core.lifecycle import HEAD_OF_QUEUE_OFFSET, JobRecord, JobTable
+from trainyard.core.placement import PlacementRequest, RunningAlloc
 from trainyard.domain.job import ValidationError
 from trainyard.events.jobs import (
     JobAccepted, JobAdmitted, JobPlaced, JobRejected, RunFailed, RunStarted, RunSucceeded,
@@ -35,16 +32,16 @@ from trainyard.sim.checks import check_state
 from trainyard.sim.cluster import SimCluster
 from trainyard.sim.failures import FailureSource, progress_lost
 from trainyard.sim.placing import place_live
-from trainyard.sim.policies import Policy, first_order, multifactor
+from trainyard.sim.policies import Policy, first_order
 from trainyard.sim.queues import PendingQueues
-from trainyard.sim.report import jain, water_fill
 from trainyard.sim.state import JobState, Scenario
+from trainyard.sim.views import AdmissionView, Samples
 from trainyard.sim.workloads import GPU_TYPE, QUEUE, Workload, tenancy_for
 
 ARRIVE, FINISH, FAIL, DETECT, STOP, REPAIR, TICK = range(7)  # same-time events run in this order
 
 
-class Simulator:
+class Simulator(AdmissionView, Samples):
     def __init__(self, workload: Workload, cluster: SimCluster, policy: Policy, scenario: Scenario = Scenario()) -> None:
         self.workload, self.cluster, self.policy, self.scenario = workload, cluster, policy, scenario
         types = cluster.capacity_by_type
@@ -349,67 +346,6 @@ class Simulator:
         if every and self.cycles % every == 0:
             self.violations.extend(check_state(self))
 
-    def _admission_snapshot(self) -> AdmissionSnapshot:
-        up = self.cluster.up_by_type()
-        free = {t: up[t] - self.in_use[t] for t in up}
-        pending: list[PendingJob] = []
-        multi = self.policy.order_by == "multifactor"
-        backfill = self.policy.scheduling.backfill
-        queues = self.pending
-        queues.promote(self.now)
-        jobs = self.jobs
-        for qkey, queue in queues.lists.items():
-            if not queue:
-                continue
-            if multi:
-                self._reprioritise(qkey, queue)
-            for neg_priority, _, order, i in queues.candidates(qkey, self.demand_of, free, backfill):
-                st = jobs[i]
-                job = st.job
-                pending.append(PendingJob(
-                    job_id=job.job_id, tenant=job.tenant, queue=job.queue, order=order,
-                    gpus_by_type={job.gpu_type: job.gpus},
-                    priority=-neg_priority, not_before=st.not_before, may_only_borrow=self.only_borrow[i],
-                    runtime_limit_s=job.limit_s,
-                    attained_gpu_s=st.attained, submitted_at=job.submit))
-        self.recent_preemptions = [t for t in self.recent_preemptions if self.now - t < 3600.0]
-        return AdmissionSnapshot(
-            pending=pending, capacity=up, in_use=dict(self.in_use),
-            running=list(self.admitted_running.values()), usage_history=self.history,
-            recent_preemptions=self.recent_preemptions,
-        )
-
-    def _reprioritise(self, qkey: str, queue: list) -> None:
-        share = self._share(qkey.split("/")[0])
-        cap = self.cluster.capacity
-        jobs = self.jobs
-        self.pending.replace(qkey, sorted(
-            (-(multifactor(self.policy, self.now - jobs[i].job.submit, share, jobs[i].job.gpus, cap)
-               if order >= 0 else 10**9), 0, order, i)
-            for _, _, order, i in queue
-        ))
-
-    def _share(self, tenant: str) -> float:
-        prefix = tenant + "/"
-        hist = sum(v for q, per_type in self.history.items() if q.startswith(prefix) for v in per_type.values())
-        recent = hist * math.log(2) / self.tenancy.half_life_s
-        return recent / max(self.entitled[tenant] * self.cluster.capacity, 1e-9)
-
-    def _decay_history(self) -> None:
-        elapsed = self.now - self.hist_at
-        if elapsed <= 0:
-            return
-        half = self.tenancy.half_life_s
-        last = self.hist_used
-        out = {}
-        for (qkey, gpu_type), total in self.used_q.items():
-            used = total - last.get((qkey, gpu_type), 0.0)
-            prev = self.history.get(qkey, {}).get(gpu_type, 0.0)
-            if used or prev:
-                out.setdefault(qkey, {})[gpu_type] = decay_usage(prev, used, elapsed, half)
-        self.history = out
-        self.hist_at, self.hist_used = self.now, dict(self.used_q)
-
     def _admitted(self, i: int) -> None:
         st = self.jobs[i]
         job = st.job
@@ -454,37 +390,6 @@ class Simulator:
             self.push(self.now + job.limit_s, FINISH, (i, st.run_id, True))
         else:
             self.push(self.now + run_for, FINISH, (i, st.run_id, False))
-
-    # --- samples for the report ---
-
-    def _sample(self, t: float) -> None:
-        up = self.cluster.up_gpus
-        placed = sum(self.held_by.values())
-        pending = len(self.pending)
-        self.timeline.append((t, placed / up if up else 0.0, pending, len(self.allocs), len(self.cluster.down)))
-        if placed and pending:
-            # fairness now: GPUs held against the weighted max-min split of them, capped by what each tenant wants
-            wanted = {}
-            for tenant, held in self.held_by.items():
-                wanted[tenant] = held
-            for queue in self.pending.lists.values():
-                for *_, i in queue:
-                    wanted[self.jobs[i].job.tenant] += self.jobs[i].job.gpus
-            fair = water_fill(wanted, self.entitled, placed)
-            ratios = [self.held_by[t] / f for t, f in fair.items() if f > 0]
-            self.jain_samples.append(jain(ratios))
-
-    def _frag_every(self) -> float:
-        jobs = self.workload.jobs
-        if not jobs or self.scenario.fragmentation_samples <= 0:
-            return 0.0
-        span = jobs[-1].submit - jobs[0].submit
-        return max(span / self.scenario.fragmentation_samples, 1.0)
-
-    def _sample_fragmentation(self) -> None:
-        snap = self.cluster.snapshot([], self.policy.placement)
-        self.fragmentation.append((self.now, fragmentation(snap)))
-
 
 def simulate(workload: Workload, cluster: SimCluster, policy: Policy, scenario: Scenario = Scenario()) -> Simulator:
     return Simulator(workload, cluster, policy, scenario).run()
