@@ -35,6 +35,7 @@ from trainyard.core.admission import (
     queue_key,
 )
 from trainyard.core.admission.deadlines import HeldRun, overdue
+from trainyard.core.lifecycle import gpus_by_type
 from trainyard.core.placement import ClusterSnapshot
 from trainyard.domain.job import JobSpec
 from trainyard.events import JobAdmitted, PreemptionNotice, RunFailed, subjects
@@ -50,13 +51,6 @@ FIELDS = (
     "last_checkpoint_step", "last_checkpoint_at", "admitted_at", "notice_at", "preempt_deadline", "preemptor",
     "submitted_at", "started_at", "attained_gpu_s",
 )  # fmt: skip
-
-
-def gpu_demand(spec: JobSpec) -> dict[str, int]:
-    demand: dict[str, int] = {}
-    for role in spec.roles:
-        demand[role.gpu_type] = demand.get(role.gpu_type, 0) + role.gpus
-    return demand
 
 
 def run_id_for(job_id: str, attempt: int) -> str:
@@ -112,7 +106,7 @@ class AdmissionCycle:
         unknown = [j for j in ids if j in self._cache and j not in self._demand]
         if unknown:
             for job_id, spec in (await views.job_specs(self.store, unknown)).items():
-                self._demand[job_id] = (spec.queue, gpu_demand(spec))
+                self._demand[job_id] = (spec.queue, gpus_by_type(spec))
                 self._specs[job_id] = spec
         wanted = set(ids)
         for job_id in [j for j in self._cache if j not in wanted]:

@@ -201,16 +201,13 @@ def _admit_with_tenancy(
                     if reason is FAIR_SHARE:
                         break
             start = inf
-            if (
-                shadows is not None
-                and (reason is INSUFFICIENT_GPUS or (reason is COHORT_EXHAUSTED and not fail[1]))
-                and any(min(free[t], root_limit[t] - root_claim[t]) < d for t, d in demand)
-            ):
-                if scheduling.reserve and (job.submitted_at is None or now - job.submitted_at >= reserve_after):
-                    start = shadows.reserve(job.job_id, demand,
-                                            [min(free[t], root_limit[t] - root_claim[t]) for t in range(nf)])
-                else:
-                    start = None  # it waits without a reservation and without holding up the line
+            if shadows is not None and (reason is INSUFFICIENT_GPUS or (reason is COHORT_EXHAUSTED and not fail[1])):
+                short = [min(free[t], root_limit[t] - root_claim[t]) for t in range(nf)]  # GPUs it could get now
+                if any(short[t] < d for t, d in demand):
+                    if scheduling.reserve and (job.submitted_at is None or now - job.submitted_at >= reserve_after):
+                        start = shadows.reserve(job.job_id, demand, short)
+                    else:
+                        start = None  # it waits without a reservation and without holding up the line
             if start is None or start < inf:
                 # backfill: short of GPUs (or of the whole tree's quota, the same thing), the job waits without
                 # holding up the line.  Only the first such job of each type may make room by preemption, so
@@ -223,7 +220,7 @@ def _admit_with_tenancy(
                 add_waiting(Waiting(job.job_id, reason, i))
                 continue
             if reason is None and shadows is not None:
-                end = now + job.runtime_limit_s if job.runtime_limit_s is not None else float("inf")
+                end = now + job.runtime_limit_s if job.runtime_limit_s is not None else inf
                 if not shadows.allows(demand, end):
                     add_waiting(Waiting(job.job_id, RESERVED, i))
                     continue

@@ -11,6 +11,7 @@ from __future__ import annotations
 from trainyard.core.admission.quota import quota_violations
 from trainyard.core.admission.snapshot import PendingJob, RunningJob
 from trainyard.core.admission.tree import Tenancy, TreeIndex
+from trainyard.core.lifecycle import gpus_by_type
 from trainyard.domain.job import JobSpec, ValidationError
 
 
@@ -94,9 +95,7 @@ def pending_from_spec(
     job_id: str, spec: JobSpec, order: int, tenancy: Tenancy, not_before: float | None = None
 ) -> PendingJob:
     """The admission view of an accepted job: whole-gang demand and its priority class resolved."""
-    gpus: dict[str, int] = {}
-    for role in spec.roles:
-        gpus[role.gpu_type] = gpus.get(role.gpu_type, 0) + role.gpus
+    gpus = gpus_by_type(spec)
     cls = next((c for c in tenancy.priority_classes if c.name == spec.priority_class), None)
     return PendingJob(
         job_id=job_id,
