@@ -25,7 +25,7 @@ from pathlib import Path
 from trainyard.bus import Bus, PublishRequest, ensure_streams
 from trainyard.core.admission import AdmissionPolicy
 from trainyard.domain import JobSpec, NodeInfo, Role
-from trainyard.events import JobAccepted, NodeRegistered, RunSucceeded, subjects
+from trainyard.events import JobAccepted, NodeRegistered, RunSucceeded, job_subject, subjects
 from trainyard.store import Projector, Store
 from trainyard.store import views
 from trainyard.testing.servers import start_nats, start_redis
@@ -74,7 +74,7 @@ async def main(pending: int, cycles: int) -> None:
                     replicas=max(1, s // 8), gpu_type=gpu_type)], simulated_duration_s=60.0,
                 )  # fmt: skip
                 event = JobAccepted(at=float(i), job_id=f"j{i}", spec=spec, submitted_at=float(i))
-                accepted.append(PublishRequest(subjects.job(q.tenant, f"j{i}"), event, f"j{i}:accepted", 0))
+                accepted.append(PublishRequest(job_subject(event), event, f"j{i}:accepted", 0))
             await publish_all(bus, accepted)
             jobs, node_proj = Projector(bus, store, "JOBS"), Projector(bus, store, "NODES")
             stop = asyncio.Event()
@@ -103,7 +103,7 @@ async def main(pending: int, cycles: int) -> None:
                 finished = [j for j in await views.ids_in(store, "active")][: max(1, active // 10)]
                 heads = await views.job_heads(store, finished)
                 await publish_all(bus, [
-                    PublishRequest(subjects.job(h.tenant, h.job_id),
+                    PublishRequest(subjects.job(h.tenant, h.job_id, "agent"),
                                    RunSucceeded(at=time.time(), job_id=h.job_id, tenant=h.tenant, run_id=h.run_id or ""),
                                    f"{h.run_id}:succeeded")
                     for h in heads if h.run_id

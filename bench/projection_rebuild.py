@@ -23,7 +23,7 @@ from pathlib import Path
 
 from trainyard.bus import Bus, PublishRequest, ensure_streams
 from trainyard.domain import JobSpec, Role
-from trainyard.events import JobAccepted, JobAdmitted, JobPlaced, ReplicaPlacement, RunStarted, RunSucceeded, subjects
+from trainyard.events import JobAccepted, JobAdmitted, JobPlaced, ReplicaPlacement, RunStarted, RunSucceeded, job_subject
 from trainyard.store import Projector, Store
 from trainyard.store.projector import wait_until_projected
 from trainyard.testing.servers import start_nats, start_redis
@@ -43,8 +43,7 @@ def lifecycle(j: int) -> list[PublishRequest]:
         RunStarted(at=at + 3, job_id=job_id, tenant=tenant, run_id=run_id),
         RunSucceeded(at=at + 60, job_id=job_id, tenant=tenant, run_id=run_id),
     ]
-    subject = subjects.job(tenant, job_id)
-    return [PublishRequest(subject, e, f"{run_id}:{i}") for i, e in enumerate(events)]
+    return [PublishRequest(job_subject(e), e, f"{run_id}:{i}") for i, e in enumerate(events)]
 
 
 async def fill(bus: Bus, events: int) -> int:

@@ -7,6 +7,8 @@ import asyncio
 import msgspec
 import pytest
 
+from trainyard.testing.publish import publish_event
+from trainyard.events import job_subject
 from trainyard.bus import Bus, PublishRequest
 from trainyard.domain import JobSpec, NodeInfo, Role
 from trainyard.events import (
@@ -48,7 +50,6 @@ async def project(bus: Bus, store: Store, stream: str) -> Projector:
 
 
 async def lifecycle(bus: Bus, job_id: str, run_id: str, node: str, gpus: list[int]) -> None:
-    subject = subjects.job("acme", job_id)
     placed = [ReplicaPlacement(role="trainer", replica=0, rank=0, node_id=node, gpus=gpus)]
     for i, event in enumerate(
         [
@@ -58,7 +59,7 @@ async def lifecycle(bus: Bus, job_id: str, run_id: str, node: str, gpus: list[in
             RunStarted(at=4.0, job_id=job_id, tenant="acme", run_id=run_id),
         ]
     ):
-        await bus.publish(subject, event, msg_id=f"{job_id}:{i}")
+        await publish_event(bus, event, msg_id=f"{job_id}:{i}")
 
 
 async def test_a_job_moves_through_its_lifecycle_and_frees_its_gpus(bus: Bus, store: Store) -> None:
@@ -75,8 +76,7 @@ async def test_a_job_moves_through_its_lifecycle_and_frees_its_gpus(bus: Bus, st
     assert await views.gpus_by_type(store, "inuse") == {"H100": 4}
     assert await views.gpus_by_type(store, "capacity") == {"H100": 8}
 
-    await bus.publish(
-        subjects.job("acme", "j1"), RunSucceeded(at=9.0, job_id="j1", tenant="acme", run_id="j1-r1"), msg_id="done"
+    await publish_event(bus, RunSucceeded(at=9.0, job_id="j1", tenant="acme", run_id="j1-r1"), msg_id="done"
     )
     await project(bus, store, "JOBS")
     job = await views.get_job(store, "j1")
@@ -103,13 +103,10 @@ async def test_a_node_failure_requeues_the_job_and_a_late_success_of_the_old_run
     bus: Bus, store: Store
 ) -> None:
     await lifecycle(bus, "j1", "j1-r1", "n1", [0, 1])
-    subject = subjects.job("acme", "j1")
-    await bus.publish(
-        subject,
-        RunFailed(at=5.0, job_id="j1", tenant="acme", run_id="j1-r1", reason="node_failure", node_id="n1"),
+    await publish_event(bus, RunFailed(at=5.0, job_id="j1", tenant="acme", run_id="j1-r1", reason="node_failure", node_id="n1"),
         msg_id="fail",
     )
-    await bus.publish(subject, RunSucceeded(at=6.0, job_id="j1", tenant="acme", run_id="j1-r1"), msg_id="late")
+    await publish_event(bus, RunSucceeded(at=6.0, job_id="j1", tenant="acme", run_id="j1-r1"), msg_id="late")
     await project(bus, store, "JOBS")
     job = await views.get_job(store, "j1")
     assert job is not None and job.status == "pending" and job.requeues == 1
@@ -128,8 +125,8 @@ async def test_a_gpu_given_to_two_runs_is_recorded_as_a_violation(bus: Bus, stor
 async def test_publish_many_reports_a_stale_expected_sequence_per_message(bus: Bus) -> None:
     from trainyard.bus import WrongLastSequence
 
-    subject = subjects.job("acme", "j9")
     ev = JobAccepted(at=1.0, job_id="j9", spec=spec(), submitted_at=0.0)
+    subject = job_subject(ev)
     results = await bus.publish_many(
         [
             PublishRequest(subject, ev, "a", expected_last_subject_seq=0),
@@ -146,13 +143,12 @@ def failed(job_id: str, run_id: str, reason: str, at: float = 10.0) -> RunFailed
 
 async def fail_runs(bus: Bus, store: Store, reasons: list[str], max_retries: int = 3) -> None:
     """Run job j1 and fail each of its attempts with the given reasons in turn."""
-    subject = subjects.job("acme", "j1")
     s = msgspec.structs.replace(spec(2), max_retries=max_retries)
-    await bus.publish(subject, JobAccepted(at=1.0, job_id="j1", spec=s, submitted_at=0.5), msg_id="acc")
+    await publish_event(bus, JobAccepted(at=1.0, job_id="j1", spec=s, submitted_at=0.5), msg_id="acc")
     for attempt, reason in enumerate(reasons, start=1):
         run = f"j1-r{attempt}"
-        await bus.publish(subject, JobAdmitted(at=2.0, job_id="j1", tenant="acme", run_id=run, attempt=attempt), msg_id=f"adm{attempt}")
-        await bus.publish(subject, failed("j1", run, reason, at=100.0 * attempt), msg_id=f"fail{attempt}")
+        await publish_event(bus, JobAdmitted(at=2.0, job_id="j1", tenant="acme", run_id=run, attempt=attempt), msg_id=f"adm{attempt}")
+        await publish_event(bus, failed("j1", run, reason, at=100.0 * attempt), msg_id=f"fail{attempt}")
     await project(bus, store, "JOBS")
 
 
@@ -188,8 +184,7 @@ async def test_failed_runs_requeue_or_fail_the_job(
 
 
 async def test_a_node_failure_puts_the_job_ahead_of_jobs_that_never_ran(bus: Bus, store: Store) -> None:
-    await bus.publish(
-        subjects.job("acme", "later"), JobAccepted(at=3.0, job_id="later", spec=spec(), submitted_at=3.0), msg_id="l"
+    await publish_event(bus, JobAccepted(at=3.0, job_id="later", spec=spec(), submitted_at=3.0), msg_id="l"
     )
     await fail_runs(bus, store, ["node_failure"])
     assert await views.ids_in(store, "pending") == ["j1", "later"]
@@ -199,13 +194,12 @@ async def test_a_node_failure_puts_the_job_ahead_of_jobs_that_never_ran(bus: Bus
 
 async def test_a_preemption_notice_and_checkpoints_are_recorded_for_the_current_run_only(bus: Bus, store: Store) -> None:
     await lifecycle(bus, "j1", "j1-r1", "n1", [0, 1])
-    subject = subjects.job("acme", "j1")
     notice = PreemptionNotice(
         at=5.0, job_id="j1", tenant="acme", run_id="j1-r1", preemptor="urgent", reason="priority", grace_period_s=30.0
     )
-    await bus.publish(subject, notice, msg_id="n")
-    await bus.publish(subject, CheckpointSaved(at=6.0, job_id="j1", tenant="acme", run_id="j1-r1", step=120), msg_id="c1")
-    await bus.publish(subject, CheckpointSaved(at=7.0, job_id="j1", tenant="acme", run_id="old-run", step=999), msg_id="c2")
+    await publish_event(bus, notice, msg_id="n")
+    await publish_event(bus, CheckpointSaved(at=6.0, job_id="j1", tenant="acme", run_id="j1-r1", step=120), msg_id="c1")
+    await publish_event(bus, CheckpointSaved(at=7.0, job_id="j1", tenant="acme", run_id="old-run", step=999), msg_id="c2")
     await project(bus, store, "JOBS")
     job = await views.get_job(store, "j1")
     assert job is not None
@@ -213,11 +207,47 @@ async def test_a_preemption_notice_and_checkpoints_are_recorded_for_the_current_
 
 
 async def test_a_backoff_from_an_epoch_time_keeps_every_digit(bus: Bus, store: Store) -> None:
-    subject = subjects.job("acme", "j1")
     at = 1795970000.123456
-    await bus.publish(subject, JobAccepted(at=1.0, job_id="j1", spec=spec(2), submitted_at=0.5), msg_id="acc")
-    await bus.publish(subject, JobAdmitted(at=2.0, job_id="j1", tenant="acme", run_id="j1-r1", attempt=1), msg_id="adm")
-    await bus.publish(subject, failed("j1", "j1-r1", "workload_error", at=at), msg_id="fail")
+    await publish_event(bus, JobAccepted(at=1.0, job_id="j1", spec=spec(2), submitted_at=0.5), msg_id="acc")
+    await publish_event(bus, JobAdmitted(at=2.0, job_id="j1", tenant="acme", run_id="j1-r1", attempt=1), msg_id="adm")
+    await publish_event(bus, failed("j1", "j1-r1", "workload_error", at=at), msg_id="fail")
     await project(bus, store, "JOBS")
     job = await views.get_job(store, "j1")
     assert job is not None and job.not_before == at + 10.0
+
+
+async def test_an_event_whose_subject_disagrees_with_its_body_is_not_folded(bus: Bus, store: Store) -> None:
+    """A credential that may write only node-agent events cannot pass off a
+    placement, and no event lands on another tenant's or another job's record."""
+    await lifecycle(bus, "j1", "j1-r1", "n1", [0, 1])
+    forged = [
+        # A placement sent on the node agents' subject.
+        (JobPlaced(at=5.0, job_id="j1", tenant="acme", run_id="j1-r1", cluster="c1",
+                   replicas=[ReplicaPlacement(role="trainer", replica=0, rank=0, node_id="n1", gpus=[6, 7])]),
+         subjects.job("acme", "j1", "agent")),
+        # A success for acme's job sent under tenant beta's subject.
+        (RunSucceeded(at=6.0, job_id="j1", tenant="acme", run_id="j1-r1"), subjects.job("beta", "j1", "agent")),
+        # A success for j1 filed under another job's subject.
+        (RunSucceeded(at=6.0, job_id="j1", tenant="acme", run_id="j1-r1"), subjects.job("acme", "j2", "agent")),
+    ]  # fmt: skip
+    for i, (event, subject) in enumerate(forged):
+        await bus.publish(subject, event, msg_id=f"forged-{i}")
+    projector = await project(bus, store, "JOBS")
+
+    job = await views.get_job(store, "j1")
+    assert job is not None and job.status == "running"
+    assert [r.gpus for r in job.placement] == [[0, 1]]
+    assert await views.get_job(store, "j2") is None
+    assert projector.position == (await bus.js.stream_info("JOBS")).state.last_seq  # nothing stalled on them
+
+
+def test_subject_checks_name_the_disagreement() -> None:
+    from trainyard.store.lua_args import subject_disagrees
+
+    ok = RunSucceeded(at=1.0, job_id="j1", tenant="acme", run_id="r1")
+    assert subject_disagrees(subjects.job("acme", "j1", "agent"), ok) is None
+    assert "may not be written by 'placement'" in (subject_disagrees(subjects.job("acme", "j1", "placement"), ok) or "")
+    assert "sent on" in (subject_disagrees(subjects.job("beta", "j1", "agent"), ok) or "")
+    assert "not a job subject" in (subject_disagrees("trainyard.jobs.acme.j1", ok) or "")
+    failed = RunFailed(at=1.0, job_id="j1", tenant="acme", run_id="r1", reason="node_failure")
+    assert all(subject_disagrees(subjects.job("acme", "j1", w), failed) is None for w in ("agent", "health", "admission"))

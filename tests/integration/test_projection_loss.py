@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from nats.js.errors import NotFoundError
 
+from trainyard.testing.publish import publish_event
 from trainyard.bus import Bus
 from trainyard.emulator import EmulatedCluster
 from trainyard.emulator.cluster import default_topology
@@ -108,8 +109,7 @@ async def test_a_wipe_right_before_an_apply_is_noticed_and_the_projection_rebuil
     first_epoch = projector.epoch
 
     projector.wipe_next = True
-    subject = subjects.job("acme", "j0")
-    await bus.publish(subject, RunSucceeded(at=5.0, job_id="j0", tenant="acme", run_id="j0-r1"), msg_id="j0:done")
+    await publish_event(bus, RunSucceeded(at=5.0, job_id="j0", tenant="acme", run_id="j0-r1"), msg_id="j0:done")
     await lifecycle(bus, "j9", "j9-r1", "n1", [0, 7])  # GPU 0 was freed by j0 just before
     await projector.caught_up(timeout=60)
     stop.set()
@@ -180,17 +180,16 @@ async def delivered_placed(emulator: EmulatedCluster) -> list[int]:
 
 
 async def last_event(bus: Bus, job_id: str) -> object:
-    return decode_job_event((await bus.js.get_last_msg("JOBS", subjects.job("acme", job_id))).data or b"")
+    return decode_job_event((await bus.js.get_last_msg("JOBS", subjects.job_history("acme", job_id))).data or b"")
 
 
 async def test_a_placement_waits_out_a_lagging_projection_and_is_never_dead_lettered(bus: Bus, store: Store) -> None:
     nodes = default_topology(cluster="c1", nodes=1, gpus=8)
-    subject = subjects.job("acme", "j1")
     projector = Held(bus, store, "JOBS")
     stop_projector = asyncio.Event()
     projecting = asyncio.create_task(projector.run(stop_projector))
-    await bus.publish(subject, JobAccepted(at=1.0, job_id="j1", spec=spec(2), submitted_at=0.5), msg_id="acc")
-    await bus.publish(subject, JobAdmitted(at=2.0, job_id="j1", tenant="acme", run_id="r1", attempt=1), msg_id="adm")
+    await publish_event(bus, JobAccepted(at=1.0, job_id="j1", spec=spec(2), submitted_at=0.5), msg_id="acc")
+    await publish_event(bus, JobAdmitted(at=2.0, job_id="j1", tenant="acme", run_id="r1", attempt=1), msg_id="adm")
 
     # An emulator that has seen the job accepted, then restarts: its successor
     # learns the job's duration from the projection only.
@@ -217,7 +216,7 @@ async def test_a_placement_waits_out_a_lagging_projection_and_is_never_dead_lett
     await asyncio.wait_for(resumed.wait(), 60)  # from here on it only consumes
     projector.open.clear()  # the projection lags from here on
     placed = [ReplicaPlacement(role="trainer", replica=0, rank=0, node_id=nodes[0].node_id, gpus=[0, 1])]
-    await bus.publish(subject, JobPlaced(at=3.0, job_id="j1", tenant="acme", run_id="r1", cluster="c1", replicas=placed), msg_id="pl")
+    await publish_event(bus, JobPlaced(at=3.0, job_id="j1", tenant="acme", run_id="r1", cluster="c1", replicas=placed), msg_id="pl")
 
     async def delivered_more_than_max_deliver() -> bool:
         return bool(counts) and max(counts) > 11  # the old limit dead-lettered on the 10th
@@ -272,3 +271,39 @@ async def test_a_node_agent_restarted_during_a_rebuild_waits_and_resumes_its_run
         handle.cancel()
     stop.set()
     await task
+
+
+class JoinsThenWaits(Projector):
+    """Joins the projection, then lets another process rebuild it before following."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.rebuilt = asyncio.Event()
+
+    async def join(self) -> int:
+        last = await super().join()
+        await self.rebuilt.wait()
+        return last
+
+
+async def test_a_projector_that_joins_a_projection_another_process_rebuilt_is_caught_up_on_a_quiet_stream(
+    bus: Bus, store: Store
+) -> None:
+    """After a wipe, one process starts the new epoch and another rebuilds it
+    to the head before the first follows: the first must count the rebuilt
+    events as seen, though none of them is ever delivered to it."""
+    for i in range(3):
+        await lifecycle(bus, f"j{i}", f"j{i}-r1", "n1", [i])
+    stop = asyncio.Event()
+    first = JoinsThenWaits(bus, store, "JOBS")
+    first_task = asyncio.create_task(first.run(stop))
+    while not (await store.projection_state("jobs"))[0]:  # the first process started the epoch
+        await asyncio.sleep(0.01)
+    other = Projector(bus, store, "JOBS")
+    other_task = asyncio.create_task(other.run(stop))
+    await other.caught_up(timeout=30)
+    first.rebuilt.set()
+    await first.caught_up(timeout=30)  # no new event arrives on the stream
+    assert first.epoch == other.epoch and first.position == other.position
+    stop.set()
+    await asyncio.gather(first_task, other_task)

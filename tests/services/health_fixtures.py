@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from trainyard.testing.publish import publish_event
 from trainyard.bus import Bus
 from trainyard.core.health import HealthPolicy
 from trainyard.domain import JobSpec, Role
@@ -61,14 +62,13 @@ class Harness:
         now = time.time()
         replicas = [ReplicaPlacement(role="w", replica=i, rank=i, node_id=n, gpus=list(range(gpus_per_node)))
                     for i, n in enumerate(nodes)]  # fmt: skip
-        subject = subjects.job(tenant, job_id)
         for i, event in enumerate([
             JobAccepted(at=now, job_id=job_id, spec=spec, submitted_at=now),
             JobAdmitted(at=now, job_id=job_id, tenant=tenant, run_id=run_id, attempt=1),
             JobPlaced(at=now, job_id=job_id, tenant=tenant, run_id=run_id, cluster=CLUSTER, replicas=replicas),
             RunStarted(at=now, job_id=job_id, tenant=tenant, run_id=run_id),
         ]):  # fmt: skip
-            ack = await self.bus.publish(subject, event, msg_id=f"{run_id}:{i}")
+            ack = await publish_event(self.bus, event, msg_id=f"{run_id}:{i}")
         await self.jobs_projector.wait_for(ack.seq)
         return run_id
 

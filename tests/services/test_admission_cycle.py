@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from test_placement_cycle import CLUSTER, NOW, Harness, harness
+from trainyard.testing.publish import publish_event
 from trainyard.bus import Bus
 from trainyard.config.tenancy import compile_tenancy, load_tenancy
 from trainyard.core.admission import AdmissionPolicy
@@ -62,7 +63,7 @@ def admission(h: Harness, clock: Clock, cluster: str | None = CLUSTER) -> Admiss
 
 async def checkpoint(h: Harness, job_id: str, at: float) -> None:
     event = CheckpointSaved(at=at, job_id=job_id, tenant="acme", run_id=f"{job_id}-r1", step=100)
-    await h.bus.publish(subjects.job("acme", job_id), event, msg_id=f"{job_id}-r1:ckpt")
+    await publish_event(h.bus, event, msg_id=f"{job_id}-r1:ckpt")
 
 
 async def test_the_core_gets_limits_submission_times_expected_ends_and_the_cluster(bus: Bus, store: Store) -> None:
@@ -74,7 +75,7 @@ async def test_the_core_gets_limits_submission_times_expected_ends_and_the_clust
         # A job whose first run held 8 GPUs for 100 s before it was preempted.
         await h.running("again", spec(), {"n2": list(range(8))}, started_at=NOW - 300)
         failed = RunFailed(at=NOW - 200, job_id="again", tenant="acme", run_id="again-r1", reason="preempted")
-        await bus.publish(subjects.job("acme", "again"), failed, msg_id="again-r1:failed")
+        await publish_event(bus, failed, msg_id="again-r1:failed")
         await h.settle()
         snapshot, _ = await admission(h, Clock(NOW)).snapshot()
     pending = {p.job_id: p for p in snapshot.pending}

@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 import pytest
 
+from trainyard.testing.publish import publish_event
 from trainyard._pb.trainyard.v1 import jobs_pb2 as pb
 from trainyard._pb.trainyard.v1 import jobs_pb2_grpc as pb_grpc
 from trainyard.api.grpc_server import FIELD_ERRORS_METADATA, spec_from_proto, spec_to_proto, start_grpc
@@ -65,7 +66,7 @@ async def record_job(bus: Bus, job_id: str, tenant: str = "acme", until: str = "
     if until == "succeeded":
         events.append(RunSucceeded(at=9.0, job_id=job_id, tenant=tenant, run_id=run_id))
     for i, event in enumerate(events):
-        await bus.publish(subjects.job(tenant, job_id), event, msg_id=f"{job_id}:{i}")
+        await publish_event(bus, event, msg_id=f"{job_id}:{i}")
 
 
 async def project_jobs(bus: Bus, store: Store) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from trainyard.testing.publish import publish_event
 from trainyard.api.jobs import JobOperations
 from trainyard.api.rest import create_app
 from trainyard.bus import Bus
@@ -73,7 +74,7 @@ async def record_job(bus: Bus, job_id: str, tenant: str = "acme", until: str = "
     if until == "succeeded":
         events.append(RunSucceeded(at=9.0, job_id=job_id, tenant=tenant, run_id=run_id))
     for i, event in enumerate(events):
-        await bus.publish(subjects.job(tenant, job_id), event, msg_id=f"{job_id}:{i}")
+        await publish_event(bus, event, msg_id=f"{job_id}:{i}")
 
 
 async def register_node(bus: Bus, node_id: str = "n1", gpus: int = 8) -> None:

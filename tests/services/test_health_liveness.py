@@ -10,6 +10,7 @@ import time
 
 from health_fixtures import CLUSTER, fleet, harness
 
+from trainyard.testing.publish import publish_event
 from trainyard.agent import control
 from trainyard.bus import ConsumerSpec, run_consumer
 from trainyard.core.health import HealthPolicy
@@ -200,8 +201,7 @@ async def test_a_run_failure_for_a_run_that_already_succeeded_is_refused_by_the_
         run_id = await h.run_job("done", ["n2"])
         stale = await views.get_jobs(store, ["done"], with_spec=False)  # read while the run was running
         assert stale[0].status == "running"
-        ack = await bus.publish(subjects.job("acme", "done"),
-                                RunSucceeded(at=time.time(), job_id="done", tenant="acme", run_id=run_id),
+        ack = await publish_event(bus, RunSucceeded(at=time.time(), job_id="done", tenant="acme", run_id=run_id),
                                 msg_id=f"{run_id}:succeeded")  # fmt: skip
         # A failure decided on the stale view is refused by NATS; nothing is published.
         failed, refused = await publish_failures(bus, time.time, stale, "n2", "node_failure", "node n2 was lost")
@@ -221,9 +221,8 @@ async def test_a_run_failure_never_fails_a_newer_run_of_the_job(bus, store) -> N
         # The job starts a newer run (r1 failed for another reason, r2 admitted) before health publishes.
         first = RunFailed(at=time.time(), job_id="again", tenant="acme", run_id="again-r1", reason="workload_error",
                           message="exit 1", node_id="n2")  # fmt: skip
-        await bus.publish(subjects.job("acme", "again"), first, msg_id="again-r1:failed")
-        ack = await bus.publish(subjects.job("acme", "again"),
-                                JobAdmitted(at=time.time(), job_id="again", tenant="acme", run_id="again-r2", attempt=2),
+        await publish_event(bus, first, msg_id="again-r1:failed")
+        ack = await publish_event(bus, JobAdmitted(at=time.time(), job_id="again", tenant="acme", run_id="again-r2", attempt=2),
                                 msg_id="again:admit:2")  # fmt: skip
         await h.jobs_projector.wait_for(ack.seq)
         failed, refused = await publish_failures(bus, time.time, stale, "n2", "node_failure", "node n2 was lost")

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 import msgspec
 import pytest
 
+from trainyard.testing.publish import publish_event
 from trainyard.bus import Bus
 from trainyard.domain import JobSpec, NodeInfo, Role
 from trainyard.events import (
@@ -67,16 +68,15 @@ class Harness:
 
     async def submit(self, job_id: str, spec: JobSpec, admit: bool = True) -> None:
         self.specs[job_id] = spec
-        subject = subjects.job(spec.tenant, job_id)
         accepted = JobAccepted(at=NOW - 500, job_id=job_id, spec=spec, submitted_at=NOW - 500)
-        await self.bus.publish(subject, accepted, msg_id=f"{job_id}:acc")
+        await publish_event(self.bus, accepted, msg_id=f"{job_id}:acc")
         if admit:
             await self.admit(job_id)
 
     async def admit(self, job_id: str) -> None:
         tenant = self.specs[job_id].tenant
         event = JobAdmitted(at=NOW - 400, job_id=job_id, tenant=tenant, run_id=f"{job_id}-r1", attempt=1)
-        await self.bus.publish(subjects.job(tenant, job_id), event, msg_id=f"{job_id}:adm")
+        await publish_event(self.bus, event, msg_id=f"{job_id}:adm")
 
     async def running(self, job_id: str, spec: JobSpec, on: dict[str, list[int]], started_at: float) -> None:
         """A job that already holds GPUs (placed and started at ``started_at``)."""
@@ -85,21 +85,19 @@ class Harness:
             ReplicaPlacement(role="trainer", replica=i, rank=i, node_id=node, gpus=gpus)
             for i, (node, gpus) in enumerate(on.items())
         ]
-        subject = subjects.job(spec.tenant, job_id)
         run = f"{job_id}-r1"
         tenant = spec.tenant
         placed = JobPlaced(at=started_at, job_id=job_id, tenant=tenant, run_id=run, cluster=CLUSTER, replicas=replicas)
-        await self.bus.publish(subject, placed, msg_id=f"{run}:placed")
+        await publish_event(self.bus, placed, msg_id=f"{run}:placed")
         started = RunStarted(at=started_at, job_id=job_id, tenant=tenant, run_id=run)
-        await self.bus.publish(subject, started, msg_id=f"{run}:started")
+        await publish_event(self.bus, started, msg_id=f"{run}:started")
 
     async def finish(self, job_id: str, run_id: str) -> None:
         tenant = self.specs[job_id].tenant
-        subject = subjects.job(tenant, job_id)
         started = RunStarted(at=NOW, job_id=job_id, tenant=tenant, run_id=run_id)
-        await self.bus.publish(subject, started, msg_id=f"{run_id}:started")
+        await publish_event(self.bus, started, msg_id=f"{run_id}:started")
         done = RunSucceeded(at=NOW, job_id=job_id, tenant=tenant, run_id=run_id)
-        await self.bus.publish(subject, done, msg_id=f"{run_id}:done")
+        await publish_event(self.bus, done, msg_id=f"{run_id}:done")
 
     async def settle(self) -> None:
         await self.jobs.caught_up()

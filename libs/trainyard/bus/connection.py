@@ -12,13 +12,15 @@ from nats.js import JetStreamContext
 from nats.js.api import PubAck
 from nats.js.errors import APIError
 
-from trainyard.events import encode
+from trainyard.events import encode, subjects
 
 #: JetStream error code for a failed Nats-Expected-Last-Subject-Sequence check.
 ERR_WRONG_LAST_SEQUENCE = 10071
 
 MSG_ID = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+#: The subject filter that check covers (a job's whole history, see subjects.fence_of).
+EXPECTED_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 
 
 class WrongLastSequence(Exception):
@@ -30,6 +32,8 @@ class PublishRequest(msgspec.Struct):
     message: Any
     msg_id: str
     expected_last_subject_seq: int | None = None
+    #: The filter the check covers; None: ``subjects.fence_of(subject)``.
+    fence_subject: str | None = None
 
 
 class Bus:
@@ -67,15 +71,19 @@ class Bus:
         headers = {MSG_ID: req.msg_id}
         if req.expected_last_subject_seq is not None:
             headers[EXPECTED_LAST_SUBJECT_SEQ] = str(req.expected_last_subject_seq)
+            fence = req.fence_subject or subjects.fence_of(req.subject)
+            if fence != req.subject:
+                headers[EXPECTED_LAST_SUBJECT_SEQ_SUBJECT] = fence
         return headers
 
     async def publish(
-        self, subject: str, message: Any, msg_id: str, expected_last_subject_seq: int | None = None
-    ) -> PubAck:
+        self, subject: str, message: Any, msg_id: str, expected_last_subject_seq: int | None = None,
+        fence_subject: str | None = None,
+    ) -> PubAck:  # fmt: skip
         """Publish once.  A repeat with the same ``msg_id`` inside the stream's
         duplicate window returns the first message's ack (``duplicate=True``).
-        Raises :class:`WrongLastSequence` when the subject moved on."""
-        req = PublishRequest(subject, message, msg_id, expected_last_subject_seq)
+        Raises :class:`WrongLastSequence` when the fenced subjects moved on."""
+        req = PublishRequest(subject, message, msg_id, expected_last_subject_seq, fence_subject)
         try:
             return await self.js.publish(
                 subject, encode(message), timeout=self.publish_timeout, headers=self._headers(req)
@@ -94,7 +102,9 @@ class Bus:
 
         async def one(req: PublishRequest) -> PubAck | Exception:
             try:
-                return await self.publish(req.subject, req.message, req.msg_id, req.expected_last_subject_seq)
+                return await self.publish(
+                    req.subject, req.message, req.msg_id, req.expected_last_subject_seq, req.fence_subject
+                )
             except Exception as err:  # noqa: BLE001 - returned to the caller per request
                 return err
 

@@ -167,7 +167,7 @@ class EmulatedCluster:
             return
         if started_at is None:
             await self.bus.publish(
-                subjects.job(tenant, job_id),
+                subjects.job(tenant, job_id, "agent"),
                 RunStarted(at=self.clock(), job_id=job_id, tenant=tenant, run_id=run_id),
                 msg_id=f"{run_id}:started",
             )
@@ -190,7 +190,7 @@ class EmulatedCluster:
         job_id, tenant, _, _ = self.runs[run_id]
         step = self._step(run_id)
         await self.bus.publish(
-            subjects.job(tenant, job_id),
+            subjects.job(tenant, job_id, "agent"),
             CheckpointSaved(at=self.clock(), job_id=job_id, tenant=tenant, run_id=run_id, step=step),
             msg_id=f"{run_id}:checkpoint:{step}",
         )
@@ -212,7 +212,7 @@ class EmulatedCluster:
         await self._checkpoint(run_id)
         self._stop_run(run_id)
         await self.bus.publish(
-            subjects.job(tenant, job_id),
+            subjects.job(tenant, job_id, "agent"),
             RunFailed(at=self.clock(), job_id=job_id, tenant=tenant, run_id=run_id, reason="preempted",
                       message="stopped at a checkpoint after a preemption notice"),
             msg_id=f"{run_id}:failed",
@@ -227,7 +227,7 @@ class EmulatedCluster:
         for attempt in range(50):
             try:
                 await self.bus.publish(
-                    subjects.job(tenant, job_id),
+                    subjects.job(tenant, job_id, "agent"),
                     RunSucceeded(at=self.clock(), job_id=job_id, tenant=tenant, run_id=run_id),
                     msg_id=f"{run_id}:succeeded",
                 )

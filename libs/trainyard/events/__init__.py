@@ -22,6 +22,8 @@ from trainyard.events.jobs import (
     RunStarted,
     RunSucceeded,
     SubmitJob,
+    job_subject,
+    writer_of,
 )
 from trainyard.events.nodes import NodeEvent, NodeHeartbeat, NodeLost, NodeRegistered
 
@@ -45,6 +47,8 @@ __all__ = [
     "RunStarted",
     "RunSucceeded",
     "SubmitJob",
+    "job_subject",
+    "writer_of",
     "decode_intake",
     "decode_job_event",
     "decode_node_event",

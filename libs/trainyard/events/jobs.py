@@ -12,6 +12,8 @@ from typing import Literal
 
 import msgspec
 
+from trainyard.events import subjects
+
 from trainyard.domain.job import JobSpec, ValidationError
 
 FailureReason = Literal["node_failure", "workload_error", "timeout", "preempted", "lost", "placement_timeout"]
@@ -66,7 +68,7 @@ class CancelJob(_Message, tag="CancelJob"):
 IntakeCommand = SubmitJob | CancelJob
 
 
-# --- events on the jobs stream, subject trainyard.jobs.<tenant>.<job_id> ---
+# --- events on the jobs stream, subject trainyard.jobs.<tenant>.<job_id>.<writer> ---
 
 
 class JobAccepted(_Message, tag="JobAccepted"):
@@ -172,3 +174,34 @@ JobEvent = (
     | PreemptionNotice
     | CheckpointSaved
 )
+
+
+#: Which writers (the last token of a job subject) may publish each event.
+#: The bus's permissions give each credential its own token; the projection
+#: folds no event whose subject names a writer not allowed to send it.
+WRITERS: dict[str, frozenset[str]] = {
+    "JobAccepted": frozenset({"admission"}),
+    "JobRejected": frozenset({"admission"}),
+    "JobAdmitted": frozenset({"admission"}),
+    "PreemptionNotice": frozenset({"admission"}),
+    "JobCancelled": frozenset({"admission"}),
+    "JobPlaced": frozenset({"placement"}),
+    "RunStarted": frozenset({"agent"}),
+    "RunSucceeded": frozenset({"agent"}),
+    "CheckpointSaved": frozenset({"agent"}),
+    # A node agent reports its run's failure, health fails runs on lost nodes,
+    # admission stops runs past their time limit.
+    "RunFailed": frozenset({"agent", "health", "admission"}),
+}
+
+
+def writer_of(event: JobEvent) -> str:
+    """The usual writer of ``event`` (RunFailed: the node agent)."""
+    writers = WRITERS[type(event).__name__]
+    return "agent" if "agent" in writers else next(iter(writers))
+
+
+def job_subject(event: JobEvent, writer: str | None = None) -> str:
+    """The subject ``event`` is published on (by its usual writer unless named)."""
+    tenant = event.spec.tenant if isinstance(event, JobAccepted) else event.tenant
+    return subjects.job(tenant, event.job_id, writer or writer_of(event))

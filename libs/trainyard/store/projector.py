@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import uuid
 from importlib import resources
@@ -17,29 +16,14 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from trainyard.bus.connection import Bus
-from trainyard.events import (
-    CheckpointSaved,
-    PreemptionNotice,
-    JobAccepted,
-    JobAdmitted,
-    JobCancelled,
-    JobPlaced,
-    JobRejected,
-    NodeLost,
-    NodeRegistered,
-    RunFailed,
-    RunStarted,
-    RunSucceeded,
-    decode_job_event,
-    decode_node_event,
-)
-from trainyard.events import subjects
-from trainyard.core.lifecycle import HEAD_OF_QUEUE_OFFSET, gpus_by_type
-from trainyard.events.jobs import failure_category
+from trainyard.events import decode_job_event, decode_node_event, subjects
+from trainyard.store.lua_args import job_event_args, node_event_args, subject_disagrees
 
 log = logging.getLogger(__name__)
 
-_json = msgspec.json.Encoder()
+#: A quiet follower checks the stream this often for messages it should have
+#: been delivered (a stalled subscription is replaced).
+STALL_CHECK_S = 2.0
 
 
 def _lua(name: str) -> str:
@@ -93,74 +77,6 @@ class Store:
             await self.redis.delete(key)
 
 
-def job_event_args(seq: int, event: object | None, *, epoch: str, after: int) -> list[str]:
-    """The Lua arguments for one job event (see apply_job_event.lua, which
-    applies the rules of :func:`trainyard.core.lifecycle.apply`), guarded by
-    the projection's ``epoch`` and the sequence it must hold before this one
-    (``after``).  ``event`` None: a message that cannot be read, which only
-    moves the projection's sequence."""
-    fields = [str(seq), ""] if event is None else _job_fields(seq, event)
-    return [*fields, epoch, str(after)]
-
-
-def _job_fields(seq: int, event: object) -> list[str]:
-    head = [str(seq), type(event).__name__]
-    if isinstance(event, JobAccepted):
-        spec = event.spec
-        # Lua's cjson turns [] into {} and back; keep the spec as opaque JSON text.
-        return head + [
-            event.job_id, repr(event.at), spec.tenant, spec.queue, str(seq),
-            json.dumps(gpus_by_type(spec)), _json.encode(spec).decode(), repr(event.submitted_at),
-            spec.priority_class, spec.name, str(spec.total_gpus), str(spec.max_retries),
-        ]  # fmt: skip
-    if isinstance(event, JobRejected):
-        errors = _json.encode(event.errors).decode()
-        return head + [event.job_id, repr(event.at), event.tenant, errors, str(seq)]
-    if isinstance(event, JobAdmitted):
-        return head + [event.job_id, repr(event.at), event.run_id, str(event.attempt)]
-    if isinstance(event, JobPlaced):
-        replicas = _json.encode(event.replicas).decode()
-        return head + [event.job_id, repr(event.at), event.run_id, replicas, event.cluster]
-    if isinstance(event, (RunStarted, RunSucceeded)):
-        return head + [event.job_id, repr(event.at), event.run_id]
-    if isinstance(event, RunFailed):
-        category, (base, cap) = failure_category(event.reason)
-        return head + [
-            event.job_id, repr(event.at), event.run_id, event.reason, event.message, category, repr(base), repr(cap),
-            str(HEAD_OF_QUEUE_OFFSET),
-        ]  # fmt: skip
-    if isinstance(event, PreemptionNotice):
-        deadline = repr(event.at + event.grace_period_s)
-        return head + [event.job_id, repr(event.at), event.run_id, deadline, event.preemptor, event.reason]
-    if isinstance(event, CheckpointSaved):
-        return head + [event.job_id, repr(event.at), event.run_id, str(event.step)]
-    if isinstance(event, JobCancelled):
-        return head + [event.job_id, repr(event.at), event.run_id or "", event.reason]
-    raise TypeError(f"no projection for {type(event).__name__}")
-
-
-def node_event_args(seq: int, event: object | None, *, epoch: str, after: int) -> list[str]:
-    """The Lua arguments for one node event (see apply_node_event.lua), guarded
-    as :func:`job_event_args` describes."""
-    fields = [str(seq), ""] if event is None else _node_fields(seq, event)
-    return [*fields, epoch, str(after)]
-
-
-def _node_fields(seq: int, event: object) -> list[str]:
-    from trainyard.events.nodes import NodeStateChanged
-
-    head = [str(seq), type(event).__name__]
-    if isinstance(event, NodeRegistered):
-        node = event.node
-        info = _json.encode(node).decode()
-        return head + [node.node_id, repr(event.at), info, node.gpu_type, str(node.gpus), node.cluster, event.boot_id]
-    if isinstance(event, NodeLost):
-        return head + [event.node_id, repr(event.at), event.boot_id, event.reason]
-    if isinstance(event, NodeStateChanged):
-        return head + [event.node_id, repr(event.at), event.state, event.reason, event.by]
-    return head + ["", repr(getattr(event, "at", 0.0))]  # other node events only move last_seq
-
-
 class ProjectionLost(Exception):
     """Redis holds less of the projection than this process saw applied, or
     another generation of it (wiped, rebuilt), or a fold refused a batch."""
@@ -168,6 +84,10 @@ class ProjectionLost(Exception):
 
 #: What the Lua folds return when they refuse an event (and change nothing).
 _REFUSED = {-1: "its epoch is gone (Redis wiped or rebuilt)", -2: "it does not continue the batch (a gap)"}
+
+
+class _Stalled(Exception):
+    """The subscription stopped delivering; subscribe again from the position."""
 
 
 class Projector:
@@ -204,7 +124,7 @@ class Projector:
         self.lost_count = 0  # times Redis was found to have lost the projection
         self.epoch = ""  # the generation of the projection this process folds into
         self._through = 0  # the last sequence handed to apply
-        self._advanced = asyncio.Condition()
+        self._moved = asyncio.Event()  # set (and replaced) whenever position changes
 
     @property
     def projection(self) -> str:
@@ -220,8 +140,10 @@ class Projector:
         self.epoch, self._through = epoch, int(last)
         return int(last)
 
-    async def apply(self, batch: list[tuple[int, bytes]], after: int | None = None) -> int:
-        """Apply raw stream messages ``(seq, data)`` in order; returns how many changed state.
+    async def apply(self, batch: list[tuple[int, bytes]] | list[tuple[int, bytes, str]], after: int | None = None) -> int:
+        """Apply raw stream messages ``(seq, data[, subject])`` in order;
+        returns how many changed state.  A job event whose subject disagrees
+        with its body (see :func:`subject_disagrees`) only moves the sequence.
 
         ``after``: the sequence the projection must hold before the first
         message (default: the last one this projector handed to apply).
@@ -233,28 +155,35 @@ class Projector:
         decode = decode_job_event if self.stream == "JOBS" else decode_node_event
         to_args = job_event_args if self.stream == "JOBS" else node_event_args
         through = self._through if after is None else after
-        for seq, data in batch:
+        for seq, data, *subject in batch:
             try:
                 event = decode(data)
+                problem = subject_disagrees(subject[0], event) if subject and self.stream == "JOBS" else None
+                if problem:
+                    raise ValueError(problem)
                 args = to_args(seq, event, epoch=self.epoch, after=through)
-            except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as err:
-                # A message we cannot read must not stall the fold: record and move on.
-                log.error("%s seq %d cannot be projected: %s", self.stream, seq, err)
+            except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError, RecursionError) as err:
+                # A message we cannot read, or may not believe, must not stall
+                # the fold: record it and move on.
+                log.error("%s seq %d is not projected: %s", self.stream, seq, err)
                 args = to_args(seq, None, epoch=self.epoch, after=through)
             await script(keys=[self.store.prefix], args=args, client=pipe)
             through = max(through, seq)
         results = await pipe.execute()
-        refused = [(seq, r) for (seq, _), r in zip(batch, results, strict=True) if r in _REFUSED]
+        refused = [(item[0], r) for item, r in zip(batch, results, strict=True) if r in _REFUSED]
         if refused:
             seq, code = refused[0]
             raise ProjectionLost(f"{self.stream} fold refused seq {seq}: {_REFUSED[code]}")
         self._through = max(self._through, through)
         return sum(1 for r in results if r == 1)
 
+    def _move(self, position: int) -> None:
+        self.position = position
+        moved, self._moved = self._moved, asyncio.Event()
+        moved.set()
+
     async def _advance(self, seq: int) -> None:
-        async with self._advanced:
-            self.position = max(self.position, seq)
-            self._advanced.notify_all()
+        self._move(max(self.position, seq))
         self.changed.set()
 
     def drain_touched(self) -> set[str]:
@@ -264,15 +193,19 @@ class Projector:
         return touched
 
     async def wait_for(self, seq: int, timeout: float = 10.0) -> None:
-        if self.position >= seq:
-            return
-        async with self._advanced:
-            await asyncio.wait_for(self._advanced.wait_for(lambda: self.position >= seq), timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.position < seq:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise asyncio.TimeoutError(f"{self.stream} projector at {self.position}, waited {timeout}s for {seq}")
+            try:
+                await asyncio.wait_for(self._moved.wait(), remaining)
+            except asyncio.TimeoutError:
+                continue
 
     async def _reset(self, position: int) -> None:
-        async with self._advanced:
-            self.position = position
-            self._advanced.notify_all()
+        self._move(position)
 
     async def run(self, stop: asyncio.Event, batch_size: int = 512) -> None:
         filter_subject = subjects.JOBS_ALL if self.stream == "JOBS" else subjects.NODES_ALL
@@ -291,6 +224,8 @@ class Projector:
                 self.lost_count += 1  # caches of the projection must start over
                 await self._reset(0)  # nobody reads a caught-up view until the rebuild
                 joined = False
+            except _Stalled as err:
+                log.warning("%s; subscribing again", err)
             except (nats.errors.Error, OSError, ConnectionError, RedisError) as err:
                 log.warning("%s projector: %r; resuming", self.stream, err)
                 await asyncio.sleep(0.5)
@@ -324,6 +259,15 @@ class Projector:
             raise ProjectionLost(f"{self.stream} projection in Redis is at {applied}, behind this process's {self.position}")
         return applied
 
+    async def _check_not_stalled(self, delivered: int, expected: int) -> int:
+        """A subscription that stayed quiet while the stream held later
+        messages has stalled (a consumer lost on the server, missed
+        heartbeats): replace it.  ``expected`` is the stream head seen at the
+        previous check; returns the head now, for the next one."""
+        if expected > max(delivered, self.position):
+            raise _Stalled(f"{self.stream} delivery stalled at {delivered} with the stream at {expected}")
+        return (await self.bus.js.stream_info(self.stream)).state.last_seq
+
     async def _check_no_hole(self, delivered: int, items: list[tuple[int, str, bytes]]) -> None:
         """A delivery that skips a sequence the stream still holds is a gap
         (messages the stream deleted are not): fold nothing past it."""
@@ -339,6 +283,10 @@ class Projector:
 
     async def _follow(self, stop: asyncio.Event, filter_subject: str, batch_size: int) -> None:
         start = max(self.position, await self._check_not_lost()) + 1
+        # Redis holds this epoch through start - 1 (another projector may have
+        # rebuilt it meanwhile): this process has seen that much applied, even
+        # if no message before start is ever delivered to it.
+        await self._advance(start - 1)
         delivered = start - 1  # the last sequence delivered before the next message
         inbox: list[tuple[int, str, bytes]] = []
         arrived = asyncio.Event()
@@ -352,14 +300,20 @@ class Projector:
             filter_subject, stream=self.stream, ordered_consumer=True, config=config, cb=on_msg,
             pending_msgs_limit=500_000,
         )  # fmt: skip
+        loop = asyncio.get_running_loop()
+        last_arrival, expected = loop.time(), 0
         try:
             while not stop.is_set():
                 try:
                     await asyncio.wait_for(arrived.wait(), 0.5)
                 except asyncio.TimeoutError:
                     await self._check_not_lost()  # a quiet stream must notice a wiped Redis too
+                    if loop.time() - last_arrival >= STALL_CHECK_S:
+                        last_arrival = loop.time()
+                        expected = await self._check_not_stalled(delivered, expected)
                     continue
                 arrived.clear()
+                last_arrival, expected = loop.time(), 0
                 while inbox:
                     items, inbox[:] = inbox[:batch_size], inbox[batch_size:]
                     # Another process's projector may have applied these already:
@@ -367,14 +321,14 @@ class Projector:
                     await self._check_no_hole(delivered, items)
                     applied = await self._check_not_lost()
                     floor = max(self.position, applied)
-                    todo = [(s, d) for s, _, d in items if s > floor]
+                    todo = [(s, d, subject) for s, subject, d in items if s > floor]
                     if todo:
                         # The fold continues from the message delivered just before.
                         after = max([delivered] + [s for s, _, _ in items if s < todo[0][0]])
                         await self.apply(todo, after=after)
                     delivered = items[-1][0]
                     # Only now, with Redis holding these events, may a cache re-read them.
-                    self._touched.update(subject.rsplit(".", 1)[-1] for _, subject, _ in items)
+                    self._touched.update(subjects.entity_id(subject) for _, subject, _ in items)
                     await self._advance(items[-1][0])
         finally:
             await sub.unsubscribe()

@@ -233,7 +233,7 @@ class AdmissionCycle:
                 at=now, job_id=decision.job_id, tenant=r["tenant"], run_id=run_id_for(decision.job_id, attempt),
                 attempt=attempt, resume_from_step=int(step) if step else None,
             )  # fmt: skip
-            subject = subjects.job(r["tenant"], decision.job_id)
+            subject = subjects.job(r["tenant"], decision.job_id, "admission")
             out.append(PublishRequest(subject, event, f"{decision.job_id}:admit:{attempt}", int(r["last_seq"])))
         return out
 
@@ -247,7 +247,7 @@ class AdmissionCycle:
                 at=now, job_id=p.job_id, tenant=r["tenant"], run_id=r["run_id"], preemptor=p.preemptor,
                 reason=p.reason.value, grace_period_s=p.grace_period_s, lost_gpu_seconds=p.lost_gpu_seconds,
             )  # fmt: skip
-            subject = subjects.job(r["tenant"], p.job_id)
+            subject = subjects.job(r["tenant"], p.job_id, "admission")
             out.append(PublishRequest(subject, event, f"{r['run_id']}:notice", int(r["last_seq"])))
         return out
 
@@ -270,6 +270,6 @@ class AdmissionCycle:
                 message = f"not placed within {self.placement_timeout_s:.0f}s"
             event = RunFailed(at=now, job_id=stop.job_id, tenant=r["tenant"], run_id=r["run_id"], reason=stop.reason,
                               message=message)  # fmt: skip
-            subject = subjects.job(r["tenant"], stop.job_id)
+            subject = subjects.job(r["tenant"], stop.job_id, "admission")
             out.append(PublishRequest(subject, event, f"{r['run_id']}:failed", int(r["last_seq"])))
         return out

@@ -48,11 +48,12 @@ def _rejection_from_bad_payload(msg: Msg, err: Exception, clock: Callable[[], fl
     if not isinstance(job_id, str) or not job_id:
         raise PoisonMessage(f"not a valid intake command and no job_id to reject it under: {err}")
     try:
-        subject = subjects.job(tenant, job_id)
+        subject = subjects.job(tenant, job_id, "admission")
+        fence = subjects.job_id_anywhere(job_id)
     except ValueError as bad:
         raise PoisonMessage(str(bad)) from err
     rejection = JobRejected(at=clock(), job_id=job_id, tenant=tenant, errors=[ValidationError("payload", str(err))])
-    return PublishRequest(subject, rejection, f"{job_id}:accepted", expected_last_subject_seq=0)
+    return PublishRequest(subject, rejection, f"{tenant}/{job_id}:accepted", expected_last_subject_seq=0, fence_subject=fence)
 
 
 class IntakeHandler:
@@ -70,7 +71,7 @@ class IntakeHandler:
         tenant = msg.subject.split(".")[-1]
         job_id = cmd.job_id or f"j{msg.metadata.sequence.stream}"
         try:
-            subject = subjects.job(tenant, job_id)
+            subject = subjects.job(tenant, job_id, "admission")
         except ValueError as err:
             raise PoisonMessage(f"job_id {job_id!r}: {err}") from err
         errors = validate_job_spec(cmd.spec)
@@ -84,7 +85,9 @@ class IntakeHandler:
             event: JobAccepted | JobRejected = JobRejected(at=self.clock(), job_id=job_id, tenant=tenant, errors=errors)
         else:
             event = JobAccepted(at=self.clock(), job_id=job_id, spec=cmd.spec, submitted_at=cmd.at)
-        return PublishRequest(subject, event, f"{job_id}:accepted", expected_last_subject_seq=0)
+        # Fenced on the job id under every tenant: one id names one job.
+        fence = subjects.job_id_anywhere(job_id)
+        return PublishRequest(subject, event, f"{tenant}/{job_id}:accepted", expected_last_subject_seq=0, fence_subject=fence)
 
     async def _decide_cancel(self, cmd: CancelJob) -> PublishRequest | None:
         job = await views.get_job(self.store, cmd.job_id)
@@ -96,8 +99,21 @@ class IntakeHandler:
             return None
         event = JobCancelled(at=self.clock(), job_id=job.job_id, tenant=job.tenant, run_id=job.run_id, reason=cmd.reason)
         return PublishRequest(
-            subjects.job(job.tenant, job.job_id), event, f"{job.job_id}:cancel", expected_last_subject_seq=job.last_seq
+            subjects.job(job.tenant, job.job_id, "admission"), event, f"{job.job_id}:cancel",
+            expected_last_subject_seq=job.last_seq,
         )
+
+    async def _id_taken(self, event: JobAccepted | JobRejected) -> BaseException | None:
+        """An acceptance refused because the job id has history: a retry of
+        this tenant's own submit (settled), or an id another tenant owns
+        (dead-lettered, since no event of this tenant can be filed under it)."""
+        tenant = event.spec.tenant if isinstance(event, JobAccepted) else event.tenant
+        owner = await views.get_job(self.store, event.job_id)
+        if owner is None:
+            return RetryLater(f"job {event.job_id} is not projected yet", delay_s=0.5)
+        if owner.tenant != tenant:
+            return PoisonMessage(f"job id {event.job_id!r} is already in use; submit with another job id")
+        return None
 
     async def __call__(self, msgs: Sequence[Msg]) -> list[BaseException | None]:
         outcomes: list[BaseException | None] = [None] * len(msgs)
@@ -120,10 +136,12 @@ class IntakeHandler:
         results = await self.bus.publish_many([r for _, r in requests])
         for (i, req), result in zip(requests, results, strict=True):
             if isinstance(result, WrongLastSequence):
-                # Accept: the job already exists, so this is a retry.  Cancel:
-                # the job moved on; look again on redelivery.
-                is_cancel = isinstance(req.message, JobCancelled)
-                outcomes[i] = RetryLater("job changed while cancelling", 0.2) if is_cancel else None
+                # Accept: the job id exists, a retry unless another tenant owns
+                # it.  Cancel: the job moved on; look again on redelivery.
+                if isinstance(req.message, JobCancelled):
+                    outcomes[i] = RetryLater("job changed while cancelling", 0.2)
+                else:
+                    outcomes[i] = await self._id_taken(req.message)
             elif isinstance(result, Exception):
                 outcomes[i] = result
         return outcomes

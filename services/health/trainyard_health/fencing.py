@@ -62,7 +62,7 @@ async def publish_failures(
     returns how many were failed and the ids of the jobs whose subject had moved on."""
     requests = [
         PublishRequest(
-            subjects.job(job.tenant, job.job_id),
+            subjects.job(job.tenant, job.job_id, "health"),
             RunFailed(
                 at=clock(), job_id=job.job_id, tenant=job.tenant, run_id=job.run_id,  # type: ignore[arg-type]
                 reason=reason, message=message, node_id=node_id,  # type: ignore[arg-type]

@@ -130,7 +130,7 @@ class PlacementCycle:
                 at=self.clock(), job_id=p.job_id, tenant=job.tenant, run_id=p.run_id, cluster=self.cluster,
                 replicas=p.replicas,
             )  # fmt: skip
-            subject = subjects.job(job.tenant, job.job_id)
+            subject = subjects.job(job.tenant, job.job_id, "placement")
             requests.append(PublishRequest(subject, event, f"{p.run_id}:placed", job.last_seq))
         # 3b. The lease may have lapsed while we decided, and another process may lead now.
         if requests and not self.leading:

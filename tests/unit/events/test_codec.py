@@ -98,7 +98,7 @@ def test_bad_payloads_raise_errors_that_say_what_is_wrong(payload, words) -> Non
     [
         pytest.param(subjects.intake, "acme.other", id="a dot would split the tenant over two subject tokens"),
         pytest.param(subjects.intake, "*", id="a wildcard would subscribe to every tenant"),
-        pytest.param(lambda v: subjects.job("acme", v), "j>", id="a job id with a wildcard"),
+        pytest.param(lambda v: subjects.job("acme", v, "admission"), "j>", id="a job id with a wildcard"),
     ],
 )
 def test_subject_tokens_reject_what_nats_would_misread(build, value) -> None:
@@ -107,6 +107,12 @@ def test_subject_tokens_reject_what_nats_would_misread(build, value) -> None:
 
 
 def test_subjects_carry_the_aggregate_and_its_id() -> None:
-    assert subjects.job("acme", "j-1") == "trainyard.jobs.acme.j-1"
+    assert subjects.job("acme", "j-1", "placement") == "trainyard.jobs.acme.j-1.placement"
+    assert subjects.job_history("acme", "j-1") == "trainyard.jobs.acme.j-1.*"
+    assert subjects.fence_of("trainyard.jobs.acme.j-1.agent") == "trainyard.jobs.acme.j-1.*"
+    assert subjects.entity_id("trainyard.jobs.acme.j-1.agent") == "j-1"
+    assert subjects.entity_id("trainyard.nodes.c1.n-7") == "n-7"
+    with pytest.raises(ValueError, match="does not write job events"):
+        subjects.job("acme", "j-1", "portal")
     assert subjects.node("c1", "n07") == "trainyard.nodes.c1.n07"
     assert subjects.intake("acme") == "trainyard.intake.acme"
