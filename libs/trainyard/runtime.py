@@ -9,12 +9,17 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import nats.errors
+import redis.exceptions
 
 from trainyard.bus import Bus, ensure_streams
 from trainyard.settings import ConfigurationError, Settings, load_settings
 from trainyard.store import Store
 
 log = logging.getLogger("trainyard")
+T = TypeVar("T")
 
 
 class Runtime:
@@ -27,11 +32,51 @@ class Runtime:
 
 
 async def open_runtime(name: str, settings: Settings, stop: asyncio.Event | None = None) -> Runtime:
-    bus = await Bus.connect(settings.nats_url, name=f"trainyard-{name}")
-    await ensure_streams(bus.js, replicas=settings.stream_replicas)
+    """Connect to NATS and Redis, waiting (with backoff, saying so) for
+    either that is not up yet: a service started before them, or while one
+    restarts, waits instead of exiting."""
+    stop = stop or asyncio.Event()
+    bus = await _until_up(stop, "NATS", settings.nats_url, lambda: _open_bus(name, settings))
     store = Store.from_url(settings.redis_url, settings.redis_prefix)
-    await store.redis.ping()
-    return Runtime(name, settings, bus, store, stop or asyncio.Event())
+    await _until_up(stop, "Redis", settings.redis_url, store.redis.ping)
+    return Runtime(name, settings, bus, store, stop)
+
+
+async def _open_bus(name: str, settings: Settings) -> Bus:
+    bus = await Bus.connect(settings.nats_url, name=f"trainyard-{name}")
+    try:
+        await ensure_streams(bus.js, replicas=settings.stream_replicas)
+    except BaseException:
+        await bus.close()
+        raise
+    return bus
+
+
+async def _until_up(stop: asyncio.Event, what: str, url: str, connect: Callable[[], Awaitable[T]]) -> T:
+    delay = 0.2
+    while True:
+        attempt = asyncio.ensure_future(connect())
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait([attempt, stopped], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if not attempt.done():  # stopped while the client itself keeps retrying
+            attempt.cancel()
+            await asyncio.gather(attempt, return_exceptions=True)
+            raise ConnectionAbortedError(f"stopped while waiting for {what} at {url}")
+        try:
+            return attempt.result()
+        except (OSError, nats.errors.Error, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                asyncio.TimeoutError) as err:  # fmt: skip
+            if stop.is_set():
+                raise
+            log.warning("%s at %s is not reachable (%r); trying again in %.1fs", what, url, err, delay)
+            try:
+                await asyncio.wait_for(stop.wait(), delay)
+            except asyncio.TimeoutError:
+                pass
+            delay = min(delay * 2, 5.0)
 
 
 async def close_runtime(rt: Runtime) -> None:

@@ -48,6 +48,7 @@ organisations:
     teams:
       - name: acme
         quota: {{H100: {{nominal: {acme_h100}, borrowing_limit: 0}}}}
+        priority_classes: [production, standard, preemptible]  # production is granted, not given
         queues:
           - name: default
             quota: {{H100: {{nominal: {acme_h100}, borrowing_limit: 0}}}}

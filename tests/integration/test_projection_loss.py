@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -21,21 +20,9 @@ from trainyard.store import Projector, Store
 from trainyard.store import views
 from trainyard.store.projector import ProjectionLost
 from trainyard.testing.servers import Server
+from trainyard.testing.waiting import eventually
 
 from test_projection import lifecycle, spec
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 30.0) -> Any:
-    """Poll ``check`` with backoff until it returns something truthy."""
-    loop = asyncio.get_running_loop()
-    deadline, delay = loop.time() + timeout, 0.01
-    while True:
-        result = await check()
-        if result:
-            return result
-        assert loop.time() < deadline, "condition not reached"
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.2)
 
 
 async def snapshot(store: Store) -> dict[str, Any]:
@@ -242,7 +229,6 @@ async def _acked_through(bus: Bus, seq: int) -> bool:
     except NotFoundError:  # the emulator has not made it yet
         return False
     return info.ack_floor.stream_seq >= seq
-
 
 
 async def test_a_node_agent_restarted_during_a_rebuild_waits_and_resumes_its_runs(bus: Bus, store: Store) -> None:

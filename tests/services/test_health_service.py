@@ -16,7 +16,7 @@ from trainyard.events.nodes import GpuTelemetry, NodeStateChanged, XidObserved
 from trainyard.gpu import FakeGpuBackend, XidEvent, sample_node
 from trainyard_health.handlers import NodeEventsHandler, TelemetryHandler
 from trainyard_health.repair import RepairLoop
-
+from trainyard.testing.waiting import eventually
 
 
 async def consume(h, stop: asyncio.Event) -> list[asyncio.Task]:  # type: ignore[no-untyped-def]
@@ -33,15 +33,6 @@ async def xid(h, node: str, code: int, gpu: int = 0, msg_id: str | None = None) 
     event = XidObserved(at=time.time(), node_id=node, cluster=CLUSTER, boot_id="b1",
                         events=[XidEvent(gpu_index=gpu, uuid=None, xid=code, at=time.time())])  # fmt: skip
     await h.bus.publish(subjects.telemetry(CLUSTER, node), event, msg_id=msg_id or f"xid:{node}:{code}:{time.time()}")
-
-
-async def eventually(check, timeout: float = 10.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value or time.monotonic() > deadline:
-            return value
-        await asyncio.sleep(0.05)
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 consumers with one place that maps handler outcomes to ack / nak / term, the
 dead-letter stream, and leader leases."""
 
+from trainyard.bus.client import PayloadTooLarge
 from trainyard.bus.connection import Bus, PublishRequest, WrongLastSequence
 from trainyard.bus.consumer import ConsumerSpec, PoisonMessage, RetryLater, run_consumer
 from trainyard.bus.streams import STREAMS, ensure_streams
@@ -10,6 +11,7 @@ __all__ = [
     "STREAMS",
     "Bus",
     "ConsumerSpec",
+    "PayloadTooLarge",
     "PoisonMessage",
     "PublishRequest",
     "RetryLater",

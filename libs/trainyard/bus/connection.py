@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import msgspec
-import nats
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 from nats.js.errors import APIError
 
+from trainyard.bus.client import ResilientClient, check_publishable
 from trainyard.events import encode, subjects
+
+log = logging.getLogger(__name__)
 
 #: JetStream error code for a failed Nats-Expected-Last-Subject-Sequence check.
 ERR_WRONG_LAST_SEQUENCE = 10071
@@ -43,19 +46,68 @@ class Bus:
         self.nc = nc
         self.js = js
         self.publish_timeout = publish_timeout
+        #: Bumped each time the connection is opened again after it closed;
+        #: subscriptions made before are gone and must be made again.
+        self.generation = 0
+        self._closing = False
+        self._options: dict[str, Any] = {}
+        self._reopening: asyncio.Task[None] | None = None
 
     @classmethod
     async def connect(cls, url: str, name: str) -> Bus:
-        nc = await nats.connect(
-            url,
+        """Connect for good: lost connections and fatal server errors are
+        followed by reconnects (see ``trainyard.bus.client``), and a
+        connection closed by anything but :meth:`close` is opened again."""
+        nc = ResilientClient()
+        bus = cls(nc, nc.jetstream(timeout=10.0, publish_async_max_pending=20_000))
+        bus._options = dict(
+            servers=url,
             name=name,
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
             pending_size=64 * 1024 * 1024,
+            error_cb=bus._on_error,
+            disconnected_cb=bus._on_disconnected,
+            reconnected_cb=bus._on_reconnected,
+            closed_cb=bus._on_closed,
         )
-        return cls(nc, nc.jetstream(timeout=10.0, publish_async_max_pending=20_000))
+        await nc.connect(**bus._options)
+        return bus
+
+    async def _on_error(self, err: Exception) -> None:
+        log.warning("NATS: %r", err)
+
+    async def _on_disconnected(self) -> None:
+        if not self._closing:
+            log.warning("NATS connection lost; reconnecting")
+
+    async def _on_reconnected(self) -> None:
+        log.info("NATS connection back (%s)", self.nc.connected_url.netloc if self.nc.connected_url else "?")
+
+    async def _on_closed(self) -> None:
+        if not self._closing and (self._reopening is None or self._reopening.done()):
+            self._reopening = asyncio.get_running_loop().create_task(self._reopen())
+
+    async def _reopen(self) -> None:
+        """The connection was closed without :meth:`close` being called: open
+        it again, for as long as it takes."""
+        log.error("NATS connection closed unexpectedly (%r); opening it again", self.nc.last_error)
+        delay = 0.5
+        while not self._closing and self.nc.is_closed:
+            try:
+                await self.nc.connect(**self._options)
+            except Exception as err:  # noqa: BLE001 - keep trying; the cause is logged
+                log.warning("NATS: could not connect again: %r", err)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            self.generation += 1
+            log.warning("NATS connection opened again; subscriptions are made anew")
 
     async def close(self) -> None:
+        self._closing = True
+        if self._reopening is not None and not self._reopening.done():
+            self._reopening.cancel()
         if self.nc.is_closed:
             return
         # Handlers have settled (acked or nakked) everything they took; push
@@ -85,13 +137,19 @@ class Bus:
         Raises :class:`WrongLastSequence` when the fenced subjects moved on."""
         req = PublishRequest(subject, message, msg_id, expected_last_subject_seq, fence_subject)
         try:
-            return await self.js.publish(
-                subject, encode(message), timeout=self.publish_timeout, headers=self._headers(req)
-            )
+            return await self.publish_raw(subject, encode(message), self._headers(req))
         except APIError as err:
             if err.err_code == ERR_WRONG_LAST_SEQUENCE:
                 raise WrongLastSequence(subject) from err
             raise
+
+    async def publish_raw(self, subject: str, data: bytes, headers: dict[str, str]) -> PubAck:
+        """Publish bytes to JetStream.  A message larger than the server's
+        ``max_payload`` (data and headers together) raises
+        :class:`PayloadTooLarge` before anything is sent: the server would
+        answer it by closing the connection."""
+        check_publishable(self.nc, subject, data, headers)
+        return await self.js.publish(subject, data, timeout=self.publish_timeout, headers=headers)
 
     async def publish_many(self, requests: list[PublishRequest]) -> list[PubAck | Exception]:
         """Publish a batch concurrently on the connection; one result per

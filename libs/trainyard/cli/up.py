@@ -27,6 +27,7 @@ def up(
     """Start NATS, Redis, every service, the emulated cluster and the gateway, until Ctrl-C,
     SIGTERM or SIGHUP (closing the terminal), which stop all of them."""
     from trainyard.local import LocalStack, PortError, StackConfig, StackRunning
+    from trainyard.local.supervisor import Supervisor
     from trainyard.testing.servers import ServerError
 
     config = StackConfig(
@@ -52,18 +53,9 @@ def up(
             raise typer.Exit(1) from err
         if not stack.stopping.is_set():
             _print_banner(stack, nodes, gpus, racks)
-        restarts: dict[str, int] = {}
-        while not stack.stopping.wait(0.5):
-            for name, code in stack.exited().items():
-                if stack.stopping.is_set():
-                    break
-                restarts[name] = restarts.get(name, 0) + 1
-                _say(f"[yellow]{name} exited with status {code}; restarting[/yellow]\n{stack.log_tail(name, 10)}",
-                     err=True)  # fmt: skip
-                if stack.stopping.wait(min(2 ** restarts[name], 30)):
-                    break
-                stack.start_service(name)
-                _say(f"  {name} restarted (pid {stack.procs[name].pid})")
+        # Every process, nats-server and Redis included, restarts with its own
+        # backoff; the backoff resets after a healthy minute.
+        Supervisor(stack, say=lambda line: _say(f"[yellow]{line}[/yellow]", err=True)).run(stack.stopping)
     finally:
         stack.stop()
         if stack.procs or stack.nats:

@@ -3,14 +3,21 @@
 Declared in YAML (see ``examples/tenancy.yaml``)::
 
     flavors:            GPU types, each on a node pool
-    priority_classes:   name, priority, preemptible, may_only_borrow
-    organisations:      -> teams -> queues, each with a weight and a quota per flavor
+    priority_classes:   name, priority, preemptible, may_only_borrow, restricted
+    organisations:      -> teams -> queues, each with a weight and a quota per flavor;
+                        teams and queues may list the priority classes their jobs may use
     fair_share:         half_life_s of the decayed usage
     preemption:         which kinds are on, min runtime, grace period, rate limit, restart cost
     scheduling:         backfill, order inside a queue (las or fifo), service levels, aging
 
 A team is a *tenant*: ``JobSpec.tenant`` is a team name (unique across the
 cluster) and ``JobSpec.queue`` one of that team's queues.
+
+Which priority classes a queue's jobs may use: the queue's
+``priority_classes`` if it lists them, else its team's, else every class that
+is not *restricted*.  A class is restricted when it says so, and by default
+when it is not preemptible (``production``): GPUs held by a job nobody can
+preempt must be granted, not taken.
 
 :func:`load_tenancy` decodes and type-checks; :func:`validate_tenancy` (in
 ``trainyard.config.validation``) checks the meaning; :func:`compile_tenancy`
@@ -50,6 +57,7 @@ class QueueConfig(_Config):
     weight: float = 1.0  # fair-share weight among the team's queues
     quota: dict[str, QuotaLimits] = {}
     default_priority_class: str | None = None  # for jobs that name none; absent: the cluster default
+    priority_classes: list[str] | None = None  # classes its jobs may use; absent: the team's
     description: str = ""
 
 
@@ -58,6 +66,7 @@ class TeamConfig(_Config):
     weight: float = 1.0
     quota: dict[str, QuotaLimits] = {}
     queues: list[QueueConfig] = []
+    priority_classes: list[str] | None = None  # classes its queues may use; absent: the unrestricted ones
     description: str = ""
 
 
@@ -81,7 +90,12 @@ class PriorityClassConfig(_Config):
     priority: int  # higher goes first within a queue
     preemptible: bool = True
     may_only_borrow: bool = False  # best effort: runs only on capacity others lend
+    restricted: bool | None = None  # only queues granted it may use it; absent: restricted unless preemptible
     description: str = ""
+
+    @property
+    def is_restricted(self) -> bool:
+        return (not self.preemptible) if self.restricted is None else self.restricted
 
 
 class FairShareConfig(_Config):
@@ -161,6 +175,15 @@ def _quota(limits: dict[str, QuotaLimits]) -> dict[str, FlavorQuota]:
     return {f: FlavorQuota(q.nominal, q.borrowing_limit, q.lending_limit) for f, q in limits.items()}
 
 
+def allowed_classes(cfg: TenancyConfig, team: TeamConfig, queue: QueueConfig) -> list[str]:
+    """The priority classes jobs of ``queue`` may use (see the module's docstring)."""
+    if queue.priority_classes is not None:
+        return list(queue.priority_classes)
+    if team.priority_classes is not None:
+        return list(team.priority_classes)
+    return [c.name for c in cfg.priority_classes if not c.is_restricted]
+
+
 def compile_tenancy(cfg: TenancyConfig) -> Tenancy:
     """The quota tree for the admission core: cohorts ``org`` and ``org/team``, queues by team."""
     cohorts: list[Cohort] = []
@@ -171,7 +194,10 @@ def compile_tenancy(cfg: TenancyConfig) -> Tenancy:
             team_cohort = f"{org.name}/{team.name}"
             cohorts.append(Cohort(team_cohort, org.name, _quota(team.quota), team.weight))
             for queue in team.queues:
-                queues.append(QueueQuota(team.name, queue.name, team_cohort, _quota(queue.quota), queue.weight))
+                classes = tuple(allowed_classes(cfg, team, queue))
+                queues.append(
+                    QueueQuota(team.name, queue.name, team_cohort, _quota(queue.quota), queue.weight, classes)
+                )
     p = cfg.preemption
     return Tenancy(
         queues=queues,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainyard.config.tenancy import ConfigError, QuotaLimits, TenancyConfig
+from trainyard.config.tenancy import ConfigError, QuotaLimits, TenancyConfig, allowed_classes
 from trainyard.domain.job import GPU_TYPE_RE, NAME_RE
 
 ORDERS = ("las", "fifo")  # scheduling.order: least attained service, or submission order
@@ -82,6 +82,7 @@ def validate_tenancy(cfg: TenancyConfig) -> list[ConfigError]:
                     "team names are tenant names and must be unique across organisations")
             team_names.setdefault(team.name, twhere)
             _node(twhere, team.weight, team.quota, flavors, err)
+            _grants(f"{twhere}.priority_classes", team.priority_classes, None, classes, err)
             queue_names: set[str] = set()
             for q, queue in enumerate(team.queues):
                 qwhere = f"{twhere}.queues[{q}]"
@@ -93,9 +94,34 @@ def validate_tenancy(cfg: TenancyConfig) -> list[ConfigError]:
                 if queue.default_priority_class is not None and queue.default_priority_class not in classes:
                     err(f"{qwhere}.default_priority_class",
                         f"unknown priority class {queue.default_priority_class!r}; {_known(classes)}")
+                _grants(f"{qwhere}.priority_classes", queue.priority_classes, team.priority_classes, classes, err)
+                allowed = allowed_classes(cfg, team, queue)
+                default = queue.default_priority_class or cfg.default_priority_class
+                if default in classes and default not in allowed:
+                    where_default = "default_priority_class" if queue.default_priority_class else "priority_classes"
+                    err(f"{qwhere}.{where_default}",
+                        f"the queue's default priority class {default!r} is not one it may use "
+                        f"({', '.join(allowed) or 'none'}); grant it in priority_classes or choose another default")
             _children_fit(twhere, "team", team.quota, "queues", [x.quota for x in team.queues], flavors, err)
         _children_fit(where, "organisation", org.quota, "teams", [x.quota for x in org.teams], flavors, err)
     return errors
+
+
+def _grants(path: str, granted: list[str] | None, within: list[str] | None, classes: set[str], err) -> None:
+    """A team's or queue's list of the priority classes it may use."""
+    if granted is None:
+        return
+    if not granted:
+        err(path, "list at least one priority class, or leave priority_classes out")
+    seen: set[str] = set()
+    for i, name in enumerate(granted):
+        if name not in classes:
+            err(f"{path}[{i}]", f"unknown priority class {name!r}; {_known(classes)}")
+        elif name in seen:
+            err(f"{path}[{i}]", f"priority class {name!r} is listed twice")
+        elif within is not None and name not in within:
+            err(f"{path}[{i}]", f"the team may not use priority class {name!r}, so none of its queues may")
+        seen.add(name)
 
 
 def _known(names: set[str]) -> str:

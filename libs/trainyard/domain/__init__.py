@@ -6,7 +6,9 @@ from trainyard.domain.job import (
     TopologyConstraint,
     TopologyLevel,
     ValidationError,
+    validate_job_id,
     validate_job_spec,
+    validate_submission,
 )
 from trainyard.domain.node import NodeInfo, NodeState
 
@@ -18,5 +20,7 @@ __all__ = [
     "TopologyConstraint",
     "TopologyLevel",
     "ValidationError",
+    "validate_job_id",
     "validate_job_spec",
+    "validate_submission",
 ]

@@ -8,20 +8,36 @@ field to fix, instead of stopping at the first.
 from __future__ import annotations
 
 import enum
-import re
+import math
 from typing import Annotated
 
 import msgspec
 
-NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
-LABEL_KEY_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,125}[A-Za-z0-9])?$")
-GPU_TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
+from trainyard.domain.limits import (
+    GPU_TYPE_RE,
+    LABEL_KEY_RE,
+    MAX_COMMAND_CHARS,
+    MAX_COMMAND_ITEMS,
+    MAX_CPU_PER_REPLICA,
+    MAX_ERRORS_LISTED,
+    MAX_IMAGE_CHARS,
+    MAX_LABEL_VALUE_CHARS,
+    MAX_LABELS,
+    MAX_MEMORY_GIB_PER_REPLICA,
+    MAX_SPEC_BYTES,
+    MAX_WORKLOAD_REF_CHARS,
+    NAME_RE,
+    control_character,
+    job_id_problem,
+    name_problem,
+    quoted,
+    text_problem,
+)
 
 MAX_REPLICAS_PER_ROLE = 16_384
 MAX_GPUS_PER_REPLICA = 72
 MAX_ROLES = 16
 MAX_RUNTIME_S = 90 * 24 * 3600
-MAX_LABELS = 64
 MAX_RETRIES = 100
 DEFAULT_MAX_RETRIES = 3
 
@@ -106,80 +122,181 @@ class ValidationError(msgspec.Struct, frozen=True):
         return f"{self.field}: {self.message}"
 
 
+
+_encoder = msgspec.json.Encoder()
+
+
 def _check_name(value: str, field: str, errors: list[ValidationError]) -> None:
-    if not NAME_RE.match(value or ""):
-        errors.append(
-            ValidationError(
-                field,
-                f"{value!r} is not a valid name: use 1-63 lowercase letters, digits, "
-                "'.', '_' or '-', starting and ending with a letter or digit",
-            )
-        )
+    problem = name_problem(value)
+    if problem is not None:
+        errors.append(ValidationError(field, problem))
+
+
+def _label_field(key: str) -> str:
+    return f"labels.{key if len(key) <= 64 else key[:64] + '...'}"
+
+
+def _capped(errors: list[ValidationError]) -> list[ValidationError]:
+    """At most MAX_ERRORS_LISTED problems, the last saying how many were left out."""
+    if len(errors) <= MAX_ERRORS_LISTED:
+        return errors
+    more = len(errors) - (MAX_ERRORS_LISTED - 1)
+    return [*errors[: MAX_ERRORS_LISTED - 1], ValidationError("spec", f"{more} more problems not listed")]
+
+
+def validate_job_id(job_id: object) -> list[ValidationError]:
+    """The job id rule every way in applies (REST, gRPC, the intake stream)."""
+    problem = job_id_problem(job_id)
+    return [] if problem is None else [ValidationError("job_id", problem)]
+
+
+def validate_submission(spec: JobSpec, job_id: str | None) -> list[ValidationError]:
+    """Everything checked about a submission before it is accepted, whichever
+    way it came in: the job id (None: one is generated) and the spec."""
+    errors = [] if job_id is None else validate_job_id(job_id)
+    return _capped(errors + _spec_problems(spec))
 
 
 def validate_job_spec(spec: JobSpec) -> list[ValidationError]:
-    """Return every problem with ``spec``; an empty list means it is valid.
+    """Return every problem with ``spec`` (at most MAX_ERRORS_LISTED); an empty
+    list means it is valid.
 
     These are checks that need no cluster configuration.  Checks against the
     tenancy configuration (does the queue exist, is the GPU type offered) are
     made by admission.
     """
+    return _capped(_spec_problems(spec))
+
+
+def _spec_problems(spec: JobSpec) -> list[ValidationError]:
     errors: list[ValidationError] = []
+    # 1. The whole spec, then the names.
+    try:
+        size = len(_encoder.encode(spec))
+    except (UnicodeEncodeError, OverflowError, TypeError) as err:
+        errors.append(ValidationError("spec", f"cannot be encoded as JSON: {err}"))
+    else:
+        if size > MAX_SPEC_BYTES:
+            errors.append(ValidationError("spec", f"the spec is {size} bytes as JSON; at most {MAX_SPEC_BYTES}"))
     _check_name(spec.tenant, "tenant", errors)
     _check_name(spec.queue, "queue", errors)
     _check_name(spec.name, "name", errors)
     _check_name(spec.priority_class, "priority_class", errors)
+    # 2. Roles: the gang.
     if not spec.roles:
         errors.append(ValidationError("roles", "a job needs at least one role"))
     if len(spec.roles) > MAX_ROLES:
         errors.append(ValidationError("roles", f"at most {MAX_ROLES} roles, got {len(spec.roles)}"))
     seen: set[str] = set()
-    for i, role in enumerate(spec.roles):
-        where = f"roles[{i}]"
-        _check_name(role.name, f"{where}.name", errors)
-        if role.name in seen:
-            errors.append(ValidationError(f"{where}.name", f"role name {role.name!r} is used twice"))
-        seen.add(role.name)
-        if not 1 <= role.replicas <= MAX_REPLICAS_PER_ROLE:
-            errors.append(
-                ValidationError(
-                    f"{where}.replicas", f"must be between 1 and {MAX_REPLICAS_PER_ROLE}, got {role.replicas}"
-                )
-            )
-        if not 1 <= role.gpus_per_replica <= MAX_GPUS_PER_REPLICA:
-            errors.append(
-                ValidationError(
-                    f"{where}.gpus_per_replica",
-                    f"must be between 1 and {MAX_GPUS_PER_REPLICA}, got {role.gpus_per_replica}",
-                )
-            )
-        if not GPU_TYPE_RE.match(role.gpu_type or ""):
-            errors.append(ValidationError(f"{where}.gpu_type", f"{role.gpu_type!r} is not a GPU type name"))
-        if not role.cpu_per_replica > 0:
-            errors.append(ValidationError(f"{where}.cpu_per_replica", "must be greater than 0"))
-        if not role.memory_gib_per_replica > 0:
-            errors.append(ValidationError(f"{where}.memory_gib_per_replica", "must be greater than 0"))
+    for i, role in enumerate(spec.roles[: MAX_ROLES + 1]):
+        _check_role(role, f"roles[{i}]", seen, errors)
+    # 3. Limits and timings.
     if not 1 <= spec.max_runtime_s <= MAX_RUNTIME_S:
         errors.append(
             ValidationError("max_runtime_s", f"must be between 1 and {MAX_RUNTIME_S} seconds, got {spec.max_runtime_s}")
         )
-    if spec.simulated_duration_s is not None and spec.simulated_duration_s > spec.max_runtime_s:
-        errors.append(ValidationError("simulated_duration_s", "must not exceed max_runtime_s"))
+    if spec.simulated_duration_s is not None and not (
+        math.isfinite(spec.simulated_duration_s) and spec.simulated_duration_s <= spec.max_runtime_s
+    ):
+        errors.append(ValidationError("simulated_duration_s", "must be a number of seconds not above max_runtime_s"))
+    interval = spec.simulated_checkpoint_interval_s
+    if interval is not None and not (math.isfinite(interval) and interval <= MAX_RUNTIME_S):
+        errors.append(
+            ValidationError("simulated_checkpoint_interval_s", f"must be a number of seconds up to {MAX_RUNTIME_S}")
+        )
     if not 0 <= spec.max_retries <= MAX_RETRIES:
         errors.append(ValidationError("max_retries", f"must be between 0 and {MAX_RETRIES}, got {spec.max_retries}"))
+    # 4. Labels.
     if len(spec.labels) > MAX_LABELS:
         errors.append(ValidationError("labels", f"at most {MAX_LABELS} labels, got {len(spec.labels)}"))
-    for key, value in spec.labels.items():
+    for key, value in list(spec.labels.items())[: MAX_LABELS + 1]:
         if not LABEL_KEY_RE.match(key):
-            errors.append(ValidationError(f"labels.{key}", "label keys are 1-127 letters, digits, '.', '_', '/', '-'"))
-        if len(value) > 256:
-            errors.append(ValidationError(f"labels.{key}", "label values are at most 256 characters"))
+            errors.append(
+                ValidationError(
+                    _label_field(key),
+                    f"label keys are 1-127 letters, digits, '.', '_', '/', '-', starting and ending with "
+                    f"a letter or digit; {quoted(key)} is not one",
+                )
+            )
+        problem = text_problem(value, MAX_LABEL_VALUE_CHARS, spaces=True)
+        if problem is not None:
+            errors.append(ValidationError(_label_field(key), f"label value: {problem}"))
+    # 5. What to run.
+    _check_payload(spec, errors)
+    return errors
+
+
+def _check_role(role: Role, where: str, seen: set[str], errors: list[ValidationError]) -> None:
+    _check_name(role.name, f"{where}.name", errors)
+    if role.name in seen:
+        errors.append(ValidationError(f"{where}.name", f"role name {quoted(role.name)} is used twice"))
+    seen.add(role.name)
+    if not 1 <= role.replicas <= MAX_REPLICAS_PER_ROLE:
+        errors.append(
+            ValidationError(
+                f"{where}.replicas", f"must be between 1 and {MAX_REPLICAS_PER_ROLE}, got {role.replicas}"
+            )
+        )
+    if not 1 <= role.gpus_per_replica <= MAX_GPUS_PER_REPLICA:
+        errors.append(
+            ValidationError(
+                f"{where}.gpus_per_replica",
+                f"must be between 1 and {MAX_GPUS_PER_REPLICA}, got {role.gpus_per_replica}",
+            )
+        )
+    if not GPU_TYPE_RE.match(role.gpu_type):
+        errors.append(
+            ValidationError(
+                f"{where}.gpu_type",
+                f"{quoted(role.gpu_type)} is not a GPU type name: 1-32 letters, digits, '_' or '-'",
+            )
+        )
+    # Comparisons are false for NaN, and the upper bounds exclude infinity.
+    if not 0 < role.cpu_per_replica <= MAX_CPU_PER_REPLICA:
+        errors.append(
+            ValidationError(f"{where}.cpu_per_replica", f"must be greater than 0 and at most {MAX_CPU_PER_REPLICA:g}")
+        )
+    if not 0 < role.memory_gib_per_replica <= MAX_MEMORY_GIB_PER_REPLICA:
+        errors.append(
+            ValidationError(
+                f"{where}.memory_gib_per_replica",
+                f"must be greater than 0 and at most {MAX_MEMORY_GIB_PER_REPLICA:g}",
+            )
+        )
+
+
+def _check_payload(spec: JobSpec, errors: list[ValidationError]) -> None:
     if spec.image is None and spec.workload_ref is None and spec.simulated_duration_s is None:
         errors.append(
             ValidationError(
                 "image", "say what to run: an image (and command), a workload_ref, or simulated_duration_s"
             )
         )
+    if spec.image is not None:
+        problem = text_problem(spec.image, MAX_IMAGE_CHARS, spaces=False) or (
+            "must not be empty" if not spec.image else None
+        )
+        if problem is not None:
+            errors.append(ValidationError("image", f"an image reference {problem}"))
+    if spec.workload_ref is not None:
+        problem = text_problem(spec.workload_ref, MAX_WORKLOAD_REF_CHARS, spaces=False) or (
+            "must not be empty" if not spec.workload_ref else None
+        )
+        if problem is not None:
+            errors.append(ValidationError("workload_ref", f"a workload reference {problem}"))
     if spec.command and spec.image is None:
         errors.append(ValidationError("command", "a command needs an image to run in"))
-    return errors
+    if len(spec.command) > MAX_COMMAND_ITEMS:
+        errors.append(ValidationError("command", f"at most {MAX_COMMAND_ITEMS} items, got {len(spec.command)}"))
+    total = sum(len(item) for item in spec.command)
+    if total > MAX_COMMAND_CHARS:
+        errors.append(ValidationError("command", f"at most {MAX_COMMAND_CHARS} characters in all, got {total}"))
+    for i, item in enumerate(spec.command[:MAX_COMMAND_ITEMS]):
+        # A process argument cannot hold NUL, and no encoder takes a lone
+        # surrogate; other control characters (a newline in a script) are fine.
+        bad = next((ch for ch in item if ch == "\x00" or "\ud800" <= ch <= "\udfff"), None)
+        if bad is not None:
+            errors.append(
+                ValidationError(f"command[{i}]", f"contains U+{ord(bad):04X}, which a process argument cannot hold")
+            )
+            break

@@ -19,14 +19,23 @@ def encode(message: Any) -> bytes:
     return _encoder.encode(message)
 
 
+def _decode(decoder: msgspec.json.Decoder, data: bytes) -> Any:
+    """JSON nested deeper than the interpreter's recursion limit (even in a
+    field that is ignored) is bad input like any other: a ``DecodeError``."""
+    try:
+        return decoder.decode(data)
+    except RecursionError as err:
+        raise msgspec.DecodeError("JSON is nested too deeply") from err
+
+
 def decode_intake(data: bytes) -> IntakeCommand:
     """Raises ``msgspec.ValidationError`` / ``DecodeError`` on bad input."""
-    return _intake.decode(data)
+    return _decode(_intake, data)
 
 
 def decode_job_event(data: bytes) -> JobEvent:
-    return _jobs.decode(data)
+    return _decode(_jobs, data)
 
 
 def decode_node_event(data: bytes) -> NodeEvent:
-    return _nodes.decode(data)
+    return _decode(_nodes, data)

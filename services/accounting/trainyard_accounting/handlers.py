@@ -5,6 +5,12 @@ ledger skips event ids (stream sequences) it has already applied, so a
 redelivery after a crash between commit and ack charges nothing twice.
 Checkpoints are recorded too, so work lost to preemption or a node failure is
 measured from the run's last checkpoint.
+
+A message that is not a job event is dead-lettered.  An event the ledger
+cannot store (a value too large for its column, say) must not hold up the
+events around it: when a batch fails for such a reason, its events are
+applied one at a time and only the one that fails is dead-lettered.
+Database outages are not bad data: they fail the batch, which is retried.
 """
 
 from __future__ import annotations
@@ -14,10 +20,14 @@ from collections.abc import Sequence
 
 import msgspec
 from nats.aio.msg import Msg
+from sqlalchemy.exc import DataError, IntegrityError
 
 from trainyard.bus import PoisonMessage
-from trainyard.events import CheckpointSaved, decode_job_event
+from trainyard.events import CheckpointSaved, JobEvent, decode_job_event
 from trainyard.ledger import Ledger
+
+#: Errors that mean "this event cannot be stored", not "the database is down".
+BAD_DATA = (ValueError, TypeError, OverflowError, UnicodeError, DataError, IntegrityError)
 
 
 class LedgerHandler:
@@ -26,18 +36,35 @@ class LedgerHandler:
 
     async def __call__(self, msgs: Sequence[Msg]) -> list[BaseException | None]:
         outcomes: list[BaseException | None] = [None] * len(msgs)
-        events = []
+        events: list[tuple[int, str, JobEvent]] = []
         for i, msg in enumerate(msgs):
             try:
-                events.append((str(msg.metadata.sequence.stream), decode_job_event(msg.data)))
+                events.append((i, str(msg.metadata.sequence.stream), decode_job_event(msg.data)))
             except (msgspec.DecodeError, msgspec.ValidationError) as err:
                 outcomes[i] = PoisonMessage(f"not a job event: {err}")
         # The database calls block; keep the event loop (and acks) moving.
-        await asyncio.to_thread(self.ledger.apply, events)
+        try:
+            await asyncio.to_thread(self.ledger.apply, [(event_id, event) for _, event_id, event in events])
+        except BAD_DATA:
+            events = await self._one_at_a_time(events, outcomes)
         checkpoints: dict[str, list[float]] = {}
-        for _, event in events:
+        for _, _, event in events:
             if isinstance(event, CheckpointSaved):
                 checkpoints.setdefault(event.run_id, []).append(event.at)
         for run_id, times in checkpoints.items():  # idempotent: a checkpoint time is recorded once
             await asyncio.to_thread(self.ledger.record_checkpoints, run_id, times)
         return outcomes
+
+    async def _one_at_a_time(
+        self, events: list[tuple[int, str, JobEvent]], outcomes: list[BaseException | None]
+    ) -> list[tuple[int, str, JobEvent]]:
+        """Apply each event alone; the ones the ledger refuses become poison."""
+        stored = []
+        for i, event_id, event in events:
+            try:
+                await asyncio.to_thread(self.ledger.apply, [(event_id, event)])
+            except BAD_DATA as err:
+                outcomes[i] = PoisonMessage(f"the ledger cannot store this {type(event).__name__}: {err!r}"[:1000])
+                continue
+            stored.append((i, event_id, event))
+        return stored

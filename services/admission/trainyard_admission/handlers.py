@@ -9,7 +9,6 @@ stale view is refused by the server instead of applied twice.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Sequence
 
@@ -17,8 +16,17 @@ import msgspec
 from nats.aio.msg import Msg
 
 from trainyard.bus import Bus, PoisonMessage, PublishRequest, RetryLater, WrongLastSequence
-from trainyard.core.admission import validate_against_tenancy
-from trainyard.domain.job import ValidationError, validate_job_spec
+from trainyard.core.admission import never_fits
+from trainyard.core.admission.commands import (
+    cancel_owner_problem,
+    cancel_problem,
+    job_id_of,
+    size_problem,
+    submit_errors,
+    subject_tenant,
+)
+from trainyard.domain.job import ValidationError
+from trainyard.domain.limits import job_id_problem
 from trainyard.events import (
     CancelJob,
     JobAccepted,
@@ -31,6 +39,7 @@ from trainyard.events import (
 from trainyard.store import Store
 from trainyard_admission.tenancy import TenancyHolder
 from trainyard.store import views
+from trainyard.store.fleet import FleetCache
 from trainyard.store.views import TERMINAL
 
 log = logging.getLogger(__name__)
@@ -39,21 +48,25 @@ log = logging.getLogger(__name__)
 def _rejection_from_bad_payload(msg: Msg, err: Exception, clock: Callable[[], float]) -> PublishRequest:
     """A payload that is not a valid command still gets a specific answer
     when it names a job id we can file the rejection under."""
-    tenant = msg.subject.split(".")[-1]
-    try:
-        raw = json.loads(msg.data)
-        job_id = raw.get("job_id") if isinstance(raw, dict) else None
-    except ValueError:
-        job_id = None
-    if not isinstance(job_id, str) or not job_id:
-        raise PoisonMessage(f"not a valid intake command and no job_id to reject it under: {err}")
+    tenant = _tenant_of(msg)
+    job_id, problem = job_id_of(msg.data)
+    if job_id is None:
+        raise PoisonMessage(f"not a valid intake command and {problem}: {err}")
     try:
         subject = subjects.job(tenant, job_id, "admission")
         fence = subjects.job_id_anywhere(job_id)
     except ValueError as bad:
         raise PoisonMessage(str(bad)) from err
-    rejection = JobRejected(at=clock(), job_id=job_id, tenant=tenant, errors=[ValidationError("payload", str(err))])
+    rejection = JobRejected(at=clock(), job_id=job_id, tenant=tenant, errors=[ValidationError("payload", str(err)[:1000])])
     return PublishRequest(subject, rejection, f"{tenant}/{job_id}:accepted", expected_last_subject_seq=0, fence_subject=fence)
+
+
+def _tenant_of(msg: Msg) -> str:
+    """The tenant of the intake subject; a malformed subject cannot be answered."""
+    tenant, problem = subject_tenant(msg.subject)
+    if problem is not None:
+        raise PoisonMessage(problem)
+    return tenant
 
 
 class IntakeHandler:
@@ -66,21 +79,21 @@ class IntakeHandler:
         self.store = store
         self.clock = clock
         self.tenancy = tenancy or TenancyHolder()
+        self.fleet = FleetCache(bus, store)
 
-    def _decide_submit(self, msg: Msg, cmd: SubmitJob) -> PublishRequest:
-        tenant = msg.subject.split(".")[-1]
+    async def _decide_submit(self, msg: Msg, cmd: SubmitJob) -> PublishRequest:
+        tenant = _tenant_of(msg)
+        if cmd.job_id is not None and (problem := job_id_problem(cmd.job_id)) is not None:
+            raise PoisonMessage(f"job_id: {problem}")  # nothing can be filed under an id that breaks the id rule
         job_id = cmd.job_id or f"j{msg.metadata.sequence.stream}"
         try:
             subject = subjects.job(tenant, job_id, "admission")
         except ValueError as err:
             raise PoisonMessage(f"job_id {job_id!r}: {err}") from err
-        errors = validate_job_spec(cmd.spec)
-        if cmd.spec.tenant != tenant:
-            errors.append(
-                ValidationError("tenant", f"spec is for tenant {cmd.spec.tenant!r} but was sent to {msg.subject}")
-            )
-        if not errors and self.tenancy.compiled is not None:
-            errors = validate_against_tenancy(cmd.spec, self.tenancy.compiled)
+        errors = submit_errors(cmd.spec, cmd.job_id, msg.subject, tenant, self.tenancy.compiled)
+        if not errors and never_fits(cmd.spec, await self.fleet.summary()):
+            # Refuse only on a fleet view that holds every node registered so far.
+            errors = never_fits(cmd.spec, await self.fleet.caught_up_summary())
         if errors:
             event: JobAccepted | JobRejected = JobRejected(at=self.clock(), job_id=job_id, tenant=tenant, errors=errors)
         else:
@@ -89,12 +102,17 @@ class IntakeHandler:
         fence = subjects.job_id_anywhere(job_id)
         return PublishRequest(subject, event, f"{tenant}/{job_id}:accepted", expected_last_subject_seq=0, fence_subject=fence)
 
-    async def _decide_cancel(self, cmd: CancelJob) -> PublishRequest | None:
+    async def _decide_cancel(self, msg: Msg, cmd: CancelJob) -> PublishRequest | None:
+        tenant = _tenant_of(msg)
+        problem = cancel_problem(tenant, cmd.job_id, cmd.tenant, cmd.reason)
+        if problem is not None:
+            raise PoisonMessage(problem)
         job = await views.get_job(self.store, cmd.job_id)
         if job is None:
             raise RetryLater(f"job {cmd.job_id} is not known yet", delay_s=1.0)
-        if job.tenant != cmd.tenant:
-            raise PoisonMessage(f"job {cmd.job_id} does not belong to tenant {cmd.tenant}")
+        problem = cancel_owner_problem(tenant, cmd.job_id, job.tenant)
+        if problem is not None:
+            raise PoisonMessage(problem)
         if job.status in TERMINAL:
             return None
         event = JobCancelled(at=self.clock(), job_id=job.job_id, tenant=job.tenant, run_id=job.run_id, reason=cmd.reason)
@@ -120,15 +138,18 @@ class IntakeHandler:
         requests: list[tuple[int, PublishRequest]] = []
         for i, msg in enumerate(msgs):
             try:
+                problem = size_problem(len(msg.data))
+                if problem is not None:
+                    raise PoisonMessage(problem)
                 try:
                     cmd = decode_intake(msg.data)
                 except (msgspec.DecodeError, msgspec.ValidationError) as err:
                     requests.append((i, _rejection_from_bad_payload(msg, err, self.clock)))
                     continue
                 if isinstance(cmd, SubmitJob):
-                    requests.append((i, self._decide_submit(msg, cmd)))
+                    requests.append((i, await self._decide_submit(msg, cmd)))
                 else:
-                    req = await self._decide_cancel(cmd)
+                    req = await self._decide_cancel(msg, cmd)
                     if req is not None:
                         requests.append((i, req))
             except Exception as err:  # noqa: BLE001 - settled by the consumer loop

@@ -2,6 +2,7 @@
 
 from trainyard.core.admission.cycle import admit
 from trainyard.core.admission.fairshare import decay_usage, decay_usage_table
+from trainyard.core.admission.fit import FleetSummary, never_fits
 from trainyard.core.admission.intake import check_quota, pending_from_spec, placement_backoff, validate_against_tenancy
 from trainyard.core.admission.snapshot import (
     AdmissionPolicy,
@@ -29,6 +30,7 @@ __all__ = [
     "AdmissionSnapshot",
     "Admit",
     "Cohort",
+    "FleetSummary",
     "FlavorQuota",
     "PendingJob",
     "Preemption",
@@ -42,6 +44,7 @@ __all__ = [
     "check_quota",
     "decay_usage",
     "decay_usage_table",
+    "never_fits",
     "pending_from_spec",
     "placement_backoff",
     "queue_key",

@@ -42,7 +42,7 @@ def validate_against_tenancy(spec: JobSpec, tenancy: Tenancy) -> list[Validation
         )
     else:
         node = index.queue_of[f"{spec.tenant}/{spec.queue}"]
-    # 2. Priority class.
+    # 2. Priority class: known, and granted to the queue.
     classes = [p.name for p in tenancy.priority_classes]
     if classes and spec.priority_class not in classes:
         errors.append(
@@ -50,6 +50,16 @@ def validate_against_tenancy(spec: JobSpec, tenancy: Tenancy) -> list[Validation
                 "priority_class", f"unknown priority class {spec.priority_class!r}; classes: {_listing(classes)}"
             )
         )
+    elif classes and node is not None:
+        allowed = tenancy.queues[node - index.queue_nodes[0]].priority_classes
+        if allowed is not None and spec.priority_class not in allowed:
+            errors.append(
+                ValidationError(
+                    "priority_class",
+                    f"queue {spec.tenant}/{spec.queue} may not use priority class {spec.priority_class!r}; "
+                    f"it may use: {_listing(list(allowed))}",
+                )
+            )
     # 3. GPU types offered, and gangs no quota could ever hold.
     offered = list(tenancy.flavors) or list(index.flavors)
     demand: dict[str, int] = {}

@@ -44,6 +44,7 @@ class QueueQuota(msgspec.Struct, frozen=True):
     cohort: str | None = None
     quota: dict[str, FlavorQuota] = {}
     weight: float = 1.0
+    priority_classes: tuple[str, ...] | None = None  # classes its jobs may use; None: every class
 
 
 class PriorityClass(msgspec.Struct, frozen=True):

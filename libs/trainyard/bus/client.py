@@ -1,0 +1,88 @@
+"""The NATS client under the bus: it never stays disconnected because of one
+bad message, and it refuses a message the server would not take.
+
+The stock client closes the connection for good when the server sends an
+error other than a permissions violation or a stale connection (for instance
+``Maximum Payload Violation`` after one over-size publish, or ``Authorization
+Violation``): every subscription is dropped and every later publish fails.
+:class:`ResilientClient` treats those errors like a lost connection instead:
+it reconnects (with ``max_reconnect_attempts=-1``, for as long as it takes)
+and replays its subscriptions, so consumers carry on.
+
+The server counts headers and data together against ``max_payload``; the
+client itself checks only the data.  :func:`check_publishable` measures both
+and raises :class:`PayloadTooLarge` before anything is sent.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from nats import errors
+from nats.aio.client import Client
+from nats.protocol.parser import AUTHORIZATION_VIOLATION, PERMISSIONS_ERR, STALE_CONNECTION
+
+log = logging.getLogger(__name__)
+
+_HEADER_LINE = len(b"NATS/1.0\r\n")
+
+
+class PayloadTooLarge(Exception):
+    """The message (data plus headers) is larger than the server's
+    ``max_payload``; it was not sent, and the connection is untouched."""
+
+    def __init__(self, subject: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"a message of {size} bytes (data and headers) for {subject} is larger than the server's "
+            f"max_payload of {limit} bytes; it was not sent"
+        )
+        self.subject = subject
+        self.size = size
+        self.limit = limit
+
+
+def message_size(data: bytes, headers: dict[str, str] | None) -> int:
+    """The bytes the server counts against ``max_payload``: the header block
+    (as the client writes it) plus the data."""
+    if not headers:
+        return len(data)
+    block = _HEADER_LINE + 2  # the status line and the blank line that ends the block
+    for key, value in headers.items():
+        block += len(key.encode()) + 2 + len(value.encode()) + 2
+    return block + len(data)
+
+
+def check_publishable(nc: Client, subject: str, data: bytes, headers: dict[str, str] | None) -> None:
+    """Raise before sending what the server would refuse by closing the connection."""
+    for key, value in (headers or {}).items():
+        if any(c in key or c in value for c in "\r\n"):
+            raise ValueError(f"header {key!r} holds a line break; header values are one line")
+    size = message_size(data, headers)
+    if size > nc.max_payload:
+        raise PayloadTooLarge(subject, size, nc.max_payload)
+
+
+def header_value(text: str, limit: int = 1000) -> str:
+    """``text`` made safe as one header value: one line, at most ``limit`` characters."""
+    flat = "".join(c if c.isprintable() else " " for c in text)
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+class ResilientClient(Client):
+    """A NATS client that reconnects after a fatal server error instead of
+    closing for good (see the module's docstring)."""
+
+    async def _process_err(self, err_msg: str) -> None:
+        if STALE_CONNECTION in err_msg or PERMISSIONS_ERR in err_msg:
+            await super()._process_err(err_msg)  # stale: reconnects; permissions: reported, kept open
+            return
+        if AUTHORIZATION_VIOLATION in err_msg:
+            err: errors.Error = errors.AuthorizationError()
+        else:
+            err = errors.Error(f"nats: {err_msg.strip().strip(chr(39))}")
+        self._err = err
+        log.warning("NATS server error %s: reconnecting", err)
+        await self._error_cb(err)
+        # The server drops the connection after such an error: reconnect and
+        # replay the subscriptions, as after any lost connection.
+        await self._process_op_err(err)
