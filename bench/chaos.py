@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import tempfile
 import time
@@ -39,6 +40,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=defaults.seed)
     p.add_argument("--nodes", type=int, default=32)
     p.add_argument("--drain-timeout-s", type=float, default=defaults.drain_timeout_s)
+    p.add_argument("--keep", metavar="DIR", help="run the stack in DIR and keep it (logs, ledger) afterwards")
     p.add_argument("--json", action="store_true")
     return p.parse_args()
 
@@ -67,7 +69,8 @@ def show(report: ChaosReport) -> None:
 async def main(args: argparse.Namespace) -> int:
     plan = ChaosPlan(jobs=args.jobs, rate=args.rate, kills=args.kills, flushes=args.flushes, stalls=args.stalls,
                      stall_s=args.stall_s, seed=args.seed, drain_timeout_s=args.drain_timeout_s)  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="trainyard-chaos-") as tmp:
+    with contextlib.ExitStack() as cleanup:
+        tmp = args.keep or cleanup.enter_context(tempfile.TemporaryDirectory(prefix="trainyard-chaos-"))
         stack = LocalStack(StackConfig(data_dir=tmp, nodes=args.nodes, racks=4, log_level="WARNING"))
         t0 = time.monotonic()
         await asyncio.to_thread(stack.start)

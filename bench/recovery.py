@@ -188,7 +188,7 @@ async def main(args: argparse.Namespace) -> None:
             rerun: list[float] = []
             notes: list[str] = []
             started = time.time()
-            async with httpx.AsyncClient(base_url=stack.api_url, timeout=10) as http:
+            async with httpx.AsyncClient(base_url=stack.api_url, timeout=10, headers=stack.admin_headers()) as http:
                 for _ in range(args.faults):
                     await one_fault(bus, store, http, watcher, rng, nodes, isolate, rerun, notes)
                     await asyncio.sleep(rng.uniform(0.2, 0.8))

@@ -11,6 +11,7 @@ import pytest
 
 from trainyard.bus import Bus, ensure_streams
 from trainyard.store import Store
+from trainyard.testing.auth import Callers, issue
 from trainyard.testing.servers import Server, start_nats, start_redis
 
 
@@ -48,3 +49,9 @@ async def store(redis_server: Server, redis_prefix: str) -> AsyncIterator[Store]
     yield s
     await s.flush()
     await s.close()
+
+
+@pytest.fixture
+async def callers(bus: Bus) -> Callers:
+    """An API token for each role (and tenant) in the bus's token store."""
+    return await issue(bus)

@@ -34,6 +34,15 @@ class Settings(msgspec.Struct, frozen=True):
     gateway_http_port: int = 8080
     gateway_grpc_port: int = 50051
     log_level: str = "INFO"
+    # Bearer JWTs (docs/security.md); no issuer: only API tokens are accepted.
+    auth_jwt_issuer: str = ""  # the "iss" to trust, e.g. https://login.example.com/realms/ml
+    auth_jwt_audience: str = ""  # must appear in "aud"
+    auth_jwks_url: str = ""  # the issuer's JWKS (its OIDC discovery document's jwks_uri)
+    auth_jwks_file: str = ""  # or a local JWKS file
+    auth_jwt_role_claim: str = "trainyard_role"  # claim holding the role (dots reach into objects)
+    auth_jwt_tenant_claim: str = "trainyard_tenant"  # claim holding the tenant of tenant-bound roles
+    auth_jwt_algorithms: str = "RS256,ES256"  # comma-separated; asymmetric only
+    auth_jwt_leeway_s: float = 30.0  # clock skew allowed on exp / nbf / iat
 
 
 def load_settings(environ: dict[str, str] | None = None) -> Settings:

@@ -21,6 +21,7 @@ from trainyard.ledger import Ledger, chargeback_rows, chargeback_totals, period_
 from trainyard.ledger.finance_config import read_rate_card
 from trainyard.local import LocalStack
 from trainyard.store import Store, views
+from trainyard.testing.auth import issue_at
 
 pytestmark = pytest.mark.e2e
 
@@ -31,7 +32,6 @@ JOBS = [  # (job id, tenant, GPUs per replica, replicas, seconds)
     ("fin-4", "globex", 1, 1, 1.1),
     ("fin-5", "initech", 4, 1, 0.5),
 ]
-FINANCE = {"X-Trainyard-Role": "finance"}
 # Jobs of a second cost fractions of a cent at real prices; these prices make
 # every tenant's bill dollars with odd cents.
 RATE_CARD = """{"currency": "USD", "versions": [
@@ -75,7 +75,7 @@ async def run_jobs(stack: LocalStack) -> None:
     assert stack.redis
     store = Store.from_url(stack.redis.url)
     try:
-        async with httpx.AsyncClient(base_url=stack.api_url, timeout=10) as client:
+        async with httpx.AsyncClient(base_url=stack.api_url, timeout=10, headers=stack.admin_headers()) as client:
             for job_id, tenant, gpus, replicas, seconds in JOBS:
                 body = {
                     "job_id": job_id, "tenant": tenant, "queue": "default", "name": job_id, "simulated_duration_s": seconds,
@@ -113,13 +113,16 @@ async def test_the_months_chargeback_reconciles_to_the_ledger_and_the_capacity_r
     assert set(expected) == {"acme", "globex", "initech"} and all(v > 0 for v in expected.values())
     assert library == expected
 
+    assert stack.nats
+    callers = await issue_at(stack.nats.url)
+    finance, acme = callers.headers("finance"), callers.headers("acme")
     async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as client:
         params = {"period": period, "format": "csv"}
-        denied = await client.get("/v1/exports/chargeback", params=params, headers={"X-Trainyard-Tenant": "acme"})
-        as_csv = await client.get("/v1/exports/chargeback", params=params, headers=FINANCE)
-        as_parquet = await client.get("/v1/exports/chargeback", params={**params, "format": "parquet"}, headers=FINANCE)
-        acme_usage = (await client.get("/v1/usage", headers={"X-Trainyard-Tenant": "acme"})).json()
-        all_usage = (await client.get("/v1/usage", params={"group_by": "tenant"}, headers=FINANCE)).json()
+        denied = await client.get("/v1/exports/chargeback", params=params, headers=acme)
+        as_csv = await client.get("/v1/exports/chargeback", params=params, headers=finance)
+        as_parquet = await client.get("/v1/exports/chargeback", params={**params, "format": "parquet"}, headers=finance)
+        acme_usage = (await client.get("/v1/usage", headers=acme)).json()
+        all_usage = (await client.get("/v1/usage", params={"group_by": "tenant"}, headers=finance)).json()
 
     assert denied.status_code == 403
     assert as_csv.status_code == 200 and as_parquet.status_code == 200
@@ -141,7 +144,7 @@ async def test_the_months_chargeback_reconciles_to_the_ledger_and_the_capacity_r
     assert totals(pq.read_table(via_api).to_pylist()) == expected
 
     usage = await asyncio.to_thread(
-        trainyard, "report", "usage", "--finance", "--group-by", "tenant,job", "--csv", "--data-dir", str(stack.data_dir)
+        trainyard, "report", "usage", "--group-by", "tenant,job", "--csv", "--data-dir", str(stack.data_dir)
     )
     usage_rows = list(csv.DictReader(io.StringIO(usage.stdout)))
     assert {r["job_id"] for r in usage_rows} == {job_id for job_id, *_ in JOBS}

@@ -20,6 +20,7 @@ from trainyard.ledger import Ledger
 from trainyard.local import LocalStack
 from trainyard.store import Store
 from trainyard.store import views
+from trainyard.testing.auth import issue
 from trainyard.testing.streams import read_job_events
 
 pytestmark = pytest.mark.e2e
@@ -118,7 +119,7 @@ async def check_exactly_once(stack: LocalStack, bus: Bus, store: Store, jobs: li
 
 
 async def submit_all(stack: LocalStack, bus: Bus, jobs: list[tuple[str, JobSpec]]) -> None:
-    async with httpx.AsyncClient(base_url=stack.api_url, timeout=10) as client:
+    async with httpx.AsyncClient(base_url=stack.api_url, timeout=10, headers=stack.admin_headers()) as client:
         sem = asyncio.Semaphore(32)
 
         async def one(i: int, job_id: str, spec: JobSpec) -> None:
@@ -147,9 +148,10 @@ async def test_a_few_hundred_jobs_each_succeed_exactly_once_and_are_metered(stac
             by_tenant = await asyncio.to_thread(ledger.usage, None, None, None, None, ("tenant",))
         finally:
             ledger.close()
+        callers = await issue(bus)
         async with httpx.AsyncClient(base_url=stack.api_url, timeout=10) as client:
-            rows = (await client.get("/v1/usage")).json()
-            acme = (await client.get("/v1/usage", headers={"X-Trainyard-Tenant": "acme"})).json()
+            rows = (await client.get("/v1/usage", headers=callers.headers("finance"))).json()
+            acme = (await client.get("/v1/usage", headers=callers.headers("acme"))).json()
         assert sum(r["gpu_seconds"] for r in rows) == pytest.approx(sum(by_tenant.values()), abs=0.01)
         assert {r["tenant"] for r in acme} == {"acme"}
         assert sum(r["gpu_seconds"] for r in acme) == pytest.approx(by_tenant[("acme",)], abs=0.01)

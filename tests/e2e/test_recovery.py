@@ -125,11 +125,11 @@ async def test_a_fatal_xid_isolates_the_node_and_the_whole_gang_runs_again_elsew
         assert (row.lost_seconds or 0) > 0
 
         # 6. The operator surface: history, then an uncordon returns the node.
-        async with httpx.AsyncClient(base_url=stack.api_url, timeout=10) as http:
+        async with httpx.AsyncClient(base_url=stack.api_url, timeout=10, headers=stack.admin_headers()) as http:
             history = (await http.get(f"/v1/nodes/{victim}/history")).json()
             assert [h["to_state"] for h in history["history"]][:1] == ["draining"]
             assert "XID 79" in history["history"][0]["detail"]
-            response = await http.post(f"/v1/nodes/{victim}/uncordon", json={"reason": "GPU reseated", "operator": "e2e"})
+            response = await http.post(f"/v1/nodes/{victim}/uncordon", json={"reason": "GPU reseated"})
             assert response.status_code == 202, response.text
 
         async def back():  # type: ignore[no-untyped-def]

@@ -5,6 +5,7 @@ being told at once why a job was rejected."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -68,6 +69,13 @@ def test_a_signal_stops_the_whole_stack_and_a_second_start_is_refused_meanwhile(
         assert lock.pid == up.pid and lock.ports == read_ports(data_dir)
         # the addresses are printed just after "Trainyard is up"
         wait_until(lambda: f"127.0.0.1:{lock.ports['http']}" in log.read_text(), 60, "the API address to be printed")
+        # The admin token is made, kept private, and found by the CLI by itself.
+        wait_until(lambda: "admin token" in log.read_text(), 60, "the admin token to be printed")
+        assert (data_dir / "admin-token").stat().st_mode & 0o777 == 0o600
+        listed = cli("jobs", "--data-dir", str(data_dir))
+        assert listed.exit_code == 0, listed.output
+        refused = cli("--token", "ty_0123456789abcdef_" + "x" * 43, "jobs", "--data-dir", str(data_dir))
+        assert refused.exit_code == 1 and "unknown API token" in refused.output
 
         second = subprocess.run(
             [sys.executable, "-m", "trainyard.cli.main", "up", "--data-dir", str(data_dir)],
@@ -120,17 +128,17 @@ async def apply_tenancy(stack: LocalStack) -> None:
 def test_submit_from_a_file_takes_the_tenant_from_it_and_a_rejection_is_shown_with_exit_status_1(stack: LocalStack) -> None:
     asyncio.run(apply_tenancy(stack))
 
-    from_file = cli("submit", "-f", str(ROOT / "examples" / "rl-job.yaml"), "--api-url", stack.api_url, "--job-id", "rl-1")
+    from_file = cli("submit", "-f", str(ROOT / "examples" / "rl-job.yaml"), "--data-dir", str(stack.data_dir), "--job-id", "rl-1")
     assert from_file.exit_code == 0, from_file.output
     assert from_file.output.strip().splitlines()[0] == "rl-1"
-    shown = cli("job", "rl-1", "--json", "--api-url", stack.api_url)
+    shown = cli("job", "rl-1", "--json", "--data-dir", str(stack.data_dir))
     assert '"tenant": "acme"' in shown.output and '"queue": "default"' in shown.output
 
     # Admission follows the tenancy key: until it has read it, a stranger is accepted.
     attempts: list = []
 
     def rejected():  # type: ignore[no-untyped-def]
-        result = cli("submit", "--tenant", "globex", "--gpus", "1", "--api-url", stack.api_url,
+        result = cli("submit", "--tenant", "globex", "--gpus", "1", "--data-dir", str(stack.data_dir),
                      "--job-id", f"stranger-{len(attempts)}")  # fmt: skip
         attempts.append(result)
         assert result.exit_code in (0, 1), result.output
@@ -139,3 +147,22 @@ def test_submit_from_a_file_takes_the_tenant_from_it_and_a_rejection_is_shown_wi
     result = wait_until(rejected, 60, "a job of an unknown tenant to be rejected at submit")
     assert "rejected" in result.output
     assert "tenant: unknown tenant 'globex'" in result.output
+
+
+def test_an_admin_hands_out_a_researcher_token_from_the_cli_and_revokes_it(stack: LocalStack) -> None:
+    where = ("--data-dir", str(stack.data_dir))
+    created = cli("auth", "token", "create", "--name", "alice", "--role", "researcher", "--tenant", "acme", *where)
+    assert created.exit_code == 0, created.output
+    token = created.stdout.strip().splitlines()[-1]
+    assert token.startswith("ty_")
+
+    submitted = cli("--token", token, "submit", "--tenant", "acme", "--gpus", "1", "--job-id", "alices", *where)
+    assert submitted.exit_code == 0, submitted.output
+    refused = cli("--token", token, "submit", "--tenant", "globex", "--gpus", "1", *where)
+    assert refused.exit_code == 1 and "acts only for tenant 'acme'" in refused.output
+
+    listed = cli("auth", "token", "list", "--json", *where)
+    [alice] = [t for t in json.loads(listed.stdout) if t["name"] == "alice"]
+    assert cli("auth", "token", "revoke", alice["id"], *where).exit_code == 0
+    after = cli("--token", token, "jobs", *where)
+    assert after.exit_code == 1 and "revoked" in after.output

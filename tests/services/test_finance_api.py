@@ -25,6 +25,7 @@ from trainyard.events.jobs import JobAccepted, JobAdmitted, JobEvent, JobPlaced,
 from trainyard.ledger import Ledger
 from trainyard.settings import Settings
 from trainyard.store import Store
+from trainyard.testing.auth import Callers
 from trainyard_gateway.main import build_usage_source
 
 T0 = 1_793_491_200.0  # 2026-11-01T00:00:00Z
@@ -43,7 +44,11 @@ RATE_CARD = {
         {"version": "2026-11-15", "effective_from": "2026-11-15", "prices": {"H100": "2.29", "A100": "1.19"}},
     ],
 }
-FINANCE = {"X-Trainyard-Role": "finance"}
+
+
+def headers_of(callers: Callers, caller: str | None) -> dict[str, str]:
+    """The headers a caller sends (see trainyard.testing.auth.CALLERS); None: no credentials at all."""
+    return {"Authorization": ""} if caller is None else callers.headers(caller)
 
 
 def lifecycle(job: str, tenant: str, gpus: int, gpu_type: str, start: float, end: float | None, outcome: str = "ok") -> list[JobEvent]:
@@ -109,17 +114,19 @@ def ledger_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.fixture
-async def client(bus: Bus, store: Store, ledger_url: str) -> AsyncIterator[httpx.AsyncClient]:
+async def client(bus: Bus, store: Store, ledger_url: str, callers: Callers) -> AsyncIterator[httpx.AsyncClient]:
     settings = Settings(ledger_url=ledger_url)
     app = create_app(
-        JobOperations(bus, store), store, usage_source=build_usage_source(settings),
+        JobOperations(bus, store), store, callers.authenticator, usage_source=build_usage_source(settings),
         routers=[finance_api.build_router(bus, store, settings)],
     )  # fmt: skip
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as c:
-        yield c
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://gateway", headers=callers.headers("finance")
+    ) as c:
+        yield c  # as finance unless a test says otherwise
 
 
-async def export(client: httpx.AsyncClient, fmt: str = "csv", headers: dict[str, str] = FINANCE, **params: object) -> httpx.Response:
+async def export(client: httpx.AsyncClient, fmt: str = "csv", headers: dict[str, str] | None = None, **params: object) -> httpx.Response:
     return await client.get("/v1/exports/chargeback", params={"period": "2026-11", "format": fmt, "as_of": AS_OF, **params}, headers=headers)
 
 
@@ -138,24 +145,25 @@ def totals(rows: list[dict[str, object]]) -> dict[str, Decimal]:
 
 
 @pytest.mark.parametrize(
-    ("headers", "status"),
+    ("caller", "status"),
     [
-        pytest.param({}, 403, id="a caller with no role may not export"),
-        pytest.param({"X-Trainyard-Tenant": "acme"}, 403, id="a tenant header alone may not export"),
-        pytest.param({"X-Trainyard-Role": "researcher"}, 403, id="another role may not export"),
-        pytest.param(FINANCE, 200, id="finance exports"),
+        pytest.param(None, 401, id="a caller with no credentials may not export"),
+        pytest.param("acme", 403, id="a researcher may not export"),
+        pytest.param("operator", 403, id="an operator may not export"),
+        pytest.param("finance", 200, id="finance exports"),
+        pytest.param("admin", 200, id="an admin exports"),
     ],
 )
-async def test_the_chargeback_export_is_for_finance_only(client: httpx.AsyncClient, headers: dict[str, str], status: int) -> None:
-    response = await export(client, headers=headers)
+async def test_the_chargeback_export_is_for_finance_and_admins(client: httpx.AsyncClient, callers: Callers, caller: str | None, status: int) -> None:
+    response = await export(client, headers=headers_of(callers, caller))
 
     assert response.status_code == status
     if status == 403:
-        assert response.json()["code"] == "permission_denied" and "X-Trainyard-Role: finance" in response.json()["message"]
+        assert response.json()["code"] == "permission_denied" and "finance" in response.json()["message"]
 
 
-async def test_finance_with_a_tenant_header_gets_that_tenants_rows_only(client: httpx.AsyncClient) -> None:
-    response = await export(client, headers={**FINANCE, "X-Trainyard-Tenant": "acme"})
+async def test_finance_naming_a_tenant_gets_that_tenants_rows_only(client: httpx.AsyncClient) -> None:
+    response = await export(client, tenant="acme")
 
     rows = csv_rows(response)
     assert {r["SubAccountId"] for r in rows} == {"acme"}
@@ -198,7 +206,7 @@ async def test_the_parquet_export_holds_the_same_rows_as_the_csv(client: httpx.A
     ],
 )
 async def test_a_bad_period_or_format_is_422_naming_the_parameter(client: httpx.AsyncClient, params: dict[str, str], field: str) -> None:
-    response = await client.get("/v1/exports/chargeback", params={"period": "2026-11", "format": "csv", **params}, headers=FINANCE)
+    response = await client.get("/v1/exports/chargeback", params={"period": "2026-11", "format": "csv", **params})
 
     assert response.status_code == 422
     assert [e["field"] for e in response.json()["errors"]] == [field]
@@ -221,17 +229,17 @@ async def test_a_rate_card_that_cannot_price_the_usage_is_a_configuration_error_
 
 
 @pytest.mark.parametrize(
-    ("headers", "params", "status", "tenants"),
+    ("caller", "params", "status", "tenants"),
     [
-        pytest.param({"X-Trainyard-Tenant": "acme"}, {}, 200, {"acme"}, id="a tenant sees only its own usage"),
-        pytest.param({"X-Trainyard-Tenant": "acme"}, {"tenant": "globex"}, 403, set(), id="a tenant may not read another"),
-        pytest.param(FINANCE, {}, 200, {"acme", "globex", "initech"}, id="finance sees every tenant"),
-        pytest.param(FINANCE, {"tenant": "globex"}, 200, {"globex"}, id="finance may pick one tenant"),
-        pytest.param({**FINANCE, "X-Trainyard-Tenant": "acme"}, {"tenant": "globex"}, 200, {"globex"}, id="the finance role lifts the tenant scope"),
+        pytest.param("acme", {}, 200, {"acme"}, id="a researcher sees only its own tenant's usage"),
+        pytest.param("acme", {"tenant": "globex"}, 403, set(), id="a researcher may not read another tenant's"),
+        pytest.param("finance", {}, 200, {"acme", "globex", "initech"}, id="finance sees every tenant"),
+        pytest.param("finance", {"tenant": "globex"}, 200, {"globex"}, id="finance may pick one tenant"),
+        pytest.param("operator", {}, 403, set(), id="an operator may not read usage"),
     ],
 )
-async def test_usage_by_role(client: httpx.AsyncClient, headers: dict[str, str], params: dict[str, str], status: int, tenants: set[str]) -> None:
-    response = await client.get("/v1/usage", params={"from": "2026-11-01", "to": "2026-11-30", **params}, headers=headers)
+async def test_usage_by_role(client: httpx.AsyncClient, callers: Callers, caller: str, params: dict[str, str], status: int, tenants: set[str]) -> None:
+    response = await client.get("/v1/usage", params={"from": "2026-11-01", "to": "2026-11-30", **params}, headers=callers.headers(caller))
 
     assert response.status_code == status
     if status == 200:
@@ -240,7 +248,7 @@ async def test_usage_by_role(client: httpx.AsyncClient, headers: dict[str, str],
 
 async def test_usage_over_a_window_grouped_by_queue_and_job_matches_the_ledger(client: httpx.AsyncClient, ledger_url: str) -> None:
     response = await client.get(
-        "/v1/usage", params={"from": "2026-11-01", "to": "2026-11-01", "group_by": "queue,job"}, headers=FINANCE
+        "/v1/usage", params={"from": "2026-11-01", "to": "2026-11-01", "group_by": "queue,job"}
     )
 
     assert response.status_code == 200
@@ -259,7 +267,7 @@ async def test_usage_over_a_window_grouped_by_queue_and_job_matches_the_ledger(c
     ],
 )
 async def test_bad_usage_parameters_are_422(client: httpx.AsyncClient, params: dict[str, str], field: str) -> None:
-    response = await client.get("/v1/usage", params=params, headers=FINANCE)
+    response = await client.get("/v1/usage", params=params)
 
     assert response.status_code == 422
     assert [e["field"] for e in response.json()["errors"]] == [field]
@@ -299,22 +307,22 @@ def test_bad_finance_files_are_refused_naming_the_file_and_the_problem(tmp_path:
 # --- capacity report -----------------------------------------------------------------------------------
 
 
-async def capacity(client: httpx.AsyncClient, headers: dict[str, str] = FINANCE, **params: object) -> httpx.Response:
+async def capacity(client: httpx.AsyncClient, headers: dict[str, str] | None = None, **params: object) -> httpx.Response:
     query = {"from": "2026-11-01", "to": "2026-11-20", "capacity": "H100=64,A100=2x8", "as_of": AS_OF, **params}
     return await client.get("/v1/reports/capacity", params=query, headers=headers)
 
 
 @pytest.mark.parametrize(
-    ("headers", "status"),
+    ("caller", "status"),
     [
-        pytest.param({}, 403, id="a caller with no role may not read the capacity report"),
-        pytest.param({"X-Trainyard-Tenant": "acme"}, 403, id="a tenant may not read the capacity report"),
-        pytest.param(FINANCE, 200, id="finance reads the capacity report"),
-        pytest.param({"X-Trainyard-Role": "admin"}, 200, id="an admin reads the capacity report"),
+        pytest.param(None, 401, id="a caller with no credentials may not read the capacity report"),
+        pytest.param("acme", 403, id="a researcher may not read the capacity report"),
+        pytest.param("finance", 200, id="finance reads the capacity report"),
+        pytest.param("admin", 200, id="an admin reads the capacity report"),
     ],
 )
-async def test_the_capacity_report_is_for_finance_and_admin(client: httpx.AsyncClient, headers: dict[str, str], status: int) -> None:
-    response = await capacity(client, headers=headers)
+async def test_the_capacity_report_is_for_finance_and_admin(client: httpx.AsyncClient, callers: Callers, caller: str | None, status: int) -> None:
+    response = await capacity(client, headers=headers_of(callers, caller))
 
     assert response.status_code == status
     if status == 403:

@@ -1,9 +1,9 @@
-"""The gRPC front door against real NATS and Redis: the same operations and
-the same tenancy as REST, failures as gRPC status codes."""
+"""The gRPC front door against real NATS and Redis: the same operations, the
+same verified callers and the same tenancy as REST, failures as gRPC status
+codes."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,10 +30,24 @@ from trainyard.events import (
     decode_intake,
     subjects,
 )
-from trainyard.store import Projector, Store
+from trainyard.store import Store
+from trainyard.testing.auth import Callers
 from trainyard.testing.servers import free_port
+from trainyard.testing.streams import project
 
-ACME = (("x-trainyard-tenant", "acme"),)
+ACME = "acme"  # a researcher of tenant acme (trainyard.testing.auth.CALLERS)
+
+
+class DefaultCaller(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Calls that carry no credentials of their own go as ``metadata``'s caller."""
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self.metadata = metadata
+
+    async def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
+        if not details.metadata:
+            details = details._replace(metadata=grpc.aio.Metadata(*self.metadata))
+        return await continuation(details, request)
 
 
 def proto_spec(tenant: str = "acme", **overrides: Any) -> pb.JobSpec:
@@ -69,14 +83,6 @@ async def record_job(bus: Bus, job_id: str, tenant: str = "acme", until: str = "
         await publish_event(bus, event, msg_id=f"{job_id}:{i}")
 
 
-async def project_jobs(bus: Bus, store: Store) -> None:
-    projector = Projector(bus, store, "JOBS")
-    stop = asyncio.Event()
-    task = asyncio.create_task(projector.run(stop))
-    await projector.wait_for((await bus.js.stream_info("JOBS")).state.last_seq)
-    stop.set()
-    await task
-
 
 async def intake_count(bus: Bus) -> int:
     return (await bus.js.stream_info("INTAKE")).state.messages
@@ -88,12 +94,20 @@ def metrics() -> GatewayMetrics:
 
 
 @pytest.fixture
-async def stub(bus: Bus, store: Store, metrics: GatewayMetrics) -> AsyncIterator[pb_grpc.JobServiceStub]:
+async def server(bus: Bus, store: Store, callers: Callers, metrics: GatewayMetrics) -> AsyncIterator[int]:
+    """The gRPC server's port."""
     port = free_port()
-    server = await start_grpc(JobOperations(bus, store), "127.0.0.1", port, metrics)
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        yield pb_grpc.JobServiceStub(channel)
+    server = await start_grpc(JobOperations(bus, store), callers.authenticator, "127.0.0.1", port, metrics)
+    yield port
     await server.stop(0)
+
+
+@pytest.fixture
+async def stub(server: int, callers: Callers) -> AsyncIterator[pb_grpc.JobServiceStub]:
+    """A stub that calls as an admin unless a call sends its own credentials."""
+    interceptors = [DefaultCaller(callers.metadata("admin"))]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server}", interceptors=interceptors) as channel:
+        yield pb_grpc.JobServiceStub(channel)
 
 
 # --- submit ---------------------------------------------------------------------------------------------
@@ -162,7 +176,7 @@ async def test_get_job_returns_the_projected_status_run_placement_and_spec(
     stub: pb_grpc.JobServiceStub, bus: Bus, store: Store
 ) -> None:
     await record_job(bus, "j1")
-    await project_jobs(bus, store)
+    await project(bus, store, "JOBS")
 
     job = await stub.GetJob(pb.GetJobRequest(job_id="j1"), timeout=10)
 
@@ -173,13 +187,13 @@ async def test_get_job_returns_the_projected_status_run_placement_and_spec(
 
 
 async def test_list_jobs_scoped_to_a_tenant_returns_only_its_jobs(
-    stub: pb_grpc.JobServiceStub, bus: Bus, store: Store
+    stub: pb_grpc.JobServiceStub, callers: Callers, bus: Bus, store: Store
 ) -> None:
     await record_job(bus, "j-mine", tenant="acme")
     await record_job(bus, "j-other", tenant="globex")
-    await project_jobs(bus, store)
+    await project(bus, store, "JOBS")
 
-    scoped = await stub.ListJobs(pb.ListJobsRequest(), metadata=ACME, timeout=10)
+    scoped = await stub.ListJobs(pb.ListJobsRequest(), metadata=callers.metadata(ACME), timeout=10)
     everyone = await stub.ListJobs(pb.ListJobsRequest(limit=10), timeout=10)
 
     assert [j.job_id for j in scoped.jobs] == ["j-mine"]
@@ -193,7 +207,7 @@ async def test_cancel_job_publishes_cancel_job_with_the_reason(
     stub: pb_grpc.JobServiceStub, bus: Bus, store: Store
 ) -> None:
     await record_job(bus, "j1")
-    await project_jobs(bus, store)
+    await project(bus, store, "JOBS")
 
     response = await stub.CancelJob(pb.CancelJobRequest(job_id="j1", reason="wrong dataset"), timeout=10)
 
@@ -206,9 +220,9 @@ async def test_cancel_job_publishes_cancel_job_with_the_reason(
 
 
 @pytest.mark.parametrize(
-    ("method", "request_", "metadata", "code"),
+    ("method", "request_", "caller", "code"),
     [
-        pytest.param("GetJob", pb.GetJobRequest(job_id="nope"), (), grpc.StatusCode.NOT_FOUND, id="an unknown job"),
+        pytest.param("GetJob", pb.GetJobRequest(job_id="nope"), "admin", grpc.StatusCode.NOT_FOUND, id="an unknown job"),
         pytest.param(
             "GetJob", pb.GetJobRequest(job_id="j-other"), ACME, grpc.StatusCode.NOT_FOUND,
             id="another tenant's job looks like no job",
@@ -218,7 +232,7 @@ async def test_cancel_job_publishes_cancel_job_with_the_reason(
             id="cancelling another tenant's job looks like no job",
         ),
         pytest.param(
-            "CancelJob", pb.CancelJobRequest(job_id="j-done"), (), grpc.StatusCode.FAILED_PRECONDITION,
+            "CancelJob", pb.CancelJobRequest(job_id="j-done"), "admin", grpc.StatusCode.FAILED_PRECONDITION,
             id="cancelling a finished job",
         ),
         pytest.param(
@@ -230,27 +244,40 @@ async def test_cancel_job_publishes_cancel_job_with_the_reason(
             id="listing another tenant's jobs",
         ),
         pytest.param(
-            "ListJobs", pb.ListJobsRequest(status="sleeping"), (), grpc.StatusCode.INVALID_ARGUMENT,
+            "ListJobs", pb.ListJobsRequest(status="sleeping"), "admin", grpc.StatusCode.INVALID_ARGUMENT,
             id="listing by an unknown status",
+        ),
+        pytest.param(
+            "SubmitJob", pb.SubmitJobRequest(spec=proto_spec()), "finance", grpc.StatusCode.PERMISSION_DENIED,
+            id="finance may not submit",
+        ),
+        pytest.param(
+            "ListJobs", pb.ListJobsRequest(), None, grpc.StatusCode.UNAUTHENTICATED, id="a call without credentials",
         ),
     ],
 )  # fmt: skip
 async def test_failures_map_to_grpc_status_codes_and_publish_nothing(
     stub: pb_grpc.JobServiceStub,
+    server: int,
+    callers: Callers,
     bus: Bus,
     store: Store,
     metrics: GatewayMetrics,
     method: str,
     request_: Any,
-    metadata: tuple[tuple[str, str], ...],
+    caller: str | None,
     code: grpc.StatusCode,
 ) -> None:
     await record_job(bus, "j-other", tenant="globex")
     await record_job(bus, "j-done", tenant="acme", until="succeeded")
-    await project_jobs(bus, store)
+    await project(bus, store, "JOBS")
 
     with pytest.raises(grpc.aio.AioRpcError) as raised:
-        await getattr(stub, method)(request_, metadata=metadata, timeout=10)
+        if caller is None:  # a channel of its own, with no default caller
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{server}") as channel:
+                await getattr(pb_grpc.JobServiceStub(channel), method)(request_, timeout=10)
+        else:
+            await getattr(stub, method)(request_, metadata=callers.metadata(caller), timeout=10)
 
     assert raised.value.code() == code
     assert await intake_count(bus) == 0

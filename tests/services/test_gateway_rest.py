@@ -1,5 +1,6 @@
 """The REST front door against real NATS and Redis: submissions reach the
-intake stream, reads come from the projections, tenants stay apart."""
+intake stream, reads come from the projections, every caller is verified and
+tenants stay apart."""
 
 from __future__ import annotations
 
@@ -33,8 +34,10 @@ from trainyard.events import (
     decode_intake,
     subjects,
 )
-from trainyard.store import Projector, Store, views
+from trainyard.store import Store, views
+from trainyard.testing.auth import Callers
 from trainyard.testing.servers import Server, free_port, wait_port
+from trainyard.testing.streams import project
 
 # --- builders -------------------------------------------------------------------------------
 
@@ -82,17 +85,6 @@ async def register_node(bus: Bus, node_id: str = "n1", gpus: int = 8) -> None:
     await bus.publish(subjects.node("c1", node_id), NodeRegistered(at=0.0, node=node, boot_id="b1"), msg_id=node_id)
 
 
-async def project(bus: Bus, store: Store, *streams: str) -> None:
-    """Run a projector per stream until it has caught up, then stop it."""
-    for stream in streams:
-        projector = Projector(bus, store, stream)
-        stop = asyncio.Event()
-        task = asyncio.create_task(projector.run(stop))
-        info = await bus.js.stream_info(stream)
-        await projector.wait_for(info.state.last_seq)
-        stop.set()
-        await task
-
 
 async def intake_count(bus: Bus) -> int:
     return (await bus.js.stream_info("INTAKE")).state.messages
@@ -108,9 +100,12 @@ def fields(response: httpx.Response) -> list[str]:
 
 
 @pytest.fixture
-async def client(bus: Bus, store: Store) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(JobOperations(bus, store), store)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as c:
+async def client(bus: Bus, store: Store, callers: Callers) -> AsyncIterator[httpx.AsyncClient]:
+    """The gateway's app, called as an admin unless a test sends other credentials."""
+    app = create_app(JobOperations(bus, store), store, callers.authenticator)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://gateway", headers=callers.headers("admin")
+    ) as c:
         yield c
 
 
@@ -280,24 +275,24 @@ async def test_cancelling_a_finished_job_is_409_and_publishes_nothing(
     ],
 )
 async def test_a_tenant_scoped_caller_cannot_see_or_touch_another_tenants_jobs(
-    client: httpx.AsyncClient, bus: Bus, store: Store, method: str, path: str, body: Any, status: int
+    client: httpx.AsyncClient, callers: Callers, bus: Bus, store: Store, method: str, path: str, body: Any, status: int
 ) -> None:
     await record_job(bus, "j-other", tenant="globex")
     await project(bus, store, "JOBS")
 
-    response = await client.request(method, path, json=body, headers={"X-Trainyard-Tenant": "acme"})
+    response = await client.request(method, path, json=body, headers=callers.headers("acme"))
 
     assert response.status_code == status
     assert await intake_count(bus) == 0
 
 
 async def test_a_tenant_scoped_caller_lists_and_reads_only_its_own_jobs(
-    client: httpx.AsyncClient, bus: Bus, store: Store
+    client: httpx.AsyncClient, callers: Callers, bus: Bus, store: Store
 ) -> None:
     await record_job(bus, "j-mine", tenant="acme")
     await record_job(bus, "j-other", tenant="globex")
     await project(bus, store, "JOBS")
-    scoped = {"X-Trainyard-Tenant": "acme"}
+    scoped = callers.headers("acme")
 
     listed = await client.get("/v1/jobs", headers=scoped)
     mine = await client.get("/v1/jobs/j-mine", headers=scoped)
@@ -317,17 +312,15 @@ async def test_usage_is_501_until_accounting_provides_a_source(client: httpx.Asy
 
 
 @pytest.mark.parametrize(
-    ("headers", "params", "status", "asked_for"),
+    ("caller", "params", "status", "asked_for"),
     [
-        pytest.param({}, {"tenant": "acme"}, 200, ["acme"], id="an unscoped caller reads the tenant it names"),
-        pytest.param({"X-Trainyard-Tenant": "acme"}, {}, 200, ["acme"], id="a scoped caller reads its own usage"),
-        pytest.param(
-            {"X-Trainyard-Tenant": "acme"}, {"tenant": "globex"}, 403, [], id="a scoped caller asks for another tenant"
-        ),
+        pytest.param("admin", {"tenant": "acme"}, 200, ["acme"], id="an admin reads the tenant it names"),
+        pytest.param("acme", {}, 200, ["acme"], id="a researcher reads its own tenant's usage"),
+        pytest.param("acme", {"tenant": "globex"}, 403, [], id="a researcher asks for another tenant"),
     ],
 )
 async def test_usage_comes_from_the_usage_source_for_the_callers_tenant(
-    bus: Bus, store: Store, headers: dict[str, str], params: dict[str, str], status: int, asked_for: list[str]
+    bus: Bus, store: Store, callers: Callers, caller: str, params: dict[str, str], status: int, asked_for: list[str]
 ) -> None:
     calls: list[str | None] = []
 
@@ -335,9 +328,9 @@ async def test_usage_comes_from_the_usage_source_for_the_callers_tenant(
         calls.append(tenant)
         return [{"tenant": tenant, "gpu_type": "H100", "gpu_seconds": 3600.0}]
 
-    app = create_app(JobOperations(bus, store), store, usage_source=usage_source)
+    app = create_app(JobOperations(bus, store), store, callers.authenticator, usage_source=usage_source)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as c:
-        response = await c.get("/v1/usage", params=params, headers=headers)
+        response = await c.get("/v1/usage", params=params, headers=callers.headers(caller))
 
     assert response.status_code == status
     assert calls == asked_for
@@ -355,9 +348,9 @@ async def test_healthz_is_200_when_redis_and_nats_answer(client: httpx.AsyncClie
     assert response.json() == {"status": "ok", "checks": {"redis": "ok", "nats": "ok"}}
 
 
-async def test_healthz_is_503_when_redis_is_unreachable(bus: Bus) -> None:
+async def test_healthz_is_503_when_redis_is_unreachable(bus: Bus, callers: Callers) -> None:
     unreachable = Store.from_url(f"redis://127.0.0.1:{free_port()}/0")
-    app = create_app(JobOperations(bus, unreachable), unreachable)
+    app = create_app(JobOperations(bus, unreachable), unreachable, callers.authenticator)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as c:
         response = await c.get("/healthz")
     await unreachable.close()
@@ -407,7 +400,7 @@ async def test_openapi_is_served_with_the_job_spec_schema(client: httpx.AsyncCli
 
 
 async def test_the_gateway_process_serves_rest_and_grpc_and_stops_on_sigterm(
-    nats_server: Server, redis_server: Server, redis_prefix: str
+    nats_server: Server, redis_server: Server, redis_prefix: str, callers: Callers
 ) -> None:
     import grpc
 
@@ -427,10 +420,13 @@ async def test_the_gateway_process_serves_rest_and_grpc_and_stops_on_sigterm(
         await asyncio.to_thread(wait_port, http_port, 20.0, proc, "gateway")
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{http_port}") as c:
             health = await c.get("/healthz")
-            submitted = await c.post("/v1/jobs", json=spec_body(job_id="via-process"))
+            anonymous = await c.post("/v1/jobs", json=spec_body(job_id="via-process"))
+            submitted = await c.post("/v1/jobs", json=spec_body(job_id="via-process"), headers=callers.headers("acme"))
         async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
-            listed = await jobs_pb2_grpc.JobServiceStub(channel).ListJobs(jobs_pb2.ListJobsRequest(), timeout=10)
+            stub = jobs_pb2_grpc.JobServiceStub(channel)
+            listed = await stub.ListJobs(jobs_pb2.ListJobsRequest(), timeout=10, metadata=callers.metadata("acme"))
         assert health.status_code == 200
+        assert anonymous.status_code == 401
         assert submitted.status_code == 202
         assert list(listed.jobs) == []
     finally:

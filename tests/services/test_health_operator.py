@@ -10,24 +10,29 @@ import time
 
 import httpx
 import pytest
-from fastapi import FastAPI
 from health_fixtures import CLUSTER, fleet, harness
 from test_health_service import consume, eventually
 
 from trainyard.agent.control import ControlRequest, decode_reply, emulator_control_subject, encode
 from trainyard.api import nodes_api
+from trainyard.api.jobs import JobOperations
+from trainyard.api.rest import create_app
 from trainyard.core.health import HealthPolicy
 from trainyard.emulator import EmulatedCluster
 from trainyard.events import NodeLost, NodeRegistered, RunFailed, subjects
 from trainyard.settings import Settings
+from trainyard.testing.auth import Callers
 from trainyard.testing.streams import read_raw
 
 
 
-def api(h) -> httpx.AsyncClient:  # type: ignore[no-untyped-def]
-    app = FastAPI()
-    app.include_router(nodes_api.build_router(h.bus, h.store, Settings()))
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+def api(h, callers: Callers, caller: str = "operator") -> httpx.AsyncClient:  # type: ignore[no-untyped-def]
+    """The gateway's app with the node routes, called as ``caller``."""
+    routers = [nodes_api.build_router(h.bus, h.store, Settings())]
+    app = create_app(JobOperations(h.bus, h.store), h.store, callers.authenticator, routers=routers)
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://test", headers=callers.headers(caller)
+    )
 
 
 @pytest.mark.parametrize(
@@ -40,16 +45,16 @@ def api(h) -> httpx.AsyncClient:  # type: ignore[no-untyped-def]
         pytest.param([("drain", 202, "draining")], "repair", id="drain preempts the runs and the node goes to repair"),
     ],
 )
-async def test_operator_commands_through_rest(bus, store, steps, final) -> None:
+async def test_operator_commands_through_rest(bus, store, callers, steps, final) -> None:
     async with harness(bus, store) as h:
         stop = asyncio.Event()
         tasks = await consume(h, stop)
         try:
             await h.run_job("j", ["n6"])
-            async with api(h) as http:
+            async with api(h, callers) as http:
                 for op, status, expected in steps:
                     r = await http.post(f"/v1/nodes/n6/{op}", json={"reason": "maintenance"},
-                                        headers={"X-Trainyard-Operator": "ann"})  # fmt: skip
+                                        headers={"X-Trainyard-Operator": "ann"})  # a claim that is ignored
                     assert r.status_code == status, r.text
                     if status == 202:
                         assert r.json()["expected_state"] == expected
@@ -62,7 +67,7 @@ async def test_operator_commands_through_rest(bus, store, steps, final) -> None:
             failed = [(e.job_id, e.reason) for e in await h.job_events() if isinstance(e, RunFailed)]
             assert failed == ([("j", "preempted")] if steps[0][0] == "drain" else [])
             audits = [json.loads(d) for _, _, d in await read_raw(h.bus, "AUDIT")]
-            assert {a["actor"] for a in audits if a["action"] == f"node.{steps[0][0]}"} <= {"operator:ann"}
+            assert {a["actor"] for a in audits if a["action"] == f"node.{steps[0][0]}"} <= {callers.actor("operator")}
         finally:
             stop.set()
             await asyncio.gather(*tasks)
@@ -78,23 +83,24 @@ async def _history_has(h, node: str, state: str) -> bool:  # type: ignore[no-unt
 
 
 @pytest.mark.parametrize(
-    "method, path, headers, body, status",
+    "method, path, caller, body, status",
     [
-        pytest.param("POST", "/v1/nodes/nope/cordon", {}, {"reason": "x"}, 404, id="an unknown node is 404"),
-        pytest.param("POST", "/v1/nodes/n1/cordon", {}, {"reason": ""}, 422, id="an empty reason is refused"),
-        pytest.param("POST", "/v1/nodes/n1/cordon", {}, {"why": "x"}, 422, id="a body without a reason is refused"),
-        pytest.param("POST", "/v1/nodes/n1/cordon", {"X-Trainyard-Tenant": "acme"}, {"reason": "x"}, 403,
-                     id="a tenant may not cordon nodes"),  # fmt: skip
-        pytest.param("GET", "/v1/nodes/nope/history", {}, None, 404, id="history of an unknown node is 404"),
+        pytest.param("POST", "/v1/nodes/nope/cordon", "operator", {"reason": "x"}, 404, id="an unknown node is 404"),
+        pytest.param("POST", "/v1/nodes/n1/cordon", "operator", {"reason": ""}, 422, id="an empty reason is refused"),
+        pytest.param("POST", "/v1/nodes/n1/cordon", "operator", {"why": "x"}, 422,
+                     id="a body without a reason is refused"),
+        pytest.param("POST", "/v1/nodes/n1/cordon", "acme", {"reason": "x"}, 403, id="a researcher may not cordon"),
+        pytest.param("POST", "/v1/nodes/n1/drain", "finance", {"reason": "x"}, 403, id="finance may not drain"),
+        pytest.param("GET", "/v1/nodes/nope/history", "operator", None, 404, id="history of an unknown node is 404"),
     ],
-)
+)  # fmt: skip
 async def test_bad_node_requests_get_a_clear_answer_and_change_nothing(
-    bus, store, method, path, headers, body, status
+    bus, store, callers, method, path, caller, body, status
 ) -> None:
     async with harness(bus, store) as h:
         before = (await bus.js.stream_info("NODES")).state.last_seq
-        async with api(h) as http:
-            r = await http.request(method, path, json=body, headers=headers)
+        async with api(h, callers, caller) as http:
+            r = await http.request(method, path, json=body)
         assert r.status_code == status
         assert r.json()["message"]
         assert (await bus.js.stream_info("NODES")).state.last_seq == before
@@ -154,8 +160,11 @@ async def test_a_lost_node_that_reports_again_goes_through_repair_and_checks(bus
             lost = NodeLost(at=time.time(), node_id="n2", cluster=CLUSTER, boot_id=emulator.boot_id, last_heartbeat_at=0.0)
             await bus.publish(subjects.node(CLUSTER, "n2"), lost, msg_id="lost:n2")
             assert await eventually(lambda: _history_reaches(h, "n2", ["lost"]))
-            failed = [(e.job_id, e.reason) for e in await h.job_events() if isinstance(e, RunFailed)]
-            assert failed == [("j", "node_failure")]
+
+            async def failed_runs() -> list[tuple[str, str]]:
+                return [(e.job_id, e.reason) for e in await h.job_events() if isinstance(e, RunFailed)]
+
+            assert await eventually(failed_runs) == [("j", "node_failure")]  # published after the record is saved
             again = NodeRegistered(at=time.time(), node=fleet(8)[2], boot_id="b2")
             await bus.publish(subjects.node(CLUSTER, "n2"), again, msg_id="reg:n2:b2")
             assert await eventually(lambda: _history_reaches(h, "n2", ["lost", "repair", "healthy"]))

@@ -11,6 +11,7 @@ from pathlib import Path
 import trainyard.api
 from trainyard.api.jobs import JobOperations
 from trainyard.api.rest import create_app
+from trainyard.auth import Authenticator
 from trainyard.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +26,7 @@ def gateway_endpoints() -> list[str]:
         loaded = importlib.import_module(f"trainyard.api.{module.name}")
         if hasattr(loaded, "build_router"):
             routers.append(loaded.build_router(None, None, Settings()))  # type: ignore[arg-type]
-    app = create_app(JobOperations(None, None), None, routers=routers)  # type: ignore[arg-type]
+    app = create_app(JobOperations(None, None), None, Authenticator(), routers=routers)  # type: ignore[arg-type]
     return [f"{method.upper()} {path}" for path, ops in app.openapi()["paths"].items() for method in ops]
 
 

@@ -1,12 +1,9 @@
-"""REST routes for finance: chargeback exports, plus the role and time-window
-rules ``GET /v1/usage`` shares with them.
+"""REST routes for finance: chargeback exports and the capacity report, plus
+the time-window rules ``GET /v1/usage`` shares with them.
 
-Roles: a request carrying ``X-Trainyard-Role: finance`` acts for finance and
-may read every tenant's usage and costs.  Chargeback exports are for finance
-only: any other caller, a tenant-scoped one included, gets 403.  Finance
-with ``X-Trainyard-Tenant`` as well gets that tenant's rows only.  Like the
-tenant header, the role header is trusted: the authenticating proxy in
-front of the gateway sets it.
+Both are for the finance and admin roles (:mod:`trainyard.auth.policy`);
+any other verified caller gets 403.  ``tenant`` narrows a chargeback export
+to one tenant's rows.
 """
 
 from __future__ import annotations
@@ -15,13 +12,15 @@ import asyncio
 import datetime as dt
 import time
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from trainyard.api.jobs import InvalidRequest
-from trainyard.api.rest import TENANT_HEADER, Forbidden, error_response, json_response
+from trainyard.api.errors import error_response, json_response
+from trainyard.api.jobs import InvalidRequest, check_tenant_name
+from trainyard.api.security import allow
+from trainyard.auth import Action, Principal
 from trainyard.bus import Bus
 from trainyard.domain.job import ValidationError
 from trainyard.ledger import Ledger, RateCardError, chargeback_rows, encode_rows, period_bounds
@@ -30,9 +29,6 @@ from trainyard.reports import CapacityReport, capacity_from_nodes, capacity_repo
 from trainyard.settings import Settings
 from trainyard.store import Store, views
 
-ROLE_HEADER = "X-Trainyard-Role"
-FINANCE_ROLE = "finance"
-ADMIN_ROLE = "admin"
 FORMATS = {"csv": "text/csv; charset=utf-8", "parquet": "application/vnd.apache.parquet"}
 #: ``group_by`` names the usage endpoint accepts -> ledger grouping keys.
 USAGE_GROUPS = {"tenant": "tenant", "queue": "queue", "gpu_type": "gpu_type", "job": "job_id", "job_id": "job_id"}
@@ -84,15 +80,6 @@ def usage_query(start: str | None, end: str | None, group_by: str | None) -> dic
     return query
 
 
-def require_finance(role: str | None, what: str) -> None:
-    if role != FINANCE_ROLE:
-        raise Forbidden(f"{what} is for the finance role only: send {ROLE_HEADER}: {FINANCE_ROLE}")
-
-
-RoleHeader = Annotated[str | None, Header(alias=ROLE_HEADER, description="`finance` to act for finance.")]
-TenantHeader = Annotated[str | None, Header(alias=TENANT_HEADER, description="Only this tenant's rows.")]
-
-
 def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["finance"])
     ledgers: list[Ledger] = []
@@ -114,11 +101,11 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
 
     @router.get(
         "/exports/chargeback",
-        summary="Chargeback export of one month (finance only)",
+        summary="Chargeback export of one month (finance and admin)",
         responses={
             200: {"description": "FOCUS-style rows as CSV or Parquet", "content": {m.split(";")[0]: {} for m in FORMATS.values()}},
-            403: {"description": f"The caller is not finance ({ROLE_HEADER}: {FINANCE_ROLE})"},
-            422: {"description": "Bad period or format"},
+            403: {"description": "The caller's role is neither finance nor admin"},
+            422: {"description": "Bad period, format or tenant"},
             500: {"description": "The rate card cannot price the usage, or cannot be read"},
         },
     )
@@ -126,11 +113,10 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
         period: str = Query(..., description="Billing month, YYYY-MM"),
         format: str = Query("csv", description="csv or parquet"),
         as_of: float | None = Query(None, description="Meter open runs up to this Unix time (default: now)"),
-        role: RoleHeader = None,
-        tenant: TenantHeader = None,
+        tenant: str | None = Query(None, description="Only this tenant's rows"),
+        who: Principal = allow(Action.CHARGEBACK_EXPORT),
     ) -> Response:
-        require_finance(role, "the chargeback export")
-        problems = []
+        problems = check_tenant_name(tenant)
         if format not in FORMATS:
             problems.append(ValidationError("format", f"{format!r} is not supported; use csv or parquet"))
         try:
@@ -157,7 +143,7 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
         responses={
             200: {"description": "The report as JSON: allocation vs capacity per bucket and GPU type, queue waits, "
                                  "lost work, demand trend and forecast"},
-            403: {"description": f"The caller is neither finance nor admin ({ROLE_HEADER})"},
+            403: {"description": "The caller's role is neither finance nor admin"},
             422: {"description": "Bad window, capacity, bucket or horizon"},
         },
     )  # fmt: skip
@@ -168,10 +154,8 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
         bucket: str = Query("day", description="day or hour"),
         horizon: int = Query(14, ge=0, le=365, description="Days of demand forecast past the last complete day"),
         as_of: float | None = Query(None, description="Report as of this Unix time (default: now)"),
-        role: RoleHeader = None,
+        who: Principal = allow(Action.CAPACITY_READ),
     ) -> Response:
-        if role not in (FINANCE_ROLE, ADMIN_ROLE):
-            raise Forbidden(f"the capacity report is for finance and admin: send {ROLE_HEADER}: {FINANCE_ROLE}")
         lo, hi = parse_instant("from", start), parse_instant("to", end, end_of_day=True)
         problems = []
         if lo is None or hi is None or lo % 86_400 or hi % 86_400 or hi <= lo:

@@ -4,11 +4,14 @@
 Errors map to status codes in one place (:meth:`JobService._serve`):
 bad input -> INVALID_ARGUMENT (details list ``field: message``; the binary
 trailing metadata ``trainyard-field-errors-bin`` carries a ``FieldErrors``),
-unknown job -> NOT_FOUND, finished job -> FAILED_PRECONDITION, another
-tenant -> PERMISSION_DENIED, NATS or Redis down -> UNAVAILABLE.
+unknown job -> NOT_FOUND, finished job -> FAILED_PRECONDITION, a job id
+another tenant's job has -> ALREADY_EXISTS, missing or bad credentials ->
+UNAUTHENTICATED, a role that may not -> PERMISSION_DENIED, NATS or Redis down
+-> UNAVAILABLE.
 
-The metadata key ``x-trainyard-tenant`` scopes a call to one tenant, exactly
-like the REST header.
+Every call carries ``authorization: Bearer <API token or JWT>`` metadata,
+verified and authorized exactly like REST (:mod:`trainyard.auth`): the
+principal's role and tenant decide, never anything else the client sends.
 """
 
 from __future__ import annotations
@@ -19,21 +22,24 @@ from typing import Any, TypeVar
 
 import grpc
 import msgspec
-import nats.errors
-import redis.exceptions
 
 from trainyard._pb.trainyard.v1 import jobs_pb2 as pb
 from trainyard._pb.trainyard.v1 import jobs_pb2_grpc as pb_grpc
-from trainyard.api.jobs import Conflict, InvalidRequest, JobOperations, NotFound
+from trainyard.api.errors import UNAVAILABLE
+from trainyard.api.jobs import (
+    Conflict, InvalidRequest, JobIdTaken, JobOperations, NotFound, check_tenant_name, require_valid,
+)  # fmt: skip
 from trainyard.api.metrics import JOB_STATUSES, GatewayMetrics
-from trainyard.api.rest import MAX_LIST_LIMIT, MAX_REASON_CHARS, Forbidden, check_tenant, decode_errors
+from trainyard.api.rest import MAX_LIST_LIMIT, MAX_REASON_CHARS, MAX_SUBMIT_BYTES, decode_errors
+from trainyard.auth import Action, Authenticator, PermissionDenied, Principal, Unauthenticated, authorize, tenant_filter
 from trainyard.domain.job import JobSpec, Role, TopologyConstraint, ValidationError
 from trainyard.store.views import JobView
 
 log = logging.getLogger(__name__)
 
-TENANT_METADATA = "x-trainyard-tenant"
+AUTHORIZATION_METADATA = "authorization"
 FIELD_ERRORS_METADATA = "trainyard-field-errors-bin"
+MAX_MESSAGE_BYTES = MAX_SUBMIT_BYTES  # as REST: far below the 1 MiB NATS payload limit
 _LEVEL_PREFIX = "TOPOLOGY_LEVEL_"
 
 T = TypeVar("T")
@@ -147,17 +153,24 @@ def job_to_proto(j: JobView) -> pb.Job:
 # --- the service ---------------------------------------------------------------------------
 
 
-def _tenant_scope(context: grpc.aio.ServicerContext) -> str | None:
+def _authorization(context: grpc.aio.ServicerContext) -> str | None:
     for key, value in context.invocation_metadata() or ():
-        if key == TENANT_METADATA:
-            return value
+        if key == AUTHORIZATION_METADATA:
+            return value if isinstance(value, str) else None
     return None
 
 
 class JobService(pb_grpc.JobServiceServicer):
-    def __init__(self, ops: JobOperations, metrics: GatewayMetrics | None = None) -> None:
+    def __init__(self, ops: JobOperations, auth: Authenticator, metrics: GatewayMetrics | None = None) -> None:
         self.ops = ops
+        self.auth = auth
         self.metrics = metrics
+
+    async def _caller(self, context: grpc.aio.ServicerContext, action: Action) -> Principal:
+        """The verified caller, if its role may do ``action``."""
+        who = await self.auth.authenticate(_authorization(context))
+        authorize(who, action)
+        return who
 
     async def _serve(self, method: str, context: grpc.aio.ServicerContext, work: Callable[[], Awaitable[T]]) -> T:
         """Run one call and map its failure to a status code (the only place that does)."""
@@ -172,18 +185,24 @@ class JobService(pb_grpc.JobServiceServicer):
                 "invalid request, nothing was changed: " + "; ".join(str(e) for e in err.errors),
                 trailing_metadata=((FIELD_ERRORS_METADATA, fields.SerializeToString()),),
             )
-        except Forbidden as err:
+        except Unauthenticated as err:
+            code = grpc.StatusCode.UNAUTHENTICATED
+            await context.abort(code, str(err))
+        except PermissionDenied as err:
             code = grpc.StatusCode.PERMISSION_DENIED
             await context.abort(code, str(err))
         except NotFound as err:
             code = grpc.StatusCode.NOT_FOUND
             await context.abort(code, f"no job {str(err)!r}")
+        except JobIdTaken as err:
+            code = grpc.StatusCode.ALREADY_EXISTS
+            await context.abort(code, str(err))
         except Conflict as err:
             code = grpc.StatusCode.FAILED_PRECONDITION
             await context.abort(code, str(err))
-        except (nats.errors.Error, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as err:
+        except UNAVAILABLE as err:
             code = grpc.StatusCode.UNAVAILABLE
-            await context.abort(code, f"NATS or Redis is unavailable, try again: {err!r}")
+            await context.abort(code, f"NATS, Redis or the identity provider is unavailable, try again: {err!r}")
         except BaseException:
             code = grpc.StatusCode.UNKNOWN
             raise
@@ -194,32 +213,33 @@ class JobService(pb_grpc.JobServiceServicer):
 
     async def SubmitJob(self, request: pb.SubmitJobRequest, context: grpc.aio.ServicerContext) -> pb.SubmitJobResponse:
         async def work() -> pb.SubmitJobResponse:
+            who = await self._caller(context, Action.JOB_SUBMIT)
             spec = spec_from_proto(request.spec)
-            check_tenant(_tenant_scope(context), spec.tenant)
-            try:
-                job_id = await self.ops.submit(spec, request.job_id or None)
-            except ValueError as err:  # a name that validates but cannot be a subject token
-                raise InvalidRequest([ValidationError("spec.tenant", str(err))]) from err
+            require_valid(check_tenant_name(spec.tenant))
+            tenant_filter(who, Action.JOB_SUBMIT, spec.tenant)
+            job_id = await self.ops.submit(spec, request.job_id or None, actor=who.actor)
             return pb.SubmitJobResponse(job_id=job_id, status="submitted")
 
         return await self._serve("SubmitJob", context, work)
 
     async def GetJob(self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext) -> pb.Job:
         async def work() -> pb.Job:
-            return job_to_proto(await self.ops.get(request.job_id, _tenant_scope(context)))
+            who = await self._caller(context, Action.JOB_READ)
+            return job_to_proto(await self.ops.get(request.job_id, tenant_filter(who, Action.JOB_READ, None)))
 
         return await self._serve("GetJob", context, work)
 
     async def ListJobs(self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext) -> pb.ListJobsResponse:
         async def work() -> pb.ListJobsResponse:
-            errors = []
+            who = await self._caller(context, Action.JOB_LIST)
+            errors = check_tenant_name(request.tenant or None)
             if request.status and request.status not in JOB_STATUSES:
                 errors.append(ValidationError("status", f"{request.status!r} is not one of {', '.join(JOB_STATUSES)}"))
             if not 0 <= request.limit <= MAX_LIST_LIMIT:
                 errors.append(ValidationError("limit", f"must be between 1 and {MAX_LIST_LIMIT} (0 means 100)"))
             if errors:
                 raise InvalidRequest(errors)
-            tenant = check_tenant(_tenant_scope(context), request.tenant or None)
+            tenant = tenant_filter(who, Action.JOB_LIST, request.tenant or None)
             jobs = await self.ops.list(tenant=tenant, status=request.status or None, limit=request.limit or 100)
             return pb.ListJobsResponse(jobs=[job_to_proto(j) for j in jobs])
 
@@ -227,9 +247,12 @@ class JobService(pb_grpc.JobServiceServicer):
 
     async def CancelJob(self, request: pb.CancelJobRequest, context: grpc.aio.ServicerContext) -> pb.CancelJobResponse:
         async def work() -> pb.CancelJobResponse:
+            who = await self._caller(context, Action.JOB_CANCEL)
             if len(request.reason) > MAX_REASON_CHARS:
                 raise InvalidRequest([ValidationError("reason", f"at most {MAX_REASON_CHARS} characters")])
-            job = await self.ops.cancel(request.job_id, _tenant_scope(context), request.reason or "cancelled by user")
+            scope = tenant_filter(who, Action.JOB_CANCEL, None)
+            reason = request.reason or "cancelled by user"
+            job = await self.ops.cancel(request.job_id, scope, reason, actor=who.actor)
             return pb.CancelJobResponse(job_id=job.job_id, status="cancelling")
 
         return await self._serve("CancelJob", context, work)
@@ -240,11 +263,12 @@ def _address(host: str, port: int) -> str:
 
 
 async def start_grpc(
-    ops: JobOperations, host: str, port: int, metrics: GatewayMetrics | None = None
+    ops: JobOperations, auth: Authenticator, host: str, port: int, metrics: GatewayMetrics | None = None
 ) -> grpc.aio.Server:
     """Start serving JobService on ``host:port``; stop it with ``await server.stop(grace)``."""
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])  # a port in use is an error, not a share
-    pb_grpc.add_JobServiceServicer_to_server(JobService(ops, metrics), server)
+    options = [("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+    server = grpc.aio.server(options=options)  # a port in use is an error, not a share
+    pb_grpc.add_JobServiceServicer_to_server(JobService(ops, auth, metrics), server)
     try:
         bound = server.add_insecure_port(_address(host, port))
     except RuntimeError as err:

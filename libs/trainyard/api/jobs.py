@@ -2,7 +2,9 @@
 
 Submitting publishes ``SubmitJob`` on the tenant's intake subject; admission
 turns it into ``JobAccepted`` or ``JobRejected``.  The job id is the
-idempotency key: a retried submission with the same id is one job.
+idempotency key: a retried submission with the same id is one job.  A job id
+another tenant's job already has is refused (:class:`JobIdTaken`).  Every
+submission and cancellation is also an audit record under the verified actor.
 """
 
 from __future__ import annotations
@@ -11,14 +13,16 @@ import re
 import time
 import uuid
 
+from trainyard.auth.principal import check_name
 from trainyard.bus import Bus
+from trainyard.bus.audit import audit
 from trainyard.domain.job import JobSpec, ValidationError, validate_job_spec
 from trainyard.events import CancelJob, SubmitJob, subjects
 from trainyard.store import Store
 from trainyard.store import views
 from trainyard.store.views import TERMINAL, JobView
 
-JOB_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+JOB_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # always fullmatch: "$" would let a final newline through
 
 
 class InvalidRequest(Exception):
@@ -35,14 +39,30 @@ class Conflict(Exception):
     pass
 
 
+class JobIdTaken(Conflict):
+    """The job id belongs to another tenant's job."""
+
+
 def new_job_id() -> str:
     return "j-" + uuid.uuid4().hex[:20]
 
 
-def check_job_id(job_id: str) -> list[ValidationError]:
-    if not JOB_ID_RE.match(job_id):
-        return [ValidationError("job_id", "use 1-64 letters, digits, '_' or '-'")]
+def check_job_id(job_id: str, field: str = "job_id") -> list[ValidationError]:
+    if not isinstance(job_id, str) or not JOB_ID_RE.fullmatch(job_id):
+        return [ValidationError(field, f"{job_id!r} is not a job id: use 1-64 letters, digits, '_' or '-'")]
     return []
+
+
+def check_tenant_name(tenant: str | None, field: str = "tenant") -> list[ValidationError]:
+    """A tenant named in a request must be usable as a subject token."""
+    problem = None if tenant is None else check_name("tenant", tenant)
+    return [ValidationError(field, problem)] if problem else []
+
+
+def require_valid(*problems: list[ValidationError]) -> None:
+    errors = [e for group in problems for e in group]
+    if errors:
+        raise InvalidRequest(errors)
 
 
 class JobOperations:
@@ -51,17 +71,27 @@ class JobOperations:
         self.store = store
         self.clock = clock
 
-    async def submit(self, spec: JobSpec, job_id: str | None = None) -> str:
+    async def submit(self, spec: JobSpec, job_id: str | None = None, *, actor: str) -> str:
         job_id = job_id or new_job_id()
-        errors = check_job_id(job_id) + validate_job_spec(spec)
-        if errors:
-            raise InvalidRequest(errors)
-        command = SubmitJob(at=self.clock(), spec=spec, job_id=job_id)
-        await self.bus.publish(subjects.intake(spec.tenant), command, msg_id=f"submit:{job_id}")
+        require_valid(check_job_id(job_id), check_tenant_name(spec.tenant), validate_job_spec(spec))
+        owner = await views.get_job(self.store, job_id)
+        if owner is not None and owner.tenant != spec.tenant:
+            raise JobIdTaken(f"job id {job_id!r} is already taken; choose another job_id (or leave it out)")
+        now = self.clock()
+        command = SubmitJob(at=now, spec=spec, job_id=job_id)
+        key = f"{spec.tenant}:{job_id}"
+        await self.bus.publish(subjects.intake(spec.tenant), command, msg_id=f"submit:{key}")
+        await audit(
+            self.bus, actor, "job.submit", job_id, details={"tenant": spec.tenant, "queue": spec.queue},
+            at=now, record_id=f"audit:submit:{key}",
+        )  # fmt: skip
         return job_id
 
     async def get(self, job_id: str, tenant: str | None = None) -> JobView:
-        job = await views.get_job(self.store, job_id) if JOB_ID_RE.match(job_id) else None
+        """The job; :class:`NotFound` when there is none, or it belongs to a
+        tenant other than ``tenant`` (when given)."""
+        require_valid(check_job_id(job_id))
+        job = await views.get_job(self.store, job_id)
         if job is None or (tenant is not None and job.tenant != tenant):
             raise NotFound(job_id)
         return job
@@ -69,10 +99,17 @@ class JobOperations:
     async def list(self, tenant: str | None = None, status: str | None = None, limit: int = 100) -> list[JobView]:
         return await views.list_jobs(self.store, tenant=tenant, status=status, limit=limit)
 
-    async def cancel(self, job_id: str, tenant: str | None = None, reason: str = "cancelled by user") -> JobView:
+    async def cancel(
+        self, job_id: str, tenant: str | None = None, reason: str = "cancelled by user", *, actor: str
+    ) -> JobView:
         job = await self.get(job_id, tenant)
         if job.status in TERMINAL:
             raise Conflict(f"job {job_id} is already {job.status}")
-        command = CancelJob(at=self.clock(), job_id=job_id, tenant=job.tenant, reason=reason)
+        now = self.clock()
+        command = CancelJob(at=now, job_id=job_id, tenant=job.tenant, reason=reason)
         await self.bus.publish(subjects.intake(job.tenant), command, msg_id=f"cancel:{job_id}")
+        await audit(
+            self.bus, actor, "job.cancel", job_id, reason, details={"tenant": job.tenant}, at=now,
+            record_id=f"audit:cancel:{job_id}",
+        )  # fmt: skip
         return job

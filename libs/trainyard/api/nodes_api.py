@@ -1,32 +1,36 @@
 """REST routes for node operations: cordon, drain, uncordon, history.
 
-``POST /v1/nodes/{node_id}/cordon|drain|uncordon`` with ``{"reason": "...",
-"operator": "alice"}`` checks the command against the node's health record
-(a command that does not apply is refused with 409 and the reason), publishes
-it on the NODES stream for the health service to carry out, and records it in
-the audit stream.  The answer (202) names the state the node is expected to
+``POST /v1/nodes/{node_id}/cordon|drain|uncordon`` with ``{"reason": "..."}``
+checks the command against the node's health record (a command that does not
+apply is refused with 409 and the reason), publishes it on the NODES stream
+for the health service to carry out, and records it in the audit stream under
+the verified caller.  The answer (202) names the state the node is expected to
 reach; ``GET /v1/nodes`` shows it once health has moved the node.
 
 ``GET /v1/nodes/{node_id}/history`` returns health's record of the node: its
 state, why, the current incident and the bounded history of transitions.
 
-Tenant-scoped callers (``X-Trainyard-Tenant``) may not operate on nodes (403).
+Both are for the operator and admin roles (403 for the others).
 """
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
-from typing import Annotated
 
 import msgspec
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from trainyard.api.rest import TENANT_HEADER, error_response, json_response
+from trainyard.api.errors import error_response, json_response
+from trainyard.api.jobs import InvalidRequest
+from trainyard.api.security import allow, read_body
+from trainyard.auth import Action, Principal
 from trainyard.bus import Bus
 from trainyard.bus.audit import audit
 from trainyard.core.health import Cordon, Drain, HistoryEntry, NodeHealthRecord, TransitionRejected, Uncordon, transition
+from trainyard.domain.job import ValidationError
 from trainyard.domain.node import NodeState
 from trainyard.events import subjects
 from trainyard.events.nodes import CordonNode, DrainNode, UncordonNode
@@ -34,20 +38,17 @@ from trainyard.settings import Settings
 from trainyard.store import Store
 
 MAX_REASON_CHARS = 256
-OPERATOR_HEADER = "X-Trainyard-Operator"
+MAX_BODY_BYTES = 4096
+NODE_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a subject token; fullmatch, so no final newline
 
 _record = msgspec.json.Decoder(NodeHealthRecord)
-
-Tenant = Annotated[str | None, Header(alias=TENANT_HEADER)]
-Operator = Annotated[str | None, Header(alias=OPERATOR_HEADER)]
 
 #: op -> (command for the health core, event published for the health service)
 _OPS = {"cordon": (Cordon, CordonNode), "drain": (Drain, DrainNode), "uncordon": (Uncordon, UncordonNode)}
 
 
 class NodeCommandBody(msgspec.Struct, frozen=True):
-    reason: str
-    operator: str | None = None  # defaults to the X-Trainyard-Operator header, else "unknown"
+    reason: str  # who acted is the verified caller, never a field of the body
 
 
 class NodeCommandAccepted(msgspec.Struct):
@@ -95,25 +96,27 @@ async def _reads(store: Store, node_id: str) -> tuple[str | None, str | None, st
     return raw, state, info
 
 
+def check_node_id(node_id: str) -> None:
+    if not NODE_ID_RE.fullmatch(node_id):
+        message = f"{node_id!r} is not a node id: use 1-64 letters, digits, '_' or '-'"
+        raise InvalidRequest([ValidationError("node_id", message)])
+
+
 def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
     router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
 
-    async def command(
-        op: str, node_id: str, request: Request, tenant: str | None, operator_header: str | None
-    ) -> Response:
-        if tenant is not None:
-            return error_response(403, "permission_denied", "node operations are for operators, not tenants")
+    async def command(op: str, node_id: str, request: Request, who: Principal) -> Response:
+        check_node_id(node_id)
         try:
-            body = msgspec.json.decode(await request.body() or b"{}", type=NodeCommandBody)
+            body = msgspec.json.decode(await read_body(request, MAX_BODY_BYTES) or b"{}", type=NodeCommandBody)
         except msgspec.ValidationError as err:
             return error_response(422, "invalid_argument", f"bad body: {err}")
-        except msgspec.DecodeError as err:
-            return error_response(422, "invalid_argument", f"the body is not JSON: {err}")
+        except (msgspec.DecodeError, RecursionError) as err:
+            return error_response(422, "invalid_argument", f"the body is not a JSON object with a reason: {err}")
         reason = body.reason.strip()
         if not 0 < len(reason) <= MAX_REASON_CHARS:
             return error_response(422, "invalid_argument", f"reason: give 1-{MAX_REASON_CHARS} characters")
-        operator = (body.operator or operator_header or "unknown").strip() or "unknown"
-        by = f"operator:{operator}"
+        by = f"operator:{who.actor}"  # health takes "operator:" as a person's command
         record = await health_record(store, node_id)
         if record is None:
             return error_response(404, "not_found", f"no node {node_id!r}")
@@ -130,26 +133,25 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
         command_id = uuid.uuid4().hex
         event = event_type(at=now, node_id=node_id, cluster=cluster, by=by, reason=reason)
         await bus.publish(subjects.node(cluster, node_id), event, msg_id=f"cmd:{op}:{node_id}:{command_id}")
-        await audit(bus, by, f"node.{op}", node_id, reason, at=now, record_id=f"audit:cmd:{command_id}")
+        await audit(bus, who.actor, f"node.{op}", node_id, reason, at=now, record_id=f"audit:cmd:{command_id}")
         accepted = NodeCommandAccepted(node_id=node_id, command=op, state=record.state.value, expected_state=after.state.value)
         return json_response(accepted, 202)
 
     @router.post("/{node_id}/cordon", status_code=202, summary="Stop placing new work on a node")
-    async def cordon(node_id: str, request: Request, tenant: Tenant = None, operator: Operator = None) -> Response:
-        return await command("cordon", node_id, request, tenant, operator)
+    async def cordon(node_id: str, request: Request, who: Principal = allow(Action.NODE_OPERATE)) -> Response:
+        return await command("cordon", node_id, request, who)
 
     @router.post("/{node_id}/drain", status_code=202, summary="Cordon a node and move its runs elsewhere")
-    async def drain(node_id: str, request: Request, tenant: Tenant = None, operator: Operator = None) -> Response:
-        return await command("drain", node_id, request, tenant, operator)
+    async def drain(node_id: str, request: Request, who: Principal = allow(Action.NODE_OPERATE)) -> Response:
+        return await command("drain", node_id, request, who)
 
     @router.post("/{node_id}/uncordon", status_code=202, summary="Return a node to service")
-    async def uncordon(node_id: str, request: Request, tenant: Tenant = None, operator: Operator = None) -> Response:
-        return await command("uncordon", node_id, request, tenant, operator)
+    async def uncordon(node_id: str, request: Request, who: Principal = allow(Action.NODE_OPERATE)) -> Response:
+        return await command("uncordon", node_id, request, who)
 
     @router.get("/{node_id}/history", summary="A node's health state, incident and history of transitions")
-    async def history(node_id: str, tenant: Tenant = None) -> Response:
-        if tenant is not None:
-            return error_response(403, "permission_denied", "node history is for operators, not tenants")
+    async def history(node_id: str, who: Principal = allow(Action.NODE_HISTORY)) -> Response:
+        check_node_id(node_id)
         record = await health_record(store, node_id)
         if record is None:
             return error_response(404, "not_found", f"no node {node_id!r}")

@@ -1,4 +1,6 @@
-"""A small HTTP client for the gateway, used by the CLI."""
+"""A small HTTP client for the gateway, used by the CLI, and where the CLI's
+credentials come from: ``--token``, else ``$TRAINYARD_TOKEN``, else the local
+stack's admin token (``<data_dir>/admin-token``, written by ``trainyard up``)."""
 
 from __future__ import annotations
 
@@ -7,9 +9,12 @@ from typing import Any
 
 import httpx
 
+from trainyard.auth.bootstrap import read_admin_token
 from trainyard.local.stack import read_state
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
+TOKEN_ENV = "TRAINYARD_TOKEN"
+_chosen: dict[str, str] = {}  # "token": the global --token option, when given
 
 
 class ApiError(Exception):
@@ -27,11 +32,38 @@ def resolve_api_url(api_url: str | None, data_dir: str) -> str:
     return state.api_url if state else DEFAULT_API_URL
 
 
+def use_token(token: str | None) -> None:
+    """Remember the global ``--token`` for every request of this command."""
+    if token:
+        _chosen["token"] = token.strip()
+    else:
+        _chosen.pop("token", None)
+
+
+def resolve_token(token: str | None, data_dir: str) -> str | None:
+    """``token``, else ``--token``, else ``$TRAINYARD_TOKEN``, else the local stack's admin token."""
+    return token or _chosen.get("token") or os.environ.get(TOKEN_ENV, "").strip() or read_admin_token(data_dir)
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def grpc_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
+    """Metadata that presents ``token`` to the gateway's gRPC service."""
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
 class Client:
-    def __init__(self, api_url: str, tenant: str | None = None, timeout: float = 10.0) -> None:
-        headers = {"X-Trainyard-Tenant": tenant} if tenant else {}
-        self.http = httpx.Client(base_url=api_url, timeout=timeout, headers=headers)
+    def __init__(self, api_url: str, token: str | None = None, timeout: float = 10.0) -> None:
+        self.http = httpx.Client(base_url=api_url, timeout=timeout, headers=auth_headers(token))
         self.api_url = api_url
+        self.token = token
+
+    @classmethod
+    def for_cli(cls, api_url: str | None, data_dir: str, timeout: float = 10.0) -> Client:
+        """The gateway the CLI talks to, with the credentials it finds."""
+        return cls(resolve_api_url(api_url, data_dir), resolve_token(None, data_dir), timeout)
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
@@ -41,12 +73,22 @@ class Client:
                 f"cannot reach the Trainyard API at {self.api_url} ({err}); is `trainyard up` running?"
             ) from err
         if response.status_code >= 400:
-            try:
-                body = response.json()
-            except ValueError:
-                body = response.text
-            raise ApiError(_format_error(response.status_code, body), response.status_code)
+            raise ApiError(describe_error(response, self.token is not None), response.status_code)
         return response.json() if response.content else None
+
+
+def describe_error(response: httpx.Response, token_sent: bool) -> str:
+    """What went wrong, with a hint on credentials for a 401."""
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = response.text
+    message = _format_error(response.status_code, body)
+    if response.status_code == 401:
+        hint = "check the token" if token_sent else "no token found"
+        message += (f"\n  ({hint}: pass --token, set {TOKEN_ENV}, or run `trainyard up`, which writes an admin "
+                    "token to <data dir>/admin-token)")  # fmt: skip
+    return message
 
 
 def _format_error(status: int, body: Any) -> str:

@@ -3,7 +3,7 @@
 Both read the ledger directly when they can find it (``--ledger-url``,
 ``TRAINYARD_LEDGER_URL``, or the running ``trainyard up`` stack's
 state.json); ``export chargeback --via-api`` (or ``--api-url``) asks the
-gateway instead, as finance.
+gateway instead, with the caller's token (finance or admin).
 """
 
 from __future__ import annotations
@@ -77,25 +77,17 @@ def period_days(period: str) -> tuple[str, str]:
     return first.isoformat(), (following - dt.timedelta(days=1)).isoformat()
 
 
-def _api_url(api_url: str | None, data_dir: str) -> str:
-    from trainyard.cli.client import resolve_api_url
+def _get(api_url: str | None, data_dir: str, path: str, params: dict) -> httpx.Response:
+    """GET from the gateway with the caller's token (``--token``, ``$TRAINYARD_TOKEN``, the stack's admin token)."""
+    from trainyard.cli.client import auth_headers, describe_error, resolve_api_url, resolve_token
 
-    return resolve_api_url(api_url, data_dir)
-
-
-def _get(url: str, path: str, params: dict, headers: dict) -> httpx.Response:
+    url, token = resolve_api_url(api_url, data_dir), resolve_token(None, data_dir)
     try:
-        response = httpx.get(url.rstrip("/") + path, params=params, headers=headers, timeout=120)
+        response = httpx.get(url.rstrip("/") + path, params=params, headers=auth_headers(token), timeout=120)
     except httpx.HTTPError as err:
         raise _fail(f"cannot reach the Trainyard API at {url} ({err}); is `trainyard up` running?") from err
     if response.status_code >= 400:
-        try:
-            body = response.json()
-            message = body.get("message", body)
-            details = "; ".join(f"{e['field']}: {e['message']}" for e in body.get("errors", []))
-        except ValueError:
-            message, details = response.text, ""
-        raise _fail(f"request refused ({response.status_code}): {message}{' - ' + details if details else ''}")
+        raise _fail(describe_error(response, token is not None))
     return response
 
 
@@ -111,7 +103,7 @@ def export_chargeback(
     rate_card: Optional[Path] = typer.Option(None, help="Rate card file (default: $TRAINYARD_RATE_CARD, else examples/)."),
     cost_centres: Optional[Path] = typer.Option(None, help="Cost-centre map (default: $TRAINYARD_COST_CENTRES, else examples/)."),
     as_of: Optional[float] = typer.Option(None, help="Charge open runs up to this Unix time (default: now)."),
-    via_api: bool = typer.Option(False, "--via-api", help="Ask the gateway (as finance) instead of reading the ledger."),
+    via_api: bool = typer.Option(False, "--via-api", help="Ask the gateway (with a finance or admin token) instead of reading the ledger."),
     api_url: Optional[str] = ApiUrl,
     data_dir: str = DataDir,
 ) -> None:
@@ -128,7 +120,7 @@ def export_chargeback(
         raise _fail(str(err)) from err
     if via_api or api_url:
         params = {"period": period, "format": fmt} | ({"as_of": as_of} if as_of is not None else {})
-        response = _get(_api_url(api_url, data_dir), "/v1/exports/chargeback", params, {"X-Trainyard-Role": "finance"})
+        response = _get(api_url, data_dir, "/v1/exports/chargeback", params)
         body, rows, total = response.content, response.headers.get("X-Trainyard-Rows", "?"), response.headers.get("X-Trainyard-Billed-Total", "?")
     else:
         ledger = Ledger(_ledger_url(ledger_url, data_dir))
@@ -249,20 +241,16 @@ def report_usage(
     end: Optional[str] = typer.Option(None, "--to", help="End: a date includes that day."),
     group_by: str = typer.Option("tenant,gpu_type", help="Comma-separated: tenant, queue, gpu_type, job."),
     tenant: Optional[str] = typer.Option(None, help="Only this tenant."),
-    as_tenant: Optional[str] = typer.Option(None, "--as-tenant", envvar="TRAINYARD_TENANT", help="Act as this tenant only."),
-    finance: bool = typer.Option(False, "--finance", help="Act as finance (every tenant)."),
     as_csv: bool = typer.Option(False, "--csv", help="Print CSV instead of a table."),
     api_url: Optional[str] = ApiUrl,
     data_dir: str = DataDir,
 ) -> None:
-    """GPU usage through GET /v1/usage, over a window and grouped."""
+    """GPU usage through GET /v1/usage, over a window and grouped (every tenant's for a finance
+    or admin token, the token's own tenant's for a researcher or tenant-admin)."""
     from rich.table import Table
 
     params = {k: v for k, v in {"from": start, "to": end, "group_by": group_by, "tenant": tenant}.items() if v}
-    headers = {"X-Trainyard-Role": "finance"} if finance else {}
-    if as_tenant:
-        headers["X-Trainyard-Tenant"] = as_tenant
-    rows = _get(_api_url(api_url, data_dir), "/v1/usage", params, headers).json()
+    rows = _get(api_url, data_dir, "/v1/usage", params).json()
     columns = list(rows[0].keys()) if rows else [*group_by.split(","), "gpu_seconds", "gpu_hours"]
     if as_csv:
         buffer = io.StringIO()

@@ -14,7 +14,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from trainyard.cli.client import ApiError, Client, resolve_api_url
+from trainyard.cli.auth import auth_app
+from trainyard.cli.client import ApiError, Client, use_token
 from trainyard.cli.config import config_app
 from trainyard.cli.finance import export_app, report_app
 from trainyard.cli.nodes import agent_command, emulate_inject, node_app
@@ -33,6 +34,7 @@ app.add_typer(export_app, name="export")
 app.add_typer(report_app, name="report")
 app.add_typer(sim_app, name="sim")
 app.add_typer(config_app, name="config")
+app.add_typer(auth_app, name="auth")
 app.command("agent")(agent_command)
 app.command("up")(up)
 emulate_app.command("inject")(emulate_inject)
@@ -42,11 +44,20 @@ err_console = Console(stderr=True)
 
 DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR", help="Where `up` keeps its state.")
 ApiUrl = typer.Option(None, "--api-url", help="Gateway URL (default: the running `trainyard up`, else :8080).")
-Tenant = typer.Option(None, "--as-tenant", envvar="TRAINYARD_TENANT", help="Act as this tenant only.")
 
 
-def _client(api_url: str | None, data_dir: str, tenant: str | None = None) -> Client:
-    return Client(resolve_api_url(api_url, data_dir), tenant)
+@app.callback()
+def credentials(
+    token: Optional[str] = typer.Option(
+        None, "--token", envvar="TRAINYARD_TOKEN", help="API token or JWT (default: the local stack's admin token)."
+    ),
+) -> None:
+    """Trainyard: the operating system for large GPU training clusters."""
+    use_token(token)
+
+
+def _client(api_url: str | None, data_dir: str) -> Client:
+    return Client.for_cli(api_url, data_dir)
 
 
 def _call(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -160,11 +171,10 @@ def jobs(
     as_json: bool = typer.Option(False, "--json"),
     api_url: Optional[str] = ApiUrl,
     data_dir: str = DataDir,
-    as_tenant: Optional[str] = Tenant,
 ) -> None:
     """List jobs, newest first."""
     params = {k: v for k, v in {"tenant": tenant, "status": status, "limit": limit}.items() if v is not None}
-    rows = _call(_client(api_url, data_dir, as_tenant).request, "GET", "/v1/jobs", params=params)
+    rows = _call(_client(api_url, data_dir).request, "GET", "/v1/jobs", params=params)
     items = rows["jobs"] if isinstance(rows, dict) else rows
     if as_json:
         console.print_json(data=items)
@@ -186,10 +196,9 @@ def job(
     as_json: bool = typer.Option(False, "--json"),
     api_url: Optional[str] = ApiUrl,
     data_dir: str = DataDir,
-    as_tenant: Optional[str] = Tenant,
 ) -> None:
     """Show one job: status, why it waits, where it runs."""
-    j = _call(_client(api_url, data_dir, as_tenant).request, "GET", f"/v1/jobs/{job_id}")
+    j = _call(_client(api_url, data_dir).request, "GET", f"/v1/jobs/{job_id}")
     if as_json:
         console.print_json(data=j)
         return
@@ -214,10 +223,9 @@ def cancel(
     job_id: str,
     api_url: Optional[str] = ApiUrl,
     data_dir: str = DataDir,
-    as_tenant: Optional[str] = Tenant,
 ) -> None:
     """Cancel a job that has not finished."""
-    _call(_client(api_url, data_dir, as_tenant).request, "DELETE", f"/v1/jobs/{job_id}")
+    _call(_client(api_url, data_dir).request, "DELETE", f"/v1/jobs/{job_id}")
     console.print(f"cancel requested for {job_id}")
 
 
@@ -243,18 +251,13 @@ def usage(
     start: Optional[str] = typer.Option(None, "--from", help="Start of the window (ISO date or time, UTC)."),
     end: Optional[str] = typer.Option(None, "--to", help="End of the window (exclusive)."),
     group_by: str = typer.Option("tenant,gpu_type", help="Comma-separated: tenant, queue, gpu_type, job."),
-    finance: bool = typer.Option(False, "--finance", help="Ask as finance (every tenant)."),
     as_json: bool = typer.Option(False, "--json"),
     api_url: Optional[str] = ApiUrl,
     data_dir: str = DataDir,
-    as_tenant: Optional[str] = Tenant,
 ) -> None:
-    """GPU usage from the accounting ledger (a tenant sees only its own)."""
+    """GPU usage from the accounting ledger (a researcher or tenant-admin token sees only its tenant's)."""
     params = {k: v for k, v in {"tenant": tenant, "from": start, "to": end, "group_by": group_by}.items() if v}
-    client = _client(api_url, data_dir, as_tenant)
-    if finance:
-        client.http.headers["X-Trainyard-Role"] = "finance"
-    rows = _call(client.request, "GET", "/v1/usage", params=params)
+    rows = _call(_client(api_url, data_dir).request, "GET", "/v1/usage", params=params)
     items = rows["usage"] if isinstance(rows, dict) else rows
     if as_json:
         console.print_json(data=items)
@@ -270,12 +273,11 @@ def why(
     job_id: str,
     api_url: Optional[str] = ApiUrl,
     data_dir: str = DataDir,
-    as_tenant: Optional[str] = Tenant,
 ) -> None:
     """Why is this job pending, and where is it in line?"""
     from trainyard.core.reasons import REASON_TEXT, PendingReason
 
-    j = _call(_client(api_url, data_dir, as_tenant).request, "GET", f"/v1/jobs/{job_id}")
+    j = _call(_client(api_url, data_dir).request, "GET", f"/v1/jobs/{job_id}")
     status = j["status"]
     if status != "pending":
         detail = {"rejected": "it was rejected", "admitted": "it is admitted and waiting for placement",

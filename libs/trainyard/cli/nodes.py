@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from trainyard.cli.client import ApiError, Client, resolve_api_url
+from trainyard.cli.client import ApiError, Client
 
 node_app = typer.Typer(help="Cordon, drain, uncordon and inspect GPU nodes.", no_args_is_help=True)
 
@@ -27,12 +27,12 @@ err_console = Console(stderr=True)
 DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR", help="Where `up` keeps its state.")
 ApiUrl = typer.Option(None, "--api-url", help="Gateway URL (default: the running `trainyard up`, else :8080).")
 Reason = typer.Option(..., "--reason", help="Why (recorded in the node's history and the audit stream).")
-Operator = typer.Option(None, "--operator", envvar="TRAINYARD_OPERATOR", help="Who is acting (default: your login).")
 
 
 def _request(api_url: str | None, data_dir: str, method: str, path: str, **kwargs):  # type: ignore[no-untyped-def]
+    """Call the gateway as the caller's token (recorded as who acted)."""
     try:
-        return Client(resolve_api_url(api_url, data_dir)).request(method, path, **kwargs)
+        return Client.for_cli(api_url, data_dir).request(method, path, **kwargs)
     except ApiError as err:
         err_console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(1) from err
@@ -47,31 +47,28 @@ def _operator(name: str | None) -> str:
         return "unknown"
 
 
-def _command(op: str, node_id: str, reason: str, operator: str | None, api_url: str | None, data_dir: str) -> None:
-    body = {"reason": reason, "operator": _operator(operator)}
+def _command(op: str, node_id: str, reason: str, api_url: str | None, data_dir: str) -> None:
+    body = {"reason": reason}
     result = _request(api_url, data_dir, "POST", f"/v1/nodes/{node_id}/{op}", json=body)
     console.print(f"{op} of {node_id} accepted: {result['state']} -> {result['expected_state']}")
 
 
 @node_app.command("cordon")
-def cordon(node_id: str, reason: str = Reason, operator: Optional[str] = Operator,
-           api_url: Optional[str] = ApiUrl, data_dir: str = DataDir) -> None:  # fmt: skip
+def cordon(node_id: str, reason: str = Reason, api_url: Optional[str] = ApiUrl, data_dir: str = DataDir) -> None:
     """Stop placing new work on a node; its runs keep running."""
-    _command("cordon", node_id, reason, operator, api_url, data_dir)
+    _command("cordon", node_id, reason, api_url, data_dir)
 
 
 @node_app.command("drain")
-def drain(node_id: str, reason: str = Reason, operator: Optional[str] = Operator,
-          api_url: Optional[str] = ApiUrl, data_dir: str = DataDir) -> None:  # fmt: skip
+def drain(node_id: str, reason: str = Reason, api_url: Optional[str] = ApiUrl, data_dir: str = DataDir) -> None:
     """Cordon a node and move its runs elsewhere (they are requeued at the head of their queues)."""
-    _command("drain", node_id, reason, operator, api_url, data_dir)
+    _command("drain", node_id, reason, api_url, data_dir)
 
 
 @node_app.command("uncordon")
-def uncordon(node_id: str, reason: str = Reason, operator: Optional[str] = Operator,
-             api_url: Optional[str] = ApiUrl, data_dir: str = DataDir) -> None:  # fmt: skip
+def uncordon(node_id: str, reason: str = Reason, api_url: Optional[str] = ApiUrl, data_dir: str = DataDir) -> None:
     """Return a node to service (also a lemon node, whose incident count starts afresh)."""
-    _command("uncordon", node_id, reason, operator, api_url, data_dir)
+    _command("uncordon", node_id, reason, api_url, data_dir)
 
 
 def _ts(value: float | None) -> str:

@@ -62,10 +62,10 @@ def up(
             _say("stopped every process of the stack")
 
 
-def _say(text: str, err: bool = False) -> None:
+def _say(text: str, err: bool = False, markup: bool = True) -> None:
     """Print, ignoring a terminal that has gone away (SIGHUP)."""
     try:
-        (err_console if err else console).print(text)
+        (err_console if err else console).print(text, markup=markup, highlight=markup)
     except OSError:
         pass
 
@@ -81,4 +81,11 @@ def _print_banner(stack, nodes: int, gpus: int, racks: int) -> None:  # type: ig
     _say(f"  logs             {stack.data_dir / 'logs'}")
     _say(f"  ports kept in    {stack.data_dir / 'ports.json'}")
     _say(f"  cluster          {nodes} emulated nodes x {gpus} GPUs in {racks} racks")
+    token_file = stack.data_dir / "admin-token"
+    kept = "created now" if stack.admin_token_created else "kept from the last start"
+    _say(f"  admin token      {token_file}  ({kept}; the CLI reads it by itself)")
+    _say("Use the API with it:", markup=False)
+    _say(f"  export TRAINYARD_TOKEN=$(cat {token_file})", markup=False)
+    _say(f"  curl -H \"Authorization: Bearer $TRAINYARD_TOKEN\" {stack.api_url}/v1/jobs", markup=False)
+    _say("  trainyard auth token create --name alice --role researcher --tenant acme   # a token per person")
     _say("Try: trainyard submit --tenant acme --gpus 8 --duration 5 && trainyard jobs   (Ctrl-C stops)")

@@ -89,6 +89,7 @@ class LocalStack:
         self.lock = StackLock(self.data_dir)
         self.progress = progress or (lambda line: None)  # told each process as it starts and is ready
         self.stopping = threading.Event()  # set by request_stop(); start() gives up at the next step
+        self.admin_token_created = False  # whether this start made <data_dir>/admin-token (else it was kept)
 
     @property
     def api_url(self) -> str:
@@ -97,6 +98,17 @@ class LocalStack:
     @property
     def ledger_url(self) -> str:
         return self.config.ledger_url or f"sqlite:///{self.data_dir / 'ledger.db'}"
+
+    @property
+    def admin_token(self) -> str | None:
+        """The stack's admin API token (``<data_dir>/admin-token``), once the servers are up."""
+        from trainyard.auth.bootstrap import read_admin_token
+
+        return read_admin_token(self.data_dir)
+
+    def admin_headers(self) -> dict[str, str]:
+        """HTTP headers that call the gateway as the stack's admin."""
+        return {"Authorization": f"Bearer {self.admin_token}"}
 
     def request_stop(self) -> None:
         """Ask a starting or running stack to stop (safe from a signal handler)."""
@@ -134,6 +146,9 @@ class LocalStack:
         self.progress(f"redis-server ready (pid {self.redis.proc.pid})")
         self._record_children()
         self._create_ledger()
+        from trainyard.auth import ensure_admin_token_at
+
+        _, self.admin_token_created = ensure_admin_token_at(self.nats.url, self.data_dir)
         self.env = {
             **os.environ,
             "TRAINYARD_NATS_URL": self.nats.url,

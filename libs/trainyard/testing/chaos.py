@@ -217,8 +217,7 @@ class Chaos:
     async def run(self) -> ChaosReport:
         jobs = workload(self.plan.jobs, self.plan.seed)
         window = self.plan.jobs / self.plan.rate
-        token_file = Path(self.stack.data_dir) / "admin-token"
-        token = token_file.read_text().strip() if token_file.exists() else None
+        token = self.stack.admin_token
         t0 = time.monotonic()
         stop = asyncio.Event()
         supervisor = asyncio.create_task(self.supervise(stop))

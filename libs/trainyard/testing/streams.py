@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from trainyard.bus import Bus
 from trainyard.events import JobEvent, decode_job_event
+from trainyard.store import Projector, Store
 
 
 async def read_raw(bus: Bus, stream: str, subject: str = ">") -> list[tuple[int, str, bytes]]:
@@ -29,3 +32,16 @@ async def read_raw(bus: Bus, stream: str, subject: str = ">") -> list[tuple[int,
 
 async def read_job_events(bus: Bus) -> list[JobEvent]:
     return [decode_job_event(data) for _, _, data in await read_raw(bus, "JOBS")]
+
+
+async def project(bus: Bus, store: Store, *streams: str) -> None:
+    """Run a projector per stream until Redis holds everything the stream holds, then stop it."""
+    for stream in streams:
+        projector = Projector(bus, store, stream)
+        stop = asyncio.Event()
+        task = asyncio.create_task(projector.run(stop))
+        try:
+            await projector.wait_for((await bus.js.stream_info(stream)).state.last_seq)
+        finally:
+            stop.set()
+            await task

@@ -1,6 +1,7 @@
 """Composition root of the gateway: REST (FastAPI under uvicorn) and gRPC in
-front of the same job operations, with the JOBS and NODES projections kept
-fresh in this process so reads see the latest events."""
+front of the same job operations, with the NODES projection kept fresh in
+this process so reads see the latest events, and the API tokens followed from
+their KV bucket so a revocation applies within about a second."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from trainyard.api.grpc_server import start_grpc
 from trainyard.api.jobs import JobOperations
 from trainyard.api.metrics import GatewayMetrics
 from trainyard.api.rest import UsageSource, create_app
+from trainyard.auth import Authenticator, JwtVerifier, TokenStore, jwt_config
 from trainyard.ledger import Ledger
 from trainyard.runtime import Runtime, run_tasks, serve
-from trainyard.settings import Settings
+from trainyard.settings import ConfigurationError, Settings
 from trainyard.store import Projector
 from trainyard_gateway.settings import gateway_settings
 
@@ -81,15 +83,34 @@ async def _until_exit(http: asyncio.Task[None]) -> None:
     raise RuntimeError("the HTTP server stopped")
 
 
+async def open_authenticator(rt: Runtime) -> Authenticator:
+    """API tokens from the KV bucket (loaded before the gateway serves), and
+    JWTs when an issuer is configured; a bad JWT setting stops the gateway."""
+    try:
+        config = jwt_config(rt.settings)
+    except ConfigurationError as err:
+        raise SystemExit(f"trainyard-gateway: {err}") from err
+    tokens = await TokenStore.open(rt.bus.js, replicas=rt.settings.stream_replicas)
+    return Authenticator(tokens, JwtVerifier(config) if config else None)
+
+
 async def main(rt: Runtime) -> None:
     gw = gateway_settings(rt.settings)
     ops = JobOperations(rt.bus, rt.store)
+    auth = await open_authenticator(rt)
+    assert auth.tokens is not None
+    following = asyncio.create_task(auth.tokens.follow(rt.stop))
+    loaded = asyncio.ensure_future(auth.tokens.ready.wait())
+    await asyncio.wait([following, loaded], return_when=asyncio.FIRST_COMPLETED)  # serve once tokens are known
+    loaded.cancel()
     metrics = GatewayMetrics()
     routers = [
         nodes_api.build_router(rt.bus, rt.store, rt.settings),
         finance_api.build_router(rt.bus, rt.store, rt.settings),
     ]
-    app = create_app(ops, rt.store, usage_source=build_usage_source(rt.settings), metrics=metrics, routers=routers)
+    app = create_app(
+        ops, rt.store, auth, usage_source=build_usage_source(rt.settings), metrics=metrics, routers=routers
+    )
 
     try:
         sock = bind_http(gw.host, gw.http_port)
@@ -102,7 +123,7 @@ async def main(rt: Runtime) -> None:
         )
     )
     try:
-        grpc_server = await start_grpc(ops, gw.host, gw.grpc_port, metrics)
+        grpc_server = await start_grpc(ops, auth, gw.host, gw.grpc_port, metrics)
     except OSError as err:
         sock.close()
         raise SystemExit(f"trainyard-gateway: {err} (set TRAINYARD_GATEWAY_GRPC_PORT)") from err
@@ -113,6 +134,7 @@ async def main(rt: Runtime) -> None:
             rt.stop,
             Projector(rt.bus, rt.store, "NODES").run(rt.stop),
             _until_exit(http_task),
+            following,
         )
     finally:
         http.should_exit = True

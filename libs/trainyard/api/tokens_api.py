@@ -1,0 +1,140 @@
+"""REST routes for API tokens: create (the secret is in the answer, once),
+list and revoke.  For admins, and for tenant-admins inside their own tenant
+(researcher and tenant-admin tokens only).  Creating and revoking are audited
+under the verified caller."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from trainyard.api.errors import error_response, json_response
+from trainyard.api.jobs import InvalidRequest
+from trainyard.api.security import allow, read_body
+from trainyard.auth import Action, BadTokenRequest, Principal, TokenRecord, TokenStore, check_grant, may_see
+from trainyard.auth.principal import TENANT_BOUND, parse_role
+from trainyard.auth.tokens import is_token_id
+from trainyard.bus import Bus
+from trainyard.bus.audit import audit
+from trainyard.domain.job import ValidationError
+
+MAX_BODY_BYTES = 4096
+
+
+class CreateTokenBody(msgspec.Struct, frozen=True):
+    name: str  # 1-64 letters, digits, '_' or '-'
+    role: str  # researcher, tenant-admin, operator, finance or admin
+    tenant: str | None = None  # required for researcher and tenant-admin, refused for the others
+    expires_in_s: float | None = None  # None: until revoked
+
+
+class TokenInfo(msgspec.Struct):
+    id: str
+    name: str
+    role: str
+    tenant: str | None
+    created_at: float
+    created_by: str
+    expires_at: float | None
+    revoked: bool
+    revoked_at: float | None
+    revoked_by: str | None
+
+
+class CreatedToken(msgspec.Struct):
+    token: str  # ty_<id>_<secret>: shown this once, stored only hashed
+    info: TokenInfo
+
+
+class TokenList(msgspec.Struct):
+    tokens: list[TokenInfo]
+
+
+SCHEMAS = (CreateTokenBody, CreatedToken, TokenInfo, TokenList)
+
+
+def info(record: TokenRecord) -> TokenInfo:
+    return TokenInfo(
+        id=record.id, name=record.name, role=record.role.value, tenant=record.tenant, created_at=record.created_at,
+        created_by=record.created_by, expires_at=record.expires_at, revoked=record.revoked,
+        revoked_at=record.revoked_at, revoked_by=record.revoked_by,
+    )  # fmt: skip
+
+
+def _doc(status: int, description: str, schema: str) -> dict[int, dict[str, Any]]:
+    ref = {"$ref": f"#/components/schemas/{schema}"}
+    return {status: {"description": description, "content": {"application/json": {"schema": ref}}}}
+
+
+def _no_store() -> Response:
+    return error_response(501, "not_implemented", "this gateway has no token store")
+
+
+def token_router(bus: Bus, tokens: TokenStore | None) -> APIRouter:
+    router = APIRouter(prefix="/v1/auth/tokens", tags=["auth"])
+
+    @router.post(
+        "",
+        status_code=201,
+        summary="Create an API token (the secret is shown once)",
+        responses={**_doc(201, "The token and its record", "CreatedToken"), **_doc(422, "Bad request", "ErrorBody")},
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "$ref": "#/components/schemas/CreateTokenBody"}}}}},
+    )  # fmt: skip
+    async def create_token(request: Request, who: Principal = allow(Action.TOKEN_ADMIN)) -> Response:
+        if tokens is None:
+            return _no_store()
+        raw = await read_body(request, MAX_BODY_BYTES, "a token request")
+        try:
+            body = msgspec.json.decode(raw, type=CreateTokenBody)
+            role = parse_role(body.role)
+        except (msgspec.DecodeError, RecursionError) as err:
+            raise InvalidRequest([ValidationError("body", f"give name, role, and tenant or expires_in_s: {err}")]) from None
+        except ValueError as err:
+            raise InvalidRequest([ValidationError("role", str(err))]) from None
+        tenant = body.tenant
+        if tenant is None and who.tenant is not None and role in TENANT_BOUND:
+            tenant = who.tenant  # a tenant-admin's tokens are for its own tenant
+        check_grant(who, role, tenant)
+        try:
+            record, token = await tokens.create(body.name, role, tenant, who.actor, body.expires_in_s)
+        except BadTokenRequest as err:
+            raise InvalidRequest([ValidationError(err.field, str(err))]) from None
+        details = {"name": record.name, "role": record.role.value, "tenant": record.tenant or ""}
+        if record.expires_at is not None:
+            details["expires_at"] = f"{record.expires_at:.0f}"
+        await audit(bus, who.actor, "token.create", record.id, details=details, at=record.created_at,
+                    record_id=f"audit:token:create:{record.id}")  # fmt: skip
+        return json_response(CreatedToken(token=token, info=info(record)), 201)
+
+    @router.get("", summary="List API tokens (never their secrets)", responses=_doc(200, "The tokens", "TokenList"))
+    async def list_tokens(who: Principal = allow(Action.TOKEN_ADMIN)) -> Response:
+        if tokens is None:
+            return _no_store()
+        visible = [info(r) for r in await tokens.list() if may_see(who, Action.TOKEN_ADMIN, r.tenant or "")]
+        return json_response(TokenList(tokens=visible))
+
+    @router.delete(
+        "/{token_id}",
+        summary="Revoke an API token (within about a second on every gateway)",
+        responses={**_doc(200, "The revoked token", "TokenInfo"), **_doc(404, "No such token", "ErrorBody")},
+    )
+    async def revoke_token(token_id: str, who: Principal = allow(Action.TOKEN_ADMIN)) -> Response:
+        if tokens is None:
+            return _no_store()
+        if not is_token_id(token_id):
+            message = f"{token_id!r} is not a token id: give the 16 hex digits `trainyard auth token list` shows"
+            raise InvalidRequest([ValidationError("token_id", message)])
+        record = await tokens.get(token_id)
+        if record is None or not may_see(who, Action.TOKEN_ADMIN, record.tenant or ""):
+            return error_response(404, "not_found", f"no token {token_id!r}")
+        revoked = await tokens.revoke(token_id, who.actor)
+        if revoked.revoked_by == who.actor and not record.revoked:
+            await audit(bus, who.actor, "token.revoke", token_id, details={"name": record.name},
+                        at=revoked.revoked_at, record_id=f"audit:token:revoke:{token_id}")  # fmt: skip
+        return json_response(info(revoked))
+
+    return router

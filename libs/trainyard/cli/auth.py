@@ -1,0 +1,150 @@
+"""``trainyard auth token create|list|revoke`` (through the gateway, as the
+caller's token allows) and ``trainyard auth bootstrap`` (the first admin token
+of an installation, written straight into the NATS KV bucket)."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import re
+import time
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from trainyard.cli.client import ApiError, Client
+
+auth_app = typer.Typer(help="API tokens: create, list, revoke; the first admin token.", no_args_is_help=True)
+token_app = typer.Typer(help="API tokens for people, portals and services.", no_args_is_help=True)
+auth_app.add_typer(token_app, name="token")
+
+console = Console()
+err_console = Console(stderr=True)
+
+DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR", help="Where `up` keeps its state.")
+ApiUrl = typer.Option(None, "--api-url", help="Gateway URL (default: the running `trainyard up`, else :8080).")
+ExpiresIn = typer.Option(None, "--expires-in", help="Lifetime, e.g. 30d, 12h, 90m, 2w (default: until revoked).")
+
+_DURATION = re.compile(r"(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[smhdw])")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``30d``, ``12h``, ``90m``, ``3600s`` or ``2w``; ``ValueError`` saying how to write it."""
+    match = _DURATION.fullmatch(text.strip().lower())
+    if not match or float(match["n"]) <= 0:
+        raise ValueError(f"{text!r} is not a duration: write a number and a unit, e.g. 30d, 12h, 90m, 3600s or 2w")
+    return float(match["n"]) * _UNITS[match["unit"]]
+
+
+def _when(at: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(at)) if at else "-"
+
+
+def _call(api_url: str | None, data_dir: str, method: str, path: str, **kwargs):  # type: ignore[no-untyped-def]
+    try:
+        return Client.for_cli(api_url, data_dir).request(method, path, **kwargs)
+    except ApiError as err:
+        err_console.print(f"[red]error:[/red] {err}", markup=True, highlight=False)
+        raise typer.Exit(1) from err
+
+
+def _expiry(expires_in: str | None) -> float | None:
+    if expires_in is None:
+        return None
+    try:
+        return parse_duration(expires_in)
+    except ValueError as err:
+        err_console.print(f"[red]error:[/red] --expires-in: {err}")
+        raise typer.Exit(2) from err
+
+
+def _show_created(token: str, info: dict) -> None:  # type: ignore[type-arg]
+    scope = f", tenant {info['tenant']}" if info.get("tenant") else ""
+    expires = f", expires {_when(info.get('expires_at'))}" if info.get("expires_at") else ""
+    err_console.print(f"created token {info['id']} ({info['name']}: {info['role']}{scope}{expires}).")
+    err_console.print("The secret is shown only now; keep it safe. Use it as:")
+    err_console.print(f"  export TRAINYARD_TOKEN={token}", highlight=False)
+    err_console.print(f"  curl -H 'Authorization: Bearer {token}' ...", highlight=False)
+    print(token)
+
+
+@token_app.command("create")
+def create(
+    name: str = typer.Option(..., "--name", help="What the token is for: 1-64 letters, digits, '_' or '-'."),
+    role: str = typer.Option(..., "--role", help="researcher, tenant-admin, operator, finance or admin."),
+    tenant: Optional[str] = typer.Option(None, "--tenant", help="The tenant of a researcher or tenant-admin token."),
+    expires_in: Optional[str] = ExpiresIn,
+    api_url: Optional[str] = ApiUrl,
+    data_dir: str = DataDir,
+) -> None:
+    """Create an API token; prints the secret once (on stdout)."""
+    body = {"name": name, "role": role, "tenant": tenant, "expires_in_s": _expiry(expires_in)}
+    created = _call(api_url, data_dir, "POST", "/v1/auth/tokens", json=body)
+    _show_created(created["token"], created["info"])
+
+
+@token_app.command("list")
+def list_tokens(
+    as_json: bool = typer.Option(False, "--json"), api_url: Optional[str] = ApiUrl, data_dir: str = DataDir
+) -> None:
+    """List API tokens (never their secrets)."""
+    tokens = _call(api_url, data_dir, "GET", "/v1/auth/tokens")["tokens"]
+    if as_json:
+        console.print_json(data=tokens)
+        return
+    table = Table("id", "name", "role", "tenant", "created", "by", "expires", "state")
+    now = time.time()
+    for t in tokens:
+        expired = t.get("expires_at") is not None and t["expires_at"] <= now
+        state = "revoked" if t["revoked"] else "expired" if expired else "active"
+        table.add_row(t["id"], t["name"], t["role"], t.get("tenant") or "-", _when(t["created_at"]), t["created_by"],
+                      _when(t.get("expires_at")), state)  # fmt: skip
+    console.print(table)
+
+
+@token_app.command("revoke")
+def revoke(token_id: str, api_url: Optional[str] = ApiUrl, data_dir: str = DataDir) -> None:
+    """Revoke an API token: every gateway refuses it within about a second."""
+    revoked = _call(api_url, data_dir, "DELETE", f"/v1/auth/tokens/{token_id}")
+    console.print(f"revoked token {revoked['id']} ({revoked['name']})")
+
+
+@auth_app.command("bootstrap")
+def bootstrap(
+    name: str = typer.Option("admin", "--name", help="Name of the admin token."),
+    expires_in: Optional[str] = ExpiresIn,
+    nats_url: Optional[str] = typer.Option(None, "--nats-url", envvar="TRAINYARD_NATS_URL",
+                                           help="NATS of the installation (default: the running `trainyard up`)."),
+    data_dir: str = DataDir,
+) -> None:  # fmt: skip
+    """Create an admin token directly in the NATS KV bucket, for an installation
+    that has none yet (needs NATS credentials that may write the bucket)."""
+    from trainyard.auth import Role, TokenStore
+    from trainyard.bus import Bus
+    from trainyard.bus.audit import audit
+    from trainyard.cli.config import nats_url as stack_nats_url
+
+    url = nats_url or stack_nats_url(data_dir)
+    lifetime = _expiry(expires_in)
+    actor = f"bootstrap:{getpass.getuser()}"
+
+    async def run() -> tuple[str, dict]:  # type: ignore[type-arg]
+        bus = await Bus.connect(url, "trainyard-cli")
+        try:
+            store = await TokenStore.open(bus.js)
+            record, token = await store.create(name, Role.ADMIN, None, created_by=actor, expires_in_s=lifetime)
+            await audit(bus, actor, "token.create", record.id, "bootstrap", details={"name": name, "role": "admin"},
+                        record_id=f"audit:token:create:{record.id}")  # fmt: skip
+            return token, {"id": record.id, "name": record.name, "role": "admin", "expires_at": record.expires_at}
+        finally:
+            await bus.close()
+
+    try:
+        token, info = asyncio.run(run())
+    except Exception as err:  # noqa: BLE001 - say where and what, plainly
+        err_console.print(f"[red]error:[/red] cannot create the token through NATS at {url}: {err}")
+        raise typer.Exit(1) from err
+    _show_created(token, info)
