@@ -15,7 +15,6 @@ from typing import Any
 import httpx
 import pytest
 
-from trainyard.testing.publish import publish_event
 from trainyard.api.jobs import JobOperations
 from trainyard.api.rest import create_app
 from trainyard.bus import Bus
@@ -34,6 +33,7 @@ from trainyard.events import (
     subjects,
 )
 from trainyard.store import Projector, Store, views
+from trainyard.testing.publish import publish_event
 from trainyard.testing.servers import Server, free_port, wait_port
 
 # --- builders -------------------------------------------------------------------------------

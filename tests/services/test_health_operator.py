@@ -23,7 +23,6 @@ from trainyard.settings import Settings
 from trainyard.testing.streams import read_raw
 
 
-
 def api(h) -> httpx.AsyncClient:  # type: ignore[no-untyped-def]
     app = FastAPI()
     app.include_router(nodes_api.build_router(h.bus, h.store, Settings()))
@@ -35,7 +34,7 @@ def api(h) -> httpx.AsyncClient:  # type: ignore[no-untyped-def]
     [
         pytest.param([("cordon", 202, "cordoned")], "cordoned", id="cordon takes a healthy node out of service"),
         pytest.param([("cordon", 202, "cordoned"), ("uncordon", 202, "healthy")], "healthy",
-                     id="uncordon returns a cordoned node"),  # fmt: skip
+                     id="uncordon returns a cordoned node"),
         pytest.param([("uncordon", 409, None)], "healthy", id="uncordon of a healthy node is refused with the reason"),
         pytest.param([("drain", 202, "draining")], "repair", id="drain preempts the runs and the node goes to repair"),
     ],
@@ -49,11 +48,11 @@ async def test_operator_commands_through_rest(bus, store, steps, final) -> None:
             async with api(h) as http:
                 for op, status, expected in steps:
                     r = await http.post(f"/v1/nodes/n6/{op}", json={"reason": "maintenance"},
-                                        headers={"X-Trainyard-Operator": "ann"})  # fmt: skip
+                                        headers={"X-Trainyard-Operator": "ann"})
                     assert r.status_code == status, r.text
                     if status == 202:
                         assert r.json()["expected_state"] == expected
-                        assert await eventually(lambda: _history_has(h, "n6", expected)), f"n6 never became {expected}"
+                        assert await eventually(lambda: _history_has(h, "n6", expected)), f"n6 never became {expected}"  # noqa: B023 - awaited here
                 assert await eventually(lambda: _is(h, "n6", final))
                 history = (await http.get("/v1/nodes/n6/history")).json()
             if any(status == 202 for _, status, _ in steps):
@@ -84,7 +83,7 @@ async def _history_has(h, node: str, state: str) -> bool:  # type: ignore[no-unt
         pytest.param("POST", "/v1/nodes/n1/cordon", {}, {"reason": ""}, 422, id="an empty reason is refused"),
         pytest.param("POST", "/v1/nodes/n1/cordon", {}, {"why": "x"}, 422, id="a body without a reason is refused"),
         pytest.param("POST", "/v1/nodes/n1/cordon", {"X-Trainyard-Tenant": "acme"}, {"reason": "x"}, 403,
-                     id="a tenant may not cordon nodes"),  # fmt: skip
+                     id="a tenant may not cordon nodes"),
         pytest.param("GET", "/v1/nodes/nope/history", {}, None, 404, id="history of an unknown node is 404"),
     ],
 )

@@ -29,8 +29,7 @@ from trainyard.core.placement import (
     place,
 )
 from trainyard.events import JobPlaced, subjects
-from trainyard.store import Projector, Store
-from trainyard.store import views
+from trainyard.store import Projector, Store, views
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +70,7 @@ class PlacementCycle:
         self, bus: Bus, store: Store, projector: Projector, cluster: str, clock: Callable[[], float],
         node_projector: tuple[Projector, ...] = (), lease: Leadership | None = None,
         policy: PlacementPolicy = PlacementPolicy(),
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.bus = bus
         self.store = store
         self.projector = projector
@@ -129,7 +128,7 @@ class PlacementCycle:
             event = JobPlaced(
                 at=self.clock(), job_id=p.job_id, tenant=job.tenant, run_id=p.run_id, cluster=self.cluster,
                 replicas=p.replicas,
-            )  # fmt: skip
+            )
             subject = subjects.job(job.tenant, job.job_id, "placement")
             requests.append(PublishRequest(subject, event, f"{p.run_id}:placed", job.last_seq))
         # 3b. The lease may have lapsed while we decided, and another process may lead now.

@@ -16,6 +16,7 @@ from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard.store import Projector
 from trainyard_placement.handlers import PlacementCycle
 
+
 def lease_key(cluster: str) -> str:
     """The KV key of a cluster's placement lease; its value is the leader's pid."""
     return f"placement.{cluster}"

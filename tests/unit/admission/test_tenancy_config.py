@@ -273,7 +273,12 @@ def test_a_spec_that_could_run_passes_intake_and_finds_its_class():
 
 def test_the_example_drives_an_admission_cycle_within_quota():
     from trainyard.core.admission import (
-        AdmissionPolicy, AdmissionSnapshot, RunningJob, admit, check_quota, pending_from_spec,
+        AdmissionPolicy,
+        AdmissionSnapshot,
+        RunningJob,
+        admit,
+        check_quota,
+        pending_from_spec,
     )
 
     cfg = load_tenancy(EXAMPLE.read_text())
