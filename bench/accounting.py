@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "libs"))
 
-from trainyard.core.accounting import load_rate_card  # noqa: E402
-from trainyard.domain.job import JobSpec, Role  # noqa: E402
-from trainyard.events.jobs import (  # noqa: E402
+from trainyard.core.accounting import load_rate_card
+from trainyard.domain.job import JobSpec, Role
+from trainyard.events.jobs import (
     JobAccepted,
     JobAdmitted,
     JobCancelled,
@@ -35,7 +35,7 @@ from trainyard.events.jobs import (  # noqa: E402
     RunStarted,
     RunSucceeded,
 )
-from trainyard.ledger import Ledger, chargeback  # noqa: E402
+from trainyard.ledger import Ledger, chargeback
 
 OCT15 = 1_792_022_400.0  # 2026-10-15T00:00:00Z
 DEC1 = 1_796_083_200.0  # 2026-12-01T00:00:00Z

@@ -26,13 +26,12 @@ from trainyard.bus import Bus, PublishRequest, ensure_streams
 from trainyard.core.admission import AdmissionPolicy
 from trainyard.domain import JobSpec, NodeInfo, Role
 from trainyard.events import JobAccepted, NodeRegistered, RunSucceeded, job_subject, subjects
-from trainyard.store import Projector, Store
-from trainyard.store import views
+from trainyard.store import Projector, Store, views
 from trainyard.testing.servers import start_nats, start_redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "services" / "admission"))
-from trainyard_admission.cycle import AdmissionCycle  # noqa: E402
-from trainyard_admission.tenancy import TenancyHolder  # noqa: E402
+from trainyard_admission.cycle import AdmissionCycle
+from trainyard_admission.tenancy import TenancyHolder
 
 _spec = importlib.util.spec_from_file_location("core_bench", Path(__file__).with_name("admission.py"))
 core_bench = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
@@ -63,7 +62,7 @@ async def main(pending: int, cycles: int) -> None:
             await publish_all(bus, [
                 PublishRequest(subjects.node("bench", n.node_id), NodeRegistered(at=0.0, node=n, boot_id="b"), n.node_id)
                 for n in nodes
-            ])  # fmt: skip
+            ])
             queues = tenancy.queues
             accepted = []
             for i in range(pending):
@@ -72,7 +71,7 @@ async def main(pending: int, cycles: int) -> None:
                 spec = JobSpec(
                     tenant=q.tenant, queue=q.name, roles=[Role(name="t", gpus_per_replica=min(8, s := rng.choice(core_bench.SIZES)),
                     replicas=max(1, s // 8), gpu_type=gpu_type)], simulated_duration_s=60.0,
-                )  # fmt: skip
+                )
                 event = JobAccepted(at=float(i), job_id=f"j{i}", spec=spec, submitted_at=float(i))
                 accepted.append(PublishRequest(job_subject(event), event, f"j{i}:accepted", 0))
             await publish_all(bus, accepted)
@@ -86,7 +85,7 @@ async def main(pending: int, cycles: int) -> None:
             holder = TenancyHolder()
             holder.set(tenancy)
             cycle = AdmissionCycle(bus, store, jobs, AdmissionPolicy(), time.time, window=pending,
-                                   node_projector=(node_proj,), tenancy=holder, placement_timeout_s=1e9)  # fmt: skip
+                                   node_projector=(node_proj,), tenancy=holder, placement_timeout_s=1e9)
             times, considered, admitted_total = [], [], 0
             for c in range(cycles):
                 await jobs.caught_up(timeout=600)  # time the cycle, not the finishing jobs' events
@@ -99,7 +98,7 @@ async def main(pending: int, cycles: int) -> None:
                 admitted_total += admitted
                 print(f"cycle {c}: {waiting:,} pending + {active:,} holding GPUs, {admitted:,} decisions published, "
                       f"{times[-1] * 1000:.0f} ms ({', '.join(f'{k} {v * 1000:.0f}' for k, v in cycle.last_timings.items())})",
-                      flush=True)  # fmt: skip
+                      flush=True)
                 finished = [j for j in await views.ids_in(store, "active")][: max(1, active // 10)]
                 heads = await views.job_heads(store, finished)
                 await publish_all(bus, [
@@ -107,13 +106,13 @@ async def main(pending: int, cycles: int) -> None:
                                    RunSucceeded(at=time.time(), job_id=h.job_id, tenant=h.tenant, run_id=h.run_id or ""),
                                    f"{h.run_id}:succeeded")
                     for h in heads if h.run_id
-                ])  # fmt: skip
+                ])
             ordered = sorted(times)
             p50 = statistics.median(ordered)
             p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
             rate = sum(considered) / sum(times)
             print(f"\nthrough the service: {rate:,.0f} decisions/s (every pending and running job weighed each cycle); "
-                  f"cycle p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms; {admitted_total:,} admissions published")  # fmt: skip
+                  f"cycle p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms; {admitted_total:,} admissions published")
             stop.set()
             await asyncio.gather(*tasks)
         finally:

@@ -53,7 +53,7 @@ def show(report: ChaosReport) -> None:
         ("dead letters", report.dead_letters),
         ("ledger - stream GPU-s", f"{report.ledger_minus_stream_gpu_s:.3f}"),
         ("offered in", f"{report.offered_s:.0f} s"), ("drained in", f"{report.drained_s:.0f} s"),
-    ]  # fmt: skip
+    ]
     for name, value in rows:
         print(f"{name:>24}  {value}")
     print(f"{'statuses':>24}  {report.statuses}")
@@ -68,7 +68,7 @@ def show(report: ChaosReport) -> None:
 
 async def main(args: argparse.Namespace) -> int:
     plan = ChaosPlan(jobs=args.jobs, rate=args.rate, kills=args.kills, flushes=args.flushes, stalls=args.stalls,
-                     stall_s=args.stall_s, seed=args.seed, drain_timeout_s=args.drain_timeout_s)  # fmt: skip
+                     stall_s=args.stall_s, seed=args.seed, drain_timeout_s=args.drain_timeout_s)
     with contextlib.ExitStack() as cleanup:
         tmp = args.keep or cleanup.enter_context(tempfile.TemporaryDirectory(prefix="trainyard-chaos-"))
         stack = LocalStack(StackConfig(data_dir=tmp, nodes=args.nodes, racks=4, log_level="WARNING"))

@@ -18,6 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
@@ -76,13 +77,13 @@ async def measure(stack: LocalStack, rate: int, seconds: float) -> dict[str, flo
     sub = await bus.js.subscribe(
         subjects.JOBS_ALL, stream="JOBS", ordered_consumer=True, cb=on_msg,
         config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW),
-    )  # fmt: skip
+    )
     t0 = time.time()
     await offer(bus, rate, seconds, tag, sent)
     offered_for = time.time() - t0
     try:
         await asyncio.wait_for(done.wait(), timeout=max(60.0, seconds * 4))
-    except asyncio.TimeoutError:
+    except TimeoutError:
         pass
     await sub.unsubscribe()
     await bus.close()
@@ -111,7 +112,7 @@ def cpu_seconds(stack: LocalStack) -> dict[str, float]:
     out = {}
     for name, pid in procs.items():
         try:
-            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             out[name] = round((int(fields[11]) + int(fields[12])) / ticks, 1)
         except OSError:
             out[name] = float("nan")
@@ -128,7 +129,7 @@ def main() -> None:
         config = StackConfig(
             data_dir=tmp, nodes=args.nodes, racks=max(1, args.nodes // 16), log_level="WARNING",
             heartbeat_interval_s=2.0, heartbeat_timeout_s=30.0,
-        )  # fmt: skip
+        )
         stack = LocalStack(config)
         stack.start()
         try:
@@ -138,7 +139,7 @@ def main() -> None:
             for rate in args.rates:
                 r = asyncio.run(measure(stack, rate, args.seconds))
                 print(f"{r['offered_actual_per_s']:>10.0f} {r['placed']:>8.0f} {r['placed_per_s']:>9.0f} "
-                      f"{r['p50_ms']:>8.0f} {r['p99_ms']:>8.0f}", flush=True)  # fmt: skip
+                      f"{r['p50_ms']:>8.0f} {r['p99_ms']:>8.0f}", flush=True)
                 time.sleep(2.0)
             print("CPU seconds per process over the run:", cpu_seconds(stack))
         finally:

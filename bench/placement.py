@@ -81,7 +81,7 @@ def run(jobs: int, seed: int) -> None:
     infos = cluster()
     topo = Topology.build((i, range(i.gpus), True) for i in infos)
     total_gpus = len(infos) * GPUS
-    mean_gpus = sum(s * w for s, w in zip(SIZES, WEIGHTS)) / sum(WEIGHTS)
+    mean_gpus = sum(s * w for s, w in zip(SIZES, WEIGHTS, strict=True)) / sum(WEIGHTS)
     rate = 0.93 * total_gpus / (mean_gpus * MEAN_RUNTIME_S)  # arrivals per second
     events: list[tuple[float, int, str, str]] = []  # (time, seq, kind, job id)
     t = 0.0
@@ -290,7 +290,7 @@ def two_level(trials: int, seed: int) -> None:
     total = [0, 0, 0, 0]
     for label in labels:
         row = rows.get(label, [0, 0, 0, 0])
-        total = [a + b for a, b in zip(total, row)]
+        total = [a + b for a, b in zip(total, row, strict=True)]
         n = max(row[0], 1)
         lat = latency.get(label, [])
         print(f"{label:>9} {row[0]:>7} {row[1] / n:>14.1%} {row[2] / n:>14.1%} {row[3] / n:>13.2f} "

@@ -23,7 +23,15 @@ from pathlib import Path
 
 from trainyard.bus import Bus, PublishRequest, ensure_streams
 from trainyard.domain import JobSpec, Role
-from trainyard.events import JobAccepted, JobAdmitted, JobPlaced, ReplicaPlacement, RunStarted, RunSucceeded, job_subject
+from trainyard.events import (
+    JobAccepted,
+    JobAdmitted,
+    JobPlaced,
+    ReplicaPlacement,
+    RunStarted,
+    RunSucceeded,
+    job_subject,
+)
 from trainyard.store import Projector, Store
 from trainyard.store.projector import wait_until_projected
 from trainyard.testing.servers import start_nats, start_redis

@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 from trainyard.sim import FailureModel, Scenario
-from trainyard.sim.failures import NO_FAILURES
 from trainyard.sim.report import summarise
 from trainyard.sim.scenarios import prepare, run_policies
 

@@ -12,7 +12,16 @@ from __future__ import annotations
 import argparse
 import time
 
-from trainyard.sim import FailureModel, Scenario, SimCluster, build_nodes, load_philly, policy_named, simulate, synthetic
+from trainyard.sim import (
+    FailureModel,
+    Scenario,
+    SimCluster,
+    build_nodes,
+    load_philly,
+    policy_named,
+    simulate,
+    synthetic,
+)
 from trainyard.sim.report import markdown_table, summarise
 
 

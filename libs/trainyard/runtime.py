@@ -67,14 +67,13 @@ async def _until_up(stop: asyncio.Event, what: str, url: str, connect: Callable[
             raise ConnectionAbortedError(f"stopped while waiting for {what} at {url}")
         try:
             return attempt.result()
-        except (OSError, nats.errors.Error, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-                asyncio.TimeoutError) as err:  # fmt: skip
+        except (TimeoutError, OSError, nats.errors.Error, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as err:
             if stop.is_set():
                 raise
             log.warning("%s at %s is not reachable (%r); trying again in %.1fs", what, url, err, delay)
             try:
                 await asyncio.wait_for(stop.wait(), delay)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             delay = min(delay * 2, 5.0)
 

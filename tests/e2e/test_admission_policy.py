@@ -25,8 +25,7 @@ from trainyard.events import (
 )
 from trainyard.ledger import Ledger
 from trainyard.local import LocalStack
-from trainyard.store import Store
-from trainyard.store import views
+from trainyard.store import Store, views
 from trainyard.testing.streams import read_job_events
 
 pytestmark = pytest.mark.e2e
@@ -56,12 +55,12 @@ organisations:
 
 
 def job(tenant: str = "acme", gpus: int = 8, duration: float = 60.0, priority_class: str = "standard",
-        checkpoint_every: float | None = None) -> JobSpec:  # fmt: skip
+        checkpoint_every: float | None = None) -> JobSpec:
     return JobSpec(
         tenant=tenant, queue="default", priority_class=priority_class,
         roles=[Role(name="trainer", gpus_per_replica=gpus)], simulated_duration_s=duration,
         simulated_checkpoint_interval_s=checkpoint_every,
-    )  # fmt: skip
+    )
 
 
 async def submit(bus: Bus, job_id: str, spec: JobSpec) -> None:

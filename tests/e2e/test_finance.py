@@ -80,7 +80,7 @@ async def run_jobs(stack: LocalStack) -> None:
                 body = {
                     "job_id": job_id, "tenant": tenant, "queue": "default", "name": job_id, "simulated_duration_s": seconds,
                     "roles": [{"name": "trainer", "replicas": replicas, "gpus_per_replica": gpus, "gpu_type": "H100"}],
-                }  # fmt: skip
+                }
                 assert (await client.post("/v1/jobs", json=body)).status_code == 202
         deadline = time.monotonic() + 120
         while (await views.status_counts(store)).get("succeeded", 0) < len(JOBS):
@@ -139,7 +139,7 @@ async def test_the_months_chargeback_reconciles_to_the_ledger_and_the_capacity_r
     await asyncio.to_thread(
         trainyard, "export", "chargeback", "--period", period, "--format", "parquet", "--via-api",
         "--output", str(via_api), "--data-dir", str(stack.data_dir),
-    )  # fmt: skip
+    )
     assert totals(list(csv.DictReader(io.StringIO(direct.read_text())))) == expected
     assert totals(pq.read_table(via_api).to_pylist()) == expected
 
@@ -156,7 +156,7 @@ async def test_the_months_chargeback_reconciles_to_the_ledger_and_the_capacity_r
     await asyncio.to_thread(
         trainyard, "report", "capacity", "--from", today, "--to", today, "--out", str(out), "--bucket", "hour",
         "--data-dir", str(stack.data_dir),
-    )  # fmt: skip
+    )
     html = (out / "capacity.html").read_text()
     assert "<svg" in html and "least-squares" in html
     rows = list(csv.DictReader(io.StringIO((out / "capacity.csv").read_text())))

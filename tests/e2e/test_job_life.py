@@ -10,6 +10,7 @@ import random
 import time
 
 import httpx
+import msgspec
 import pytest
 
 from trainyard.bus import Bus
@@ -18,8 +19,7 @@ from trainyard.domain import JobSpec, Role
 from trainyard.events import JobPlaced, RunStarted, RunSucceeded, SubmitJob, subjects
 from trainyard.ledger import Ledger
 from trainyard.local import LocalStack
-from trainyard.store import Store
-from trainyard.store import views
+from trainyard.store import Store, views
 from trainyard.testing.auth import issue
 from trainyard.testing.streams import read_job_events
 
@@ -47,8 +47,8 @@ def workload(n: int, seed: int = 7) -> list[tuple[str, JobSpec]]:
 
 
 async def submit_rest(client: httpx.AsyncClient, job_id: str, spec: JobSpec) -> None:
-    body = {**__import__("msgspec").to_builtins(spec), "job_id": job_id}
-    for attempt in range(100):  # the gateway may be restarting: retry with the same id
+    body = {**msgspec.to_builtins(spec), "job_id": job_id}
+    for _attempt in range(100):  # the gateway may be restarting: retry with the same id
         try:
             response = await client.post("/v1/jobs", json=body)
             if response.status_code == 202:

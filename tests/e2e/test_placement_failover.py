@@ -13,14 +13,13 @@ import time
 from collections import Counter
 
 import pytest
-
 from test_job_life import check_exactly_once, submit_all, wait_all_succeeded, workload
+
 from trainyard.bus import Bus
 from trainyard.bus.lease import BUCKET
 from trainyard.events import JobPlaced
 from trainyard.local import LocalStack
-from trainyard.store import Store
-from trainyard.store import views
+from trainyard.store import Store, views
 from trainyard.testing.streams import read_job_events
 from trainyard_placement.main import lease_key
 
@@ -61,7 +60,7 @@ async def test_the_standby_takes_over_when_the_placement_leader_is_killed(stack:
         second = subprocess.Popen(
             [sys.executable, "-m", "trainyard_placement"], env={**stack.env, "TRAINYARD_LOG_LEVEL": "INFO"},
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+        )
     jobs = workload(200, seed=17)
     try:
         leader = await lease_holder(bus, cluster)

@@ -27,7 +27,7 @@ GANG = "gang-4x8"
 
 def spec(name: str, replicas: int, gpus: int, duration: float, tenant: str = "acme") -> JobSpec:
     return JobSpec(tenant=tenant, queue="default", name=name, simulated_duration_s=duration,
-                   roles=[Role(name="trainer", replicas=replicas, gpus_per_replica=gpus)])  # fmt: skip
+                   roles=[Role(name="trainer", replicas=replicas, gpus_per_replica=gpus)])
 
 
 async def submit(bus: Bus, job_id: str, job: JobSpec) -> None:

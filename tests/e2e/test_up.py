@@ -18,8 +18,8 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-from trainyard.cli.main import app
 from trainyard.bus import Bus
+from trainyard.cli.main import app
 from trainyard.config.store import ConfigStore
 from trainyard.local import LocalStack
 from trainyard.local.lock import LockInfo, pid_alive, read_ports
@@ -43,7 +43,7 @@ def trainyard_up(data_dir: Path, log: Path) -> subprocess.Popen:
         return subprocess.Popen(
             [sys.executable, "-m", "trainyard.cli.main", "up", "--data-dir", str(data_dir), "--nodes", "2"],
             stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "200"},
-        )  # fmt: skip
+        )
 
 
 @pytest.mark.parametrize(
@@ -65,7 +65,7 @@ def test_a_signal_stops_the_whole_stack_and_a_second_start_is_refused_meanwhile(
         lock = msgspec.json.decode((data_dir / "stack.lock").read_bytes(), type=LockInfo)
         children = {name: child.pid for name, child in lock.children.items()}
         assert set(children) == {"nats-server", "redis-server", "admission", "placement", "health", "accounting",
-                                 "gateway", "emulator"}  # fmt: skip
+                                 "gateway", "emulator"}
         assert lock.pid == up.pid and lock.ports == read_ports(data_dir)
         # the addresses are printed just after "Trainyard is up"
         wait_until(lambda: f"127.0.0.1:{lock.ports['http']}" in log.read_text(), 60, "the API address to be printed")
@@ -80,7 +80,7 @@ def test_a_signal_stops_the_whole_stack_and_a_second_start_is_refused_meanwhile(
         second = subprocess.run(
             [sys.executable, "-m", "trainyard.cli.main", "up", "--data-dir", str(data_dir)],
             capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "300"},
-        )  # fmt: skip
+        )
         assert second.returncode == 1
         assert f"already running (pid {up.pid}" in second.stderr and f"http {lock.ports['http']}" in second.stderr
 
@@ -139,7 +139,7 @@ def test_submit_from_a_file_takes_the_tenant_from_it_and_a_rejection_is_shown_wi
 
     def rejected():  # type: ignore[no-untyped-def]
         result = cli("submit", "--tenant", "globex", "--gpus", "1", "--data-dir", str(stack.data_dir),
-                     "--job-id", f"stranger-{len(attempts)}")  # fmt: skip
+                     "--job-id", f"stranger-{len(attempts)}")
         attempts.append(result)
         assert result.exit_code in (0, 1), result.output
         return result if result.exit_code == 1 else None

@@ -19,7 +19,16 @@ import pytest
 import sqlalchemy as sa
 
 from trainyard.domain.job import JobSpec, Role
-from trainyard.events.jobs import JobAccepted, JobAdmitted, JobEvent, JobPlaced, ReplicaPlacement, RunFailed, RunStarted, RunSucceeded
+from trainyard.events.jobs import (
+    JobAccepted,
+    JobAdmitted,
+    JobEvent,
+    JobPlaced,
+    ReplicaPlacement,
+    RunFailed,
+    RunStarted,
+    RunSucceeded,
+)
 from trainyard.ledger import Ledger
 
 POSTGRES_ENV = "TRAINYARD_TEST_POSTGRES_URL"

@@ -47,7 +47,7 @@ REASONS = ("node_failure", "lost", "preempted", "placement_timeout", "workload_e
 KINDS = (
     "accepted", "rejected", "admitted", "placed", "started", "succeeded", "failed", "cancelled", "notice",
     "checkpoint", "republish", "redeliver",
-)  # fmt: skip
+)
 
 # What usually comes next for a job in each status, drawn besides any kind at all.
 LIKELY = {
@@ -77,11 +77,11 @@ def spec_for(data: st.DataObject, job: str) -> JobSpec:
         Role(name=f"r{i}", replicas=data.draw(st.integers(1, 2)), gpus_per_replica=data.draw(st.integers(1, 4)),
              gpu_type=data.draw(st.sampled_from(["H100", "A100"])))
         for i in range(data.draw(st.integers(1, 2)))
-    ]  # fmt: skip
+    ]
     return JobSpec(
         tenant=data.draw(st.sampled_from(["acme", "beta"])), queue="q", roles=roles, name=job,
         max_retries=data.draw(st.integers(0, 2)), simulated_duration_s=1.0,
-    )  # fmt: skip
+    )
 
 
 def replicas(data: st.DataObject) -> list[ReplicaPlacement]:
@@ -128,7 +128,7 @@ def draw_event(data: st.DataObject, table: JobTable) -> Any:
         return PreemptionNotice(
             at=at, job_id=job, tenant=tenant, run_id=run, preemptor="urgent", reason="priority",
             grace_period_s=data.draw(st.sampled_from([30.0, 0.1])),
-        )  # fmt: skip
+        )
     return CheckpointSaved(at=at, job_id=job, tenant=tenant, run_id=run, step=data.draw(st.integers(0, 10**6)))
 
 
@@ -179,7 +179,7 @@ def record_from_hash(h: dict[str, str]) -> JobRecord:
         notice_at=num("notice_at"), preempt_deadline=num("preempt_deadline"), preemptor=h.get("preemptor"),
         preempt_reason=h.get("preempt_reason"), reason=h.get("reason"), message=h.get("message"),
         attained_gpu_s=num("attained_gpu_s") or 0.0,
-    )  # fmt: skip
+    )
 
 
 HASH_FIELDS = set(JobRecord.__struct_fields__)

@@ -7,25 +7,24 @@ import asyncio
 import msgspec
 import pytest
 
-from trainyard.testing.publish import publish_event
-from trainyard.events import job_subject
 from trainyard.bus import Bus, PublishRequest
 from trainyard.domain import JobSpec, NodeInfo, Role
 from trainyard.events import (
     CheckpointSaved,
-    PreemptionNotice,
     JobAccepted,
     JobAdmitted,
     JobPlaced,
     NodeRegistered,
+    PreemptionNotice,
     ReplicaPlacement,
     RunFailed,
     RunStarted,
     RunSucceeded,
+    job_subject,
     subjects,
 )
-from trainyard.store import Projector, Store
-from trainyard.store import views
+from trainyard.store import Projector, Store, views
+from trainyard.testing.publish import publish_event
 
 
 def spec(gpus: int = 8, replicas: int = 1, tenant: str = "acme") -> JobSpec:
@@ -229,7 +228,7 @@ async def test_an_event_whose_subject_disagrees_with_its_body_is_not_folded(bus:
         (RunSucceeded(at=6.0, job_id="j1", tenant="acme", run_id="j1-r1"), subjects.job("beta", "j1", "agent")),
         # A success for j1 filed under another job's subject.
         (RunSucceeded(at=6.0, job_id="j1", tenant="acme", run_id="j1-r1"), subjects.job("acme", "j2", "agent")),
-    ]  # fmt: skip
+    ]
     for i, (event, subject) in enumerate(forged):
         await bus.publish(subject, event, msg_id=f"forged-{i}")
     projector = await project(bus, store, "JOBS")

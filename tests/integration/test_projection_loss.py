@@ -9,20 +9,26 @@ from typing import Any
 
 import pytest
 from nats.js.errors import NotFoundError
+from test_projection import lifecycle, spec
 
-from trainyard.testing.publish import publish_event
 from trainyard.bus import Bus
 from trainyard.emulator import EmulatedCluster
 from trainyard.emulator.cluster import default_topology
-from trainyard.events import JobAccepted, JobAdmitted, JobPlaced, ReplicaPlacement, RunStarted, RunSucceeded
-from trainyard.events import decode_job_event, subjects
-from trainyard.store import Projector, Store
-from trainyard.store import views
+from trainyard.events import (
+    JobAccepted,
+    JobAdmitted,
+    JobPlaced,
+    ReplicaPlacement,
+    RunStarted,
+    RunSucceeded,
+    decode_job_event,
+    subjects,
+)
+from trainyard.store import Projector, Store, views
 from trainyard.store.projector import ProjectionLost
+from trainyard.testing.publish import publish_event
 from trainyard.testing.servers import Server
 from trainyard.testing.waiting import eventually
-
-from test_projection import lifecycle, spec
 
 
 async def snapshot(store: Store) -> dict[str, Any]:

@@ -18,7 +18,7 @@ async def wait_for_log(caplog: pytest.LogCaptureFixture, *texts: str, timeout: f
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not any(t in r.getMessage() for r in caplog.records for t in texts):
-        assert loop.time() < deadline, f"no log line with {text!r}"
+        assert loop.time() < deadline, f"no log line with any of {texts!r}"
         await asyncio.sleep(0.05)
 
 

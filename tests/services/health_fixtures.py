@@ -8,7 +8,6 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from trainyard.testing.publish import publish_event
 from trainyard.bus import Bus
 from trainyard.core.health import HealthPolicy
 from trainyard.domain import JobSpec, Role
@@ -25,6 +24,7 @@ from trainyard.events import (
     subjects,
 )
 from trainyard.store import Projector, Store
+from trainyard.testing.publish import publish_event
 from trainyard.testing.streams import read_raw
 from trainyard_health.metrics import HealthMetrics
 from trainyard_health.monitor import Monitor
@@ -50,7 +50,7 @@ class Harness:
         for info in infos:
             ack = await self.bus.publish(subjects.node(CLUSTER, info.node_id),
                                          NodeRegistered(at=time.time(), node=info, boot_id="b1"),
-                                         msg_id=f"reg:{info.node_id}")  # fmt: skip
+                                         msg_id=f"reg:{info.node_id}")
             seq = ack.seq
         await self.nodes_projector.wait_for(seq)
 
@@ -61,13 +61,13 @@ class Harness:
         run_id = f"{job_id}-r1"
         now = time.time()
         replicas = [ReplicaPlacement(role="w", replica=i, rank=i, node_id=n, gpus=list(range(gpus_per_node)))
-                    for i, n in enumerate(nodes)]  # fmt: skip
+                    for i, n in enumerate(nodes)]
         for i, event in enumerate([
             JobAccepted(at=now, job_id=job_id, spec=spec, submitted_at=now),
             JobAdmitted(at=now, job_id=job_id, tenant=tenant, run_id=run_id, attempt=1),
             JobPlaced(at=now, job_id=job_id, tenant=tenant, run_id=run_id, cluster=CLUSTER, replicas=replicas),
             RunStarted(at=now, job_id=job_id, tenant=tenant, run_id=run_id),
-        ]):  # fmt: skip
+        ]):
             ack = await publish_event(self.bus, event, msg_id=f"{run_id}:{i}")
         await self.jobs_projector.wait_for(ack.seq)
         return run_id

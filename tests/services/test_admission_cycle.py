@@ -6,17 +6,16 @@ their run-time limit."""
 from __future__ import annotations
 
 import pytest
-
 from test_placement_cycle import CLUSTER, NOW, Harness, harness
-from trainyard.testing.publish import publish_event
+
 from trainyard.bus import Bus
 from trainyard.config.tenancy import compile_tenancy, load_tenancy
 from trainyard.core.admission import AdmissionPolicy
 from trainyard.domain import JobSpec, Role
 from trainyard.domain.job import TopologyConstraint, TopologyLevel
-from trainyard.events import CheckpointSaved, PreemptionNotice, RunFailed, subjects
-from trainyard.store import Store
-from trainyard.store import views
+from trainyard.events import CheckpointSaved, PreemptionNotice, RunFailed
+from trainyard.store import Store, views
+from trainyard.testing.publish import publish_event
 from trainyard.testing.streams import read_job_events
 from trainyard_admission.cycle import AdmissionCycle
 from trainyard_admission.tenancy import TenancyHolder
@@ -58,7 +57,7 @@ def admission(h: Harness, clock: Clock, cluster: str | None = CLUSTER) -> Admiss
     cfg = load_tenancy(TENANCY)
     holder.set(compile_tenancy(cfg), cfg, 1)
     return AdmissionCycle(h.bus, h.store, h.jobs, AdmissionPolicy(), clock, node_projector=(h.nodes,),
-                          tenancy=holder, placement_timeout_s=1e9, cluster=cluster)  # fmt: skip
+                          tenancy=holder, placement_timeout_s=1e9, cluster=cluster)
 
 
 async def checkpoint(h: Harness, job_id: str, at: float) -> None:

@@ -15,13 +15,22 @@ from nats.aio.msg import Msg
 from trainyard.bus import Bus, ConsumerSpec, run_consumer
 from trainyard.config.tenancy import compile_tenancy, load_tenancy
 from trainyard.domain import JobSpec, NodeInfo, Role
-from trainyard.events import CancelJob, JobAccepted, JobCancelled, JobRejected, NodeRegistered, SubmitJob, encode, subjects
+from trainyard.events import (
+    CancelJob,
+    JobAccepted,
+    JobCancelled,
+    JobRejected,
+    NodeRegistered,
+    SubmitJob,
+    encode,
+    subjects,
+)
 from trainyard.store import Projector, Store, views
 from trainyard.store.fleet import read_fleet
 from trainyard.testing.streams import read_job_events, read_raw
+from trainyard.testing.waiting import eventually
 from trainyard_admission.handlers import IntakeHandler
 from trainyard_admission.tenancy import TenancyHolder
-from trainyard.testing.waiting import eventually
 
 SPEC = JobSpec(tenant="acme", queue="q", roles=[Role(name="t", gpus_per_replica=8)], simulated_duration_s=1.0)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 from collections.abc import AsyncIterator
 from decimal import ROUND_HALF_UP, Decimal
@@ -21,7 +22,16 @@ from trainyard.api.jobs import JobOperations
 from trainyard.api.rest import create_app
 from trainyard.bus import Bus
 from trainyard.domain.job import JobSpec, Role
-from trainyard.events.jobs import JobAccepted, JobAdmitted, JobEvent, JobPlaced, ReplicaPlacement, RunFailed, RunStarted, RunSucceeded
+from trainyard.events.jobs import (
+    JobAccepted,
+    JobAdmitted,
+    JobEvent,
+    JobPlaced,
+    ReplicaPlacement,
+    RunFailed,
+    RunStarted,
+    RunSucceeded,
+)
 from trainyard.ledger import Ledger
 from trainyard.settings import Settings
 from trainyard.store import Store
@@ -88,7 +98,7 @@ def expected_totals() -> dict[str, Decimal]:
         spec = events[0].spec  # type: ignore[attr-defined]
         gpus, gpu_type = spec.roles[0].gpus, spec.roles[0].gpu_type
         bounds = [T0, NOV15, DEC1]
-        for (lo, hi), (_, prices) in zip(zip(bounds, bounds[1:]), PRICES):
+        for (lo, hi), (_, prices) in zip(itertools.pairwise(bounds), PRICES, strict=True):
             a, b = max(started, lo), min(ended, hi)
             if b > a:
                 seconds = Decimal(repr(b)) - Decimal(repr(a))
@@ -119,7 +129,7 @@ async def client(bus: Bus, store: Store, ledger_url: str, callers: Callers) -> A
     app = create_app(
         JobOperations(bus, store), store, callers.authenticator, usage_source=build_usage_source(settings),
         routers=[finance_api.build_router(bus, store, settings)],
-    )  # fmt: skip
+    )
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://gateway", headers=callers.headers("finance")
     ) as c:

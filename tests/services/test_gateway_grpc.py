@@ -10,7 +10,6 @@ from typing import Any
 import grpc
 import pytest
 
-from trainyard.testing.publish import publish_event
 from trainyard._pb.trainyard.v1 import jobs_pb2 as pb
 from trainyard._pb.trainyard.v1 import jobs_pb2_grpc as pb_grpc
 from trainyard.api.grpc_server import FIELD_ERRORS_METADATA, spec_from_proto, spec_to_proto, start_grpc
@@ -32,6 +31,7 @@ from trainyard.events import (
 )
 from trainyard.store import Store
 from trainyard.testing.auth import Callers
+from trainyard.testing.publish import publish_event
 from trainyard.testing.servers import free_port
 from trainyard.testing.streams import project
 
@@ -255,7 +255,7 @@ async def test_cancel_job_publishes_cancel_job_with_the_reason(
             "ListJobs", pb.ListJobsRequest(), None, grpc.StatusCode.UNAUTHENTICATED, id="a call without credentials",
         ),
     ],
-)  # fmt: skip
+)
 async def test_failures_map_to_grpc_status_codes_and_publish_nothing(
     stub: pb_grpc.JobServiceStub,
     server: int,

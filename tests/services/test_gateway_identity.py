@@ -16,8 +16,8 @@ from trainyard.api.jobs import JobOperations
 from trainyard.api.rest import create_app
 from trainyard.bus import Bus
 from trainyard.bus.audit import AuditRecord
-from trainyard.events import JobAccepted, decode_intake, subjects
 from trainyard.domain import JobSpec, Role
+from trainyard.events import JobAccepted, decode_intake, subjects
 from trainyard.settings import Settings
 from trainyard.store import Store
 from trainyard.testing.auth import Callers
@@ -29,7 +29,7 @@ def body(tenant: str = "acme", **overrides: Any) -> dict[str, Any]:
     return {
         "tenant": tenant, "queue": "default", "roles": [{"name": "trainer", "gpus_per_replica": 8}],
         "simulated_duration_s": 60.0, **overrides,
-    }  # fmt: skip
+    }
 
 
 @pytest.fixture
@@ -124,7 +124,7 @@ async def test_a_revoked_token_stops_working_at_once_on_this_gateway(
         pytest.param("acme", "POST", "/v1/jobs", body(tenant="globex"), 403, id="a researcher submits only for its tenant"),
         pytest.param("acme", "POST", "/v1/jobs", body(), 202, id="a researcher submits for its tenant"),
     ],
-)  # fmt: skip
+)
 async def test_each_role_may_do_what_the_policy_says_and_a_refusal_names_the_roles_that_may(
     gateway: httpx.AsyncClient, callers: Callers, bus: Bus, caller: str, method: str, path: str, json: Any, status: int
 ) -> None:
@@ -177,7 +177,7 @@ async def test_an_admin_creates_a_token_that_works_and_revokes_it(
     created = await gateway.post(
         "/v1/auth/tokens", json={"name": "alice", "role": "researcher", "tenant": "acme"},
         headers=callers.headers("admin"),
-    )  # fmt: skip
+    )
     assert created.status_code == 201, created.text
     token, token_id = created.json()["token"], created.json()["info"]["id"]
     alice = {"Authorization": f"Bearer {token}"}
@@ -200,7 +200,7 @@ async def test_an_admin_creates_a_token_that_works_and_revokes_it(
         pytest.param({"name": "bob", "role": "wizard"}, 422, "role", id="an unknown role is named"),
         pytest.param({"name": "bad name!", "role": "researcher"}, 422, "name", id="a bad name is named"),
     ],
-)  # fmt: skip
+)
 async def test_a_tenant_admin_hands_out_tokens_only_inside_its_tenant(
     gateway: httpx.AsyncClient, callers: Callers, request_body: dict[str, Any], status: int, field_or_words: str | None
 ) -> None:

@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 import pytest
 
-from trainyard.testing.publish import publish_event
 from trainyard.api.jobs import JobOperations
 from trainyard.api.rest import create_app
 from trainyard.bus import Bus
@@ -36,6 +35,7 @@ from trainyard.events import (
 )
 from trainyard.store import Store, views
 from trainyard.testing.auth import Callers
+from trainyard.testing.publish import publish_event
 from trainyard.testing.servers import Server, free_port, wait_port
 from trainyard.testing.streams import project
 

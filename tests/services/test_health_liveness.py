@@ -10,13 +10,13 @@ import time
 
 from health_fixtures import CLUSTER, fleet, harness
 
-from trainyard.testing.publish import publish_event
 from trainyard.agent import control
 from trainyard.bus import ConsumerSpec, run_consumer
 from trainyard.core.health import HealthPolicy
 from trainyard.events import JobAdmitted, NodeLost, NodeRegistered, RunFailed, RunSucceeded, encode, subjects
 from trainyard.events.nodes import NodeHeartbeat, NodeStateChanged
 from trainyard.store import views
+from trainyard.testing.publish import publish_event
 from trainyard_health.fencing import publish_failures
 from trainyard_health.handlers import NodeEventsHandler, TelemetryHandler
 from trainyard_health.liveness import LivenessCheck
@@ -45,7 +45,7 @@ class Fleet:
             await self.bus.nc.flush()
             try:
                 await asyncio.wait_for(self.stop.wait(), 0.1)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def close(self) -> None:
@@ -178,7 +178,7 @@ async def test_an_old_boots_heartbeats_neither_keep_a_restarted_node_alive_nor_b
         try:
             # n5's agent restarts as boot b2; the old process (b1) keeps heartbeating for a while.
             ack = await bus.publish(subjects.node(CLUSTER, "n5"), NodeRegistered(at=time.time(), node=fleet()[5], boot_id="b2"),
-                                    msg_id="reg:n5:b2")  # fmt: skip
+                                    msg_id="reg:n5:b2")
             await h.nodes_projector.wait_for(ack.seq)
             beats.boots["n5"] = {"b1", "b2"}
             for _ in range(3):
@@ -202,7 +202,7 @@ async def test_a_run_failure_for_a_run_that_already_succeeded_is_refused_by_the_
         stale = await views.get_jobs(store, ["done"], with_spec=False)  # read while the run was running
         assert stale[0].status == "running"
         ack = await publish_event(bus, RunSucceeded(at=time.time(), job_id="done", tenant="acme", run_id=run_id),
-                                msg_id=f"{run_id}:succeeded")  # fmt: skip
+                                msg_id=f"{run_id}:succeeded")
         # A failure decided on the stale view is refused by NATS; nothing is published.
         failed, refused = await publish_failures(bus, time.time, stale, "n2", "node_failure", "node n2 was lost")
         assert (failed, refused) == (0, ["done"])
@@ -220,10 +220,10 @@ async def test_a_run_failure_never_fails_a_newer_run_of_the_job(bus, store) -> N
         stale = await views.get_jobs(store, ["again"], with_spec=False)
         # The job starts a newer run (r1 failed for another reason, r2 admitted) before health publishes.
         first = RunFailed(at=time.time(), job_id="again", tenant="acme", run_id="again-r1", reason="workload_error",
-                          message="exit 1", node_id="n2")  # fmt: skip
+                          message="exit 1", node_id="n2")
         await publish_event(bus, first, msg_id="again-r1:failed")
         ack = await publish_event(bus, JobAdmitted(at=time.time(), job_id="again", tenant="acme", run_id="again-r2", attempt=2),
-                                msg_id="again:admit:2")  # fmt: skip
+                                msg_id="again:admit:2")
         await h.jobs_projector.wait_for(ack.seq)
         failed, refused = await publish_failures(bus, time.time, stale, "n2", "node_failure", "node n2 was lost")
         assert (failed, refused) == (0, ["again"])

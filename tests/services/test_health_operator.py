@@ -25,7 +25,6 @@ from trainyard.testing.auth import Callers
 from trainyard.testing.streams import read_raw
 
 
-
 def api(h, callers: Callers, caller: str = "operator") -> httpx.AsyncClient:  # type: ignore[no-untyped-def]
     """The gateway's app with the node routes, called as ``caller``."""
     routers = [nodes_api.build_router(h.bus, h.store, Settings())]
@@ -40,7 +39,7 @@ def api(h, callers: Callers, caller: str = "operator") -> httpx.AsyncClient:  # 
     [
         pytest.param([("cordon", 202, "cordoned")], "cordoned", id="cordon takes a healthy node out of service"),
         pytest.param([("cordon", 202, "cordoned"), ("uncordon", 202, "healthy")], "healthy",
-                     id="uncordon returns a cordoned node"),  # fmt: skip
+                     id="uncordon returns a cordoned node"),
         pytest.param([("uncordon", 409, None)], "healthy", id="uncordon of a healthy node is refused with the reason"),
         pytest.param([("drain", 202, "draining")], "repair", id="drain preempts the runs and the node goes to repair"),
     ],
@@ -58,7 +57,7 @@ async def test_operator_commands_through_rest(bus, store, callers, steps, final)
                     assert r.status_code == status, r.text
                     if status == 202:
                         assert r.json()["expected_state"] == expected
-                        assert await eventually(lambda: _history_has(h, "n6", expected)), f"n6 never became {expected}"
+                        assert await eventually(lambda: _history_has(h, "n6", expected)), f"n6 never became {expected}"  # noqa: B023 - awaited in this iteration
                 assert await eventually(lambda: _is(h, "n6", final))
                 history = (await http.get("/v1/nodes/n6/history")).json()
             if any(status == 202 for _, status, _ in steps):
@@ -93,7 +92,7 @@ async def _history_has(h, node: str, state: str) -> bool:  # type: ignore[no-unt
         pytest.param("POST", "/v1/nodes/n1/drain", "finance", {"reason": "x"}, 403, id="finance may not drain"),
         pytest.param("GET", "/v1/nodes/nope/history", "operator", None, 404, id="history of an unknown node is 404"),
     ],
-)  # fmt: skip
+)
 async def test_bad_node_requests_get_a_clear_answer_and_change_nothing(
     bus, store, callers, method, path, caller, body, status
 ) -> None:

@@ -14,9 +14,9 @@ from trainyard.core.health import HealthPolicy
 from trainyard.events import RunFailed, encode, subjects
 from trainyard.events.nodes import GpuTelemetry, NodeStateChanged, XidObserved
 from trainyard.gpu import FakeGpuBackend, XidEvent, sample_node
+from trainyard.testing.waiting import eventually
 from trainyard_health.handlers import NodeEventsHandler, TelemetryHandler
 from trainyard_health.repair import RepairLoop
-from trainyard.testing.waiting import eventually
 
 
 async def consume(h, stop: asyncio.Event) -> list[asyncio.Task]:  # type: ignore[no-untyped-def]
@@ -31,7 +31,7 @@ async def consume(h, stop: asyncio.Event) -> list[asyncio.Task]:  # type: ignore
 
 async def xid(h, node: str, code: int, gpu: int = 0, msg_id: str | None = None) -> None:  # type: ignore[no-untyped-def]
     event = XidObserved(at=time.time(), node_id=node, cluster=CLUSTER, boot_id="b1",
-                        events=[XidEvent(gpu_index=gpu, uuid=None, xid=code, at=time.time())])  # fmt: skip
+                        events=[XidEvent(gpu_index=gpu, uuid=None, xid=code, at=time.time())])
     await h.bus.publish(subjects.telemetry(CLUSTER, node), event, msg_id=msg_id or f"xid:{node}:{code}:{time.time()}")
 
 
@@ -145,8 +145,7 @@ async def test_the_blast_radius_limit_alerts_instead_of_isolating_too_much_of_a_
 async def test_three_nodes_of_one_rack_failing_together_raise_a_rack_fault_instead(bus, store) -> None:
     async with harness(bus, store, HealthPolicy(blast_radius_max_share=1.0)) as h:
         findings = []
-        from trainyard.core.health import evaluate_xids
-        from trainyard.core.health import NodeHealthRecord
+        from trainyard.core.health import NodeHealthRecord, evaluate_xids
 
         for node in ("n0", "n1", "n2"):  # rack r1
             findings += evaluate_xids(NodeHealthRecord(node_id=node), [XidEvent(0, None, 79, time.time())], h.monitor.policy)

@@ -18,7 +18,6 @@ from trainyard.testing.servers import free_port
 from trainyard_health.metrics import HealthMetrics
 
 
-
 async def test_the_metrics_endpoint_shows_states_xids_and_time_to_isolate(bus, store) -> None:
     async with harness(bus, store) as h:
         port = free_port()

@@ -12,7 +12,6 @@ from contextlib import asynccontextmanager
 import msgspec
 import pytest
 
-from trainyard.testing.publish import publish_event
 from trainyard.bus import Bus
 from trainyard.domain import JobSpec, NodeInfo, Role
 from trainyard.events import (
@@ -26,8 +25,8 @@ from trainyard.events import (
     subjects,
 )
 from trainyard.events.nodes import NodeStateChanged
-from trainyard.store import Projector, Store
-from trainyard.store import views
+from trainyard.store import Projector, Store, views
+from trainyard.testing.publish import publish_event
 from trainyard_placement.handlers import PlacementCycle
 
 CLUSTER = "c1"
@@ -38,7 +37,7 @@ def job(gpus: int = 8, replicas: int = 1, max_runtime_s: int = 3600, tenant: str
     return JobSpec(
         tenant=tenant, queue="default", max_runtime_s=max_runtime_s,
         roles=[Role(name="trainer", replicas=replicas, gpus_per_replica=gpus)],
-    )  # fmt: skip
+    )
 
 
 class Harness:

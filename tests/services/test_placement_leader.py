@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-
 from test_placement_cycle import CLUSTER, Harness, harness, job, rack
+
 from trainyard.bus import Bus
 from trainyard.bus.lease import Lease
 from trainyard.core.invariants import check_job_log
@@ -28,8 +28,7 @@ from trainyard.cycles import decision_loop
 from trainyard.events import JobPlaced
 from trainyard.runtime import Runtime
 from trainyard.settings import Settings
-from trainyard.store import Projector, Store
-from trainyard.store import views
+from trainyard.store import Projector, Store, views
 from trainyard.testing.servers import Server
 from trainyard.testing.streams import read_job_events
 from trainyard_placement.handlers import PlacementCycle
@@ -48,7 +47,7 @@ from trainyard_placement.main import lease_key
             id="two deciders with different snapshots give one GPU to two jobs: the fence alone is not enough",
         ),
     ],
-)  # fmt: skip
+)
 async def test_two_deciders_without_a_lease(
     bus: Bus, store: Store, admit_between: bool, double_allocated: bool, fenced: int
 ) -> None:

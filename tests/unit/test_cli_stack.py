@@ -84,7 +84,7 @@ def test_a_stored_port_another_program_took_is_replaced_with_a_note(tmp_path: Pa
 
     assert chosen["nats"] != stored["nats"] and chosen["http"] == stored["http"]
     assert notes == [f"nats port {stored['nats']} (kept from the last start) is now in use by another program; "
-                     f"using {chosen['nats']} instead"]  # fmt: skip
+                     f"using {chosen['nats']} instead"]
 
 
 def test_a_port_asked_for_that_is_taken_fails_saying_which(tmp_path: Path) -> None:
@@ -98,7 +98,7 @@ def test_a_port_asked_for_that_is_taken_fails_saying_which(tmp_path: Path) -> No
 
 
 def at(day: str) -> float:
-    return dt.datetime.fromisoformat(day).replace(tzinfo=dt.timezone.utc).timestamp()
+    return dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC).timestamp()
 
 
 @pytest.mark.parametrize(

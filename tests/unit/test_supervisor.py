@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import nats
-import pytest
 
 from trainyard.local.supervisor import Backoff, Supervisor, restart_server
 from trainyard.testing.servers import start_nats

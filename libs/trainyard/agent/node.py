@@ -31,7 +31,7 @@ class NodeAgent:
     def __init__(
         self, bus: Bus, node: NodeInfo, backend: GpuBackend, *, clock: Callable[[], float] = time.time,
         boot_id: str | None = None, heartbeat_interval_s: float = 1.0, telemetry_interval_s: float = 5.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.bus = bus
         self.node = node
         self.backend = backend
@@ -54,7 +54,7 @@ class NodeAgent:
         await self.bus.publish(
             subjects.node(self.node.cluster, self.node.node_id), registered,
             msg_id=f"register:{self.node.node_id}:{self.boot_id}",
-        )  # fmt: skip
+        )
 
     async def heartbeat(self) -> None:
         if self.silent:
@@ -129,7 +129,7 @@ class NodeAgent:
                 log.warning("%s: %r", getattr(step, "__name__", "step"), err)
             try:
                 await asyncio.wait_for(stop.wait(), interval)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def xid_loop(self, stop: asyncio.Event, wait_s: float = 1.0) -> None:

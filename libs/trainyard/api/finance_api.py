@@ -48,13 +48,13 @@ def parse_instant(field: str, value: str | None, *, end_of_day: bool = False) ->
     try:
         if len(value) == 10:
             day = dt.date.fromisoformat(value) + dt.timedelta(days=1 if end_of_day else 0)
-            return dt.datetime.combine(day, dt.time(), dt.timezone.utc).timestamp()
+            return dt.datetime.combine(day, dt.time(), dt.UTC).timestamp()
         at = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise InvalidRequest(
             [ValidationError(field, f"{value!r} is not a date (2026-11-01), an ISO 8601 time or Unix seconds")]
         ) from None
-    return (at if at.tzinfo else at.replace(tzinfo=dt.timezone.utc)).timestamp()
+    return (at if at.tzinfo else at.replace(tzinfo=dt.UTC)).timestamp()
 
 
 def usage_query(start: str | None, end: str | None, group_by: str | None) -> dict[str, Any]:
@@ -146,7 +146,7 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
             403: {"description": "The caller's role is neither finance nor admin"},
             422: {"description": "Bad window, capacity, bucket or horizon"},
         },
-    )  # fmt: skip
+    )
     async def capacity_report_route(
         start: str = Query(..., alias="from", description="First day, YYYY-MM-DD (UTC)"),
         end: str = Query(..., alias="to", description="Last day, YYYY-MM-DD (UTC), included"),

@@ -27,8 +27,14 @@ from trainyard._pb.trainyard.v1 import jobs_pb2 as pb
 from trainyard._pb.trainyard.v1 import jobs_pb2_grpc as pb_grpc
 from trainyard.api.errors import UNAVAILABLE
 from trainyard.api.jobs import (
-    Conflict, InvalidRequest, JobIdTaken, JobOperations, NotFound, check_tenant_name, require_valid,
-)  # fmt: skip
+    Conflict,
+    InvalidRequest,
+    JobIdTaken,
+    JobOperations,
+    NotFound,
+    check_tenant_name,
+    require_valid,
+)
 from trainyard.api.metrics import JOB_STATUSES, GatewayMetrics
 from trainyard.api.rest import MAX_LIST_LIMIT, MAX_REASON_CHARS, MAX_SUBMIT_BYTES, decode_errors
 from trainyard.auth import Action, Authenticator, PermissionDenied, Principal, Unauthenticated, authorize, tenant_filter

@@ -18,8 +18,7 @@ from trainyard.bus import Bus
 from trainyard.bus.audit import audit
 from trainyard.domain.job import JobSpec, ValidationError, validate_job_spec
 from trainyard.events import CancelJob, SubmitJob, subjects
-from trainyard.store import Store
-from trainyard.store import views
+from trainyard.store import Store, views
 from trainyard.store.views import TERMINAL, JobView
 
 JOB_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # always fullmatch: "$" would let a final newline through
@@ -84,7 +83,7 @@ class JobOperations:
         await audit(
             self.bus, actor, "job.submit", job_id, details={"tenant": spec.tenant, "queue": spec.queue},
             at=now, record_id=f"audit:submit:{key}",
-        )  # fmt: skip
+        )
         return job_id
 
     async def get(self, job_id: str, tenant: str | None = None) -> JobView:
@@ -111,5 +110,5 @@ class JobOperations:
         await audit(
             self.bus, actor, "job.cancel", job_id, reason, details={"tenant": job.tenant}, at=now,
             record_id=f"audit:cancel:{job_id}",
-        )  # fmt: skip
+        )
         return job

@@ -29,7 +29,15 @@ from trainyard.api.security import allow, read_body
 from trainyard.auth import Action, Principal
 from trainyard.bus import Bus
 from trainyard.bus.audit import audit
-from trainyard.core.health import Cordon, Drain, HistoryEntry, NodeHealthRecord, TransitionRejected, Uncordon, transition
+from trainyard.core.health import (
+    Cordon,
+    Drain,
+    HistoryEntry,
+    NodeHealthRecord,
+    TransitionRejected,
+    Uncordon,
+    transition,
+)
 from trainyard.domain.job import ValidationError
 from trainyard.domain.node import NodeState
 from trainyard.events import subjects
@@ -161,7 +169,7 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
                 remedy=record.remedy.value if record.remedy else None, gpus=list(record.gpus),
                 cordoned_by=record.cordoned_by, lemon=record.lemon, incidents=list(record.incidents),
                 history=list(record.history),
-            )  # fmt: skip
+            )
         )
 
     return router

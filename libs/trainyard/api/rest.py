@@ -189,7 +189,7 @@ def create_app(
         openapi_extra={
             "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("SubmitJobBody")}}}
         },
-    )  # fmt: skip
+    )
     async def submit_job(request: Request, who: Principal = allow(Action.JOB_SUBMIT)) -> Response:
         body = decode_submission(await read_body(request, MAX_SUBMIT_BYTES, "a job submission"))
         spec = body.job_spec()

@@ -61,7 +61,7 @@ def info(record: TokenRecord) -> TokenInfo:
         id=record.id, name=record.name, role=record.role.value, tenant=record.tenant, created_at=record.created_at,
         created_by=record.created_by, expires_at=record.expires_at, revoked=record.revoked,
         revoked_at=record.revoked_at, revoked_by=record.revoked_by,
-    )  # fmt: skip
+    )
 
 
 def _doc(status: int, description: str, schema: str) -> dict[int, dict[str, Any]]:
@@ -83,7 +83,7 @@ def token_router(bus: Bus, tokens: TokenStore | None) -> APIRouter:
         responses={**_doc(201, "The token and its record", "CreatedToken"), **_doc(422, "Bad request", "ErrorBody")},
         openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
             "$ref": "#/components/schemas/CreateTokenBody"}}}}},
-    )  # fmt: skip
+    )
     async def create_token(request: Request, who: Principal = allow(Action.TOKEN_ADMIN)) -> Response:
         if tokens is None:
             return _no_store()
@@ -107,7 +107,7 @@ def token_router(bus: Bus, tokens: TokenStore | None) -> APIRouter:
         if record.expires_at is not None:
             details["expires_at"] = f"{record.expires_at:.0f}"
         await audit(bus, who.actor, "token.create", record.id, details=details, at=record.created_at,
-                    record_id=f"audit:token:create:{record.id}")  # fmt: skip
+                    record_id=f"audit:token:create:{record.id}")
         return json_response(CreatedToken(token=token, info=info(record)), 201)
 
     @router.get("", summary="List API tokens (never their secrets)", responses=_doc(200, "The tokens", "TokenList"))
@@ -134,7 +134,7 @@ def token_router(bus: Bus, tokens: TokenStore | None) -> APIRouter:
         revoked = await tokens.revoke(token_id, who.actor)
         if revoked.revoked_by == who.actor and not record.revoked:
             await audit(bus, who.actor, "token.revoke", token_id, details={"name": record.name},
-                        at=revoked.revoked_at, record_id=f"audit:token:revoke:{token_id}")  # fmt: skip
+                        at=revoked.revoked_at, record_id=f"audit:token:revoke:{token_id}")
         return json_response(info(revoked))
 
     return router

@@ -64,7 +64,7 @@ async def ensure_admin_token(bus: Bus, data_dir: str | Path, replicas: int = 1) 
     await audit(
         bus, BOOTSTRAP_ACTOR, "token.create", record.id, "the local stack's admin token",
         details={"name": record.name, "role": record.role.value}, record_id=f"audit:token:create:{record.id}",
-    )  # fmt: skip
+    )
     return token, True
 
 

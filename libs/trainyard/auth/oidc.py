@@ -61,7 +61,7 @@ def jwt_config(settings: Settings) -> JwtConfig | None:
         issuer=settings.auth_jwt_issuer, audience=settings.auth_jwt_audience, jwks_url=settings.auth_jwks_url,
         jwks_file=settings.auth_jwks_file, role_claim=settings.auth_jwt_role_claim,
         tenant_claim=settings.auth_jwt_tenant_claim, algorithms=algorithms, leeway_s=settings.auth_jwt_leeway_s,
-    )  # fmt: skip
+    )
     if config.jwks_file:
         _read_jwks(config.jwks_file)  # a missing or broken file stops the gateway at start
     return config
@@ -115,7 +115,7 @@ class JwtVerifier:
             claims = jwt.decode(
                 token, key, algorithms=list(c.algorithms), audience=c.audience, issuer=c.issuer, leeway=c.leeway_s,
                 options={"require": ["exp", "iss", "aud", "sub"]},
-            )  # fmt: skip
+            )
         except jwt.ExpiredSignatureError:
             raise Unauthenticated("the JWT has expired; get a fresh one from the identity provider") from None
         except jwt.InvalidIssuerError:

@@ -60,10 +60,10 @@ POLICY: dict[Role, dict[Action, Scope]] = {
     Role.OPERATOR: {
         Action.JOB_READ: _ALL, Action.JOB_LIST: _ALL, Action.JOB_CANCEL: _ALL,
         Action.NODE_LIST: _ALL, Action.NODE_HISTORY: _ALL, Action.NODE_OPERATE: _ALL, Action.METRICS_READ: _ALL,
-    },  # fmt: skip
+    },
     Role.FINANCE: {
         Action.NODE_LIST: _ALL, Action.USAGE_READ: _ALL, Action.CHARGEBACK_EXPORT: _ALL, Action.CAPACITY_READ: _ALL,
-    },  # fmt: skip
+    },
     Role.ADMIN: dict.fromkeys(Action, _ALL),
 }
 

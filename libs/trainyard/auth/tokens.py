@@ -89,7 +89,7 @@ def is_token_id(value: str) -> bool:
 
 
 def when(at: float) -> str:
-    return dt.datetime.fromtimestamp(at, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _key(token_id: str) -> str:
@@ -113,7 +113,7 @@ class TokenStore:
             kv = await js.create_key_value(
                 bucket=BUCKET, history=5, storage=StorageType.FILE, replicas=replicas,
                 description="Trainyard API tokens (hashed)",
-            )  # fmt: skip
+            )
         return cls(kv, **kwargs)
 
     # --- administration ---
@@ -142,7 +142,7 @@ class TokenStore:
             record = TokenRecord(
                 id=token_id, name=name, role=role, tenant=tenant, secret_sha256=hash_secret(secret), created_at=now,
                 created_by=created_by, expires_at=None if expires_in_s is None else now + expires_in_s,
-            )  # fmt: skip
+            )
             try:
                 await self.kv.create(_key(token_id), msgspec.json.encode(record))
             except KeyWrongLastSequenceError:
@@ -205,7 +205,7 @@ class TokenStore:
                 log.warning("token watch interrupted (%r); restarting", err)
                 try:
                     await asyncio.wait_for(stop.wait(), 1.0)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
     async def _watch_once(self, stop: asyncio.Event) -> None:
@@ -216,7 +216,7 @@ class TokenStore:
             while not stop.is_set() and time.monotonic() < restart_at:
                 try:
                     entry = await watcher.updates(timeout=1.0)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
                 if entry is None:  # every current value delivered
                     if loaded is not None:

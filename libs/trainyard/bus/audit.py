@@ -23,13 +23,13 @@ class AuditRecord(msgspec.Struct, frozen=True, kw_only=True):
 async def audit(
     bus: Bus, actor: str, action: str, target: str, reason: str = "", details: dict[str, str] | None = None,
     at: float | None = None, record_id: str | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Publish one audit record on ``trainyard.audit.<action's first word>``.
 
     ``record_id`` makes a retried action one record (it is the message id)."""
     record = AuditRecord(
         at=time.time() if at is None else at, actor=actor, action=action, target=target, reason=reason,
         details=details or {},
-    )  # fmt: skip
+    )
     kind = action.split(".", 1)[0]
     await bus.publish(subjects.audit(kind), record, msg_id=record_id or f"audit:{uuid.uuid4().hex}")

@@ -131,7 +131,7 @@ class Bus:
     async def publish(
         self, subject: str, message: Any, msg_id: str, expected_last_subject_seq: int | None = None,
         fence_subject: str | None = None,
-    ) -> PubAck:  # fmt: skip
+    ) -> PubAck:
         """Publish once.  A repeat with the same ``msg_id`` inside the stream's
         duplicate window returns the first message's ack (``duplicate=True``).
         Raises :class:`WrongLastSequence` when the fenced subjects moved on."""

@@ -207,14 +207,14 @@ async def run_consumer(bus: Bus, spec: ConsumerSpec, handler: BatchHandler, stop
             try:
                 generation = bus.generation
                 sub = await subscribe()
-            except (nats.errors.Error, asyncio.TimeoutError) as err:
+            except (TimeoutError, nats.errors.Error) as err:
                 log.warning("%s: could not subscribe again: %r", spec.durable, err)
                 generation = -1
                 await asyncio.sleep(0.5)
                 continue
         try:
             msgs = await sub.fetch(spec.batch, timeout=0.5)
-        except asyncio.TimeoutError:  # nothing to fetch (nats.errors.TimeoutError is one too)
+        except TimeoutError:  # nothing to fetch (nats.errors.TimeoutError is one too)
             continue
         except nats.errors.Error as err:  # reconnecting, slow consumer, ...: try again shortly
             log.warning("%s: fetch failed: %r", spec.durable, err)

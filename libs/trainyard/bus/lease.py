@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from nats.js.errors import KeyWrongLastSequenceError, NotFoundError, BadRequestError
+from nats.js.errors import BadRequestError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
 from trainyard.bus.connection import Bus
@@ -62,7 +62,7 @@ class Lease:
                 self.revision = None
             try:
                 await asyncio.wait_for(stop.wait(), self.ttl_s / 4)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def release(self) -> None:

@@ -8,7 +8,6 @@ import asyncio
 import getpass
 import re
 import time
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -75,9 +74,9 @@ def _show_created(token: str, info: dict) -> None:  # type: ignore[type-arg]
 def create(
     name: str = typer.Option(..., "--name", help="What the token is for: 1-64 letters, digits, '_' or '-'."),
     role: str = typer.Option(..., "--role", help="researcher, tenant-admin, operator, finance or admin."),
-    tenant: Optional[str] = typer.Option(None, "--tenant", help="The tenant of a researcher or tenant-admin token."),
-    expires_in: Optional[str] = ExpiresIn,
-    api_url: Optional[str] = ApiUrl,
+    tenant: str | None = typer.Option(None, "--tenant", help="The tenant of a researcher or tenant-admin token."),
+    expires_in: str | None = ExpiresIn,
+    api_url: str | None = ApiUrl,
     data_dir: str = DataDir,
 ) -> None:
     """Create an API token; prints the secret once (on stdout)."""
@@ -88,7 +87,7 @@ def create(
 
 @token_app.command("list")
 def list_tokens(
-    as_json: bool = typer.Option(False, "--json"), api_url: Optional[str] = ApiUrl, data_dir: str = DataDir
+    as_json: bool = typer.Option(False, "--json"), api_url: str | None = ApiUrl, data_dir: str = DataDir
 ) -> None:
     """List API tokens (never their secrets)."""
     tokens = _call(api_url, data_dir, "GET", "/v1/auth/tokens")["tokens"]
@@ -101,12 +100,12 @@ def list_tokens(
         expired = t.get("expires_at") is not None and t["expires_at"] <= now
         state = "revoked" if t["revoked"] else "expired" if expired else "active"
         table.add_row(t["id"], t["name"], t["role"], t.get("tenant") or "-", _when(t["created_at"]), t["created_by"],
-                      _when(t.get("expires_at")), state)  # fmt: skip
+                      _when(t.get("expires_at")), state)
     console.print(table)
 
 
 @token_app.command("revoke")
-def revoke(token_id: str, api_url: Optional[str] = ApiUrl, data_dir: str = DataDir) -> None:
+def revoke(token_id: str, api_url: str | None = ApiUrl, data_dir: str = DataDir) -> None:
     """Revoke an API token: every gateway refuses it within about a second."""
     revoked = _call(api_url, data_dir, "DELETE", f"/v1/auth/tokens/{token_id}")
     console.print(f"revoked token {revoked['id']} ({revoked['name']})")
@@ -115,11 +114,11 @@ def revoke(token_id: str, api_url: Optional[str] = ApiUrl, data_dir: str = DataD
 @auth_app.command("bootstrap")
 def bootstrap(
     name: str = typer.Option("admin", "--name", help="Name of the admin token."),
-    expires_in: Optional[str] = ExpiresIn,
-    nats_url: Optional[str] = typer.Option(None, "--nats-url", envvar="TRAINYARD_NATS_URL",
+    expires_in: str | None = ExpiresIn,
+    nats_url: str | None = typer.Option(None, "--nats-url", envvar="TRAINYARD_NATS_URL",
                                            help="NATS of the installation (default: the running `trainyard up`)."),
     data_dir: str = DataDir,
-) -> None:  # fmt: skip
+) -> None:
     """Create an admin token directly in the NATS KV bucket, for an installation
     that has none yet (needs NATS credentials that may write the bucket)."""
     from trainyard.auth import Role, TokenStore
@@ -137,14 +136,14 @@ def bootstrap(
             store = await TokenStore.open(bus.js)
             record, token = await store.create(name, Role.ADMIN, None, created_by=actor, expires_in_s=lifetime)
             await audit(bus, actor, "token.create", record.id, "bootstrap", details={"name": name, "role": "admin"},
-                        record_id=f"audit:token:create:{record.id}")  # fmt: skip
+                        record_id=f"audit:token:create:{record.id}")
             return token, {"id": record.id, "name": record.name, "role": "admin", "expires_at": record.expires_at}
         finally:
             await bus.close()
 
     try:
         token, info = asyncio.run(run())
-    except Exception as err:  # noqa: BLE001 - say where and what, plainly
+    except Exception as err:
         err_console.print(f"[red]error:[/red] cannot create the token through NATS at {url}: {err}")
         raise typer.Exit(1) from err
     _show_created(token, info)

@@ -87,7 +87,7 @@ def describe_error(response: httpx.Response, token_sent: bool) -> str:
     if response.status_code == 401:
         hint = "check the token" if token_sent else "no token found"
         message += (f"\n  ({hint}: pass --token, set {TOKEN_ENV}, or run `trainyard up`, which writes an admin "
-                    "token to <data dir>/admin-token)")  # fmt: skip
+                    "token to <data dir>/admin-token)")
     return message
 
 

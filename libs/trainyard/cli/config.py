@@ -47,7 +47,7 @@ async def _with_store(url: str, fn):  # type: ignore[no-untyped-def]
 
     try:
         bus = await Bus.connect(url, "trainyard-cli")
-    except Exception as err:  # noqa: BLE001 - say where we tried
+    except Exception as err:
         err_console.print(f"[red]error:[/red] cannot reach NATS at {url} ({err}); is `trainyard up` running?")
         raise typer.Exit(1) from err
     try:

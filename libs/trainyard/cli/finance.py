@@ -17,7 +17,6 @@ import sys
 import time
 from decimal import Decimal
 from pathlib import Path
-from typing import Optional
 
 import httpx
 import typer
@@ -63,7 +62,7 @@ def resolve_period(period: str, now: float | None = None) -> str:
     previous UTC month at ``now``; any other text is returned as given."""
     if period not in RELATIVE_PERIODS:
         return period
-    today = dt.datetime.fromtimestamp(time.time() if now is None else now, dt.timezone.utc).date()
+    today = dt.datetime.fromtimestamp(time.time() if now is None else now, dt.UTC).date()
     first = today.replace(day=1)
     if period == "last-month":
         first = (first - dt.timedelta(days=1)).replace(day=1)
@@ -98,13 +97,13 @@ def _get(api_url: str | None, data_dir: str, path: str, params: dict) -> httpx.R
 def export_chargeback(
     period: str = typer.Option(..., help="Billing month: YYYY-MM, this-month or last-month (UTC)."),
     fmt: str = typer.Option("csv", "--format", help="csv or parquet."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="File to write (default chargeback-PERIOD.FORMAT; '-' for stdout)."),
-    ledger_url: Optional[str] = LedgerUrl,
-    rate_card: Optional[Path] = typer.Option(None, help="Rate card file (default: $TRAINYARD_RATE_CARD, else examples/)."),
-    cost_centres: Optional[Path] = typer.Option(None, help="Cost-centre map (default: $TRAINYARD_COST_CENTRES, else examples/)."),
-    as_of: Optional[float] = typer.Option(None, help="Charge open runs up to this Unix time (default: now)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="File to write (default chargeback-PERIOD.FORMAT; '-' for stdout)."),
+    ledger_url: str | None = LedgerUrl,
+    rate_card: Path | None = typer.Option(None, help="Rate card file (default: $TRAINYARD_RATE_CARD, else examples/)."),
+    cost_centres: Path | None = typer.Option(None, help="Cost-centre map (default: $TRAINYARD_COST_CENTRES, else examples/)."),
+    as_of: float | None = typer.Option(None, help="Charge open runs up to this Unix time (default: now)."),
     via_api: bool = typer.Option(False, "--via-api", help="Ask the gateway (with a finance or admin token) instead of reading the ledger."),
-    api_url: Optional[str] = ApiUrl,
+    api_url: str | None = ApiUrl,
     data_dir: str = DataDir,
 ) -> None:
     """Export one month's chargeback (FOCUS-style columns) as CSV or Parquet."""
@@ -183,15 +182,15 @@ def _capacity(capacity: str | None, data_dir: str) -> tuple[dict[str, int], str]
 
 @report_app.command("capacity")
 def report_capacity(
-    start: Optional[str] = typer.Option(None, "--from", help="First day, YYYY-MM-DD (UTC)."),
-    end: Optional[str] = typer.Option(None, "--to", help="Last day, YYYY-MM-DD (UTC), included."),
-    period: Optional[str] = typer.Option(None, help="A whole month instead of --from/--to: YYYY-MM, this-month or last-month."),
+    start: str | None = typer.Option(None, "--from", help="First day, YYYY-MM-DD (UTC)."),
+    end: str | None = typer.Option(None, "--to", help="Last day, YYYY-MM-DD (UTC), included."),
+    period: str | None = typer.Option(None, help="A whole month instead of --from/--to: YYYY-MM, this-month or last-month."),
     out: Path = typer.Option(Path("capacity-report"), "--out", help="Directory for capacity.html and the CSV files."),
-    capacity: Optional[str] = typer.Option(None, help="GPUs per type, e.g. 'H100=128,A100=16x8' (default: the running stack's nodes)."),
+    capacity: str | None = typer.Option(None, help="GPUs per type, e.g. 'H100=128,A100=16x8' (default: the running stack's nodes)."),
     bucket: str = typer.Option("day", help="Time bucket of the allocation table and charts: day or hour."),
     horizon: int = typer.Option(14, help="Days of demand forecast past the last complete day."),
-    as_of: Optional[float] = typer.Option(None, help="Report as of this Unix time (default: now)."),
-    ledger_url: Optional[str] = LedgerUrl,
+    as_of: float | None = typer.Option(None, help="Report as of this Unix time (default: now)."),
+    ledger_url: str | None = LedgerUrl,
     data_dir: str = DataDir,
 ) -> None:
     """Allocation vs capacity per GPU type, pending demand, queue waits, lost work and a demand forecast."""
@@ -237,12 +236,12 @@ def report_capacity(
 
 @report_app.command("usage")
 def report_usage(
-    start: Optional[str] = typer.Option(None, "--from", help="Start: YYYY-MM-DD, ISO time or Unix seconds."),
-    end: Optional[str] = typer.Option(None, "--to", help="End: a date includes that day."),
+    start: str | None = typer.Option(None, "--from", help="Start: YYYY-MM-DD, ISO time or Unix seconds."),
+    end: str | None = typer.Option(None, "--to", help="End: a date includes that day."),
     group_by: str = typer.Option("tenant,gpu_type", help="Comma-separated: tenant, queue, gpu_type, job."),
-    tenant: Optional[str] = typer.Option(None, help="Only this tenant."),
+    tenant: str | None = typer.Option(None, help="Only this tenant."),
     as_csv: bool = typer.Option(False, "--csv", help="Print CSV instead of a table."),
-    api_url: Optional[str] = ApiUrl,
+    api_url: str | None = ApiUrl,
     data_dir: str = DataDir,
 ) -> None:
     """GPU usage through GET /v1/usage, over a window and grouped (every tenant's for a finance

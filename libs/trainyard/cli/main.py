@@ -7,7 +7,6 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import msgspec
 import typer
@@ -48,7 +47,7 @@ ApiUrl = typer.Option(None, "--api-url", help="Gateway URL (default: the running
 
 @app.callback()
 def credentials(
-    token: Optional[str] = typer.Option(
+    token: str | None = typer.Option(
         None, "--token", envvar="TRAINYARD_TOKEN", help="API token or JWT (default: the local stack's admin token)."
     ),
 ) -> None:
@@ -86,21 +85,21 @@ def _age(seconds: float) -> str:
 
 @app.command()
 def submit(
-    tenant: Optional[str] = typer.Option(None, help="Tenant the job belongs to (default: the file's)."),
-    queue: Optional[str] = typer.Option(None, help="Queue to submit to (default: the file's, else 'default')."),
+    tenant: str | None = typer.Option(None, help="Tenant the job belongs to (default: the file's)."),
+    queue: str | None = typer.Option(None, help="Queue to submit to (default: the file's, else 'default')."),
     gpus: int = typer.Option(1, help="GPUs per replica."),
     replicas: int = typer.Option(1, help="Replicas of the single role."),
     gpu_type: str = typer.Option("H100", help="GPU type."),
     name: str = typer.Option("job", help="Job name."),
     role: str = typer.Option("trainer", help="Role name."),
     priority_class: str = typer.Option("standard", help="Priority class."),
-    duration: Optional[float] = typer.Option(None, help="Simulated run time in seconds (emulated clusters)."),
-    image: Optional[str] = typer.Option(None, help="Container image."),
-    file: Optional[Path] = typer.Option(None, "--file", "-f", help="A full job spec as JSON or YAML (overrides the flags but --tenant and --queue)."),
-    job_id: Optional[str] = typer.Option(None, help="Idempotency key / job id."),
+    duration: float | None = typer.Option(None, help="Simulated run time in seconds (emulated clusters)."),
+    image: str | None = typer.Option(None, help="Container image."),
+    file: Path | None = typer.Option(None, "--file", "-f", help="A full job spec as JSON or YAML (overrides the flags but --tenant and --queue)."),
+    job_id: str | None = typer.Option(None, help="Idempotency key / job id."),
     wait: float = typer.Option(10.0, help="Seconds to wait for admission to accept or reject the job (0: do not wait)."),
     as_json: bool = typer.Option(False, "--json"),
-    api_url: Optional[str] = ApiUrl,
+    api_url: str | None = ApiUrl,
     data_dir: str = DataDir,
 ) -> None:
     """Submit a job; prints its id, or the reasons it was rejected (and exits 1)."""
@@ -125,7 +124,7 @@ def submit(
         body = {
             "tenant": tenant, "queue": queue or "default", "name": name, "priority_class": priority_class,
             "roles": [{"name": role, "replicas": replicas, "gpus_per_replica": gpus, "gpu_type": gpu_type}],
-        }  # fmt: skip
+        }
         if duration is not None:
             body["simulated_duration_s"] = duration
         if image is not None:
@@ -165,11 +164,11 @@ def _answered(client: Client, job_id: str, wait: float) -> dict | None:
 
 @app.command()
 def jobs(
-    tenant: Optional[str] = typer.Option(None, help="Only this tenant's jobs."),
-    status: Optional[str] = typer.Option(None, help="Only jobs in this status."),
+    tenant: str | None = typer.Option(None, help="Only this tenant's jobs."),
+    status: str | None = typer.Option(None, help="Only jobs in this status."),
     limit: int = typer.Option(50, help="At most this many (newest first)."),
     as_json: bool = typer.Option(False, "--json"),
-    api_url: Optional[str] = ApiUrl,
+    api_url: str | None = ApiUrl,
     data_dir: str = DataDir,
 ) -> None:
     """List jobs, newest first."""
@@ -186,7 +185,7 @@ def jobs(
         waiting = (j.get("reason") or "") if j.get("status") == "pending" else ""
         age = _age(now - j["submitted_at"]) if j.get("submitted_at") else "-"
         table.add_row(j["job_id"], j["tenant"], j.get("queue") or "", str(j.get("gpus", 0)), j["status"],
-                      str(j.get("attempt", 0)), age, waiting)  # fmt: skip
+                      str(j.get("attempt", 0)), age, waiting)
     console.print(table)
 
 
@@ -194,7 +193,7 @@ def jobs(
 def job(
     job_id: str,
     as_json: bool = typer.Option(False, "--json"),
-    api_url: Optional[str] = ApiUrl,
+    api_url: str | None = ApiUrl,
     data_dir: str = DataDir,
 ) -> None:
     """Show one job: status, why it waits, where it runs."""
@@ -208,7 +207,7 @@ def job(
         console.print(f"[bold]{j['job_id']}[/bold]  [red]rejected[/red]  tenant={j['tenant']} queue={queue}")
     else:
         console.print(f"[bold]{j['job_id']}[/bold]  {j['status']}  tenant={j['tenant']} queue={queue} "
-                      f"gpus={j.get('gpus')} attempt={j.get('attempt')} run={j.get('run_id') or '-'}")  # fmt: skip
+                      f"gpus={j.get('gpus')} attempt={j.get('attempt')} run={j.get('run_id') or '-'}")
     if j.get("status") == "pending" and j.get("reason"):
         console.print(f"  waiting: {j['reason']} (position {j.get('position') or '?'})")
     if j.get("errors"):
@@ -221,7 +220,7 @@ def job(
 @app.command()
 def cancel(
     job_id: str,
-    api_url: Optional[str] = ApiUrl,
+    api_url: str | None = ApiUrl,
     data_dir: str = DataDir,
 ) -> None:
     """Cancel a job that has not finished."""
@@ -230,7 +229,7 @@ def cancel(
 
 
 @app.command()
-def nodes(as_json: bool = typer.Option(False, "--json"), api_url: Optional[str] = ApiUrl, data_dir: str = DataDir) -> None:
+def nodes(as_json: bool = typer.Option(False, "--json"), api_url: str | None = ApiUrl, data_dir: str = DataDir) -> None:
     """List GPU nodes with their state and free GPUs."""
     rows = _call(_client(api_url, data_dir).request, "GET", "/v1/nodes")
     items = rows["nodes"] if isinstance(rows, dict) else rows
@@ -241,18 +240,18 @@ def nodes(as_json: bool = typer.Option(False, "--json"), api_url: Optional[str] 
     for n in items:
         info = n.get("info") or {}
         table.add_row(n["node_id"], n["state"], info.get("gpu_type", ""), str(info.get("gpus", "")),
-                      str(len(n.get("free_gpus", []))), info.get("rack", ""), n.get("state_reason") or "")  # fmt: skip
+                      str(len(n.get("free_gpus", []))), info.get("rack", ""), n.get("state_reason") or "")
     console.print(table)
 
 
 @app.command()
 def usage(
-    tenant: Optional[str] = typer.Option(None, help="Only this tenant."),
-    start: Optional[str] = typer.Option(None, "--from", help="Start of the window (ISO date or time, UTC)."),
-    end: Optional[str] = typer.Option(None, "--to", help="End of the window (exclusive)."),
+    tenant: str | None = typer.Option(None, help="Only this tenant."),
+    start: str | None = typer.Option(None, "--from", help="Start of the window (ISO date or time, UTC)."),
+    end: str | None = typer.Option(None, "--to", help="End of the window (exclusive)."),
     group_by: str = typer.Option("tenant,gpu_type", help="Comma-separated: tenant, queue, gpu_type, job."),
     as_json: bool = typer.Option(False, "--json"),
-    api_url: Optional[str] = ApiUrl,
+    api_url: str | None = ApiUrl,
     data_dir: str = DataDir,
 ) -> None:
     """GPU usage from the accounting ledger (a researcher or tenant-admin token sees only its tenant's)."""
@@ -271,7 +270,7 @@ def usage(
 @app.command()
 def why(
     job_id: str,
-    api_url: Optional[str] = ApiUrl,
+    api_url: str | None = ApiUrl,
     data_dir: str = DataDir,
 ) -> None:
     """Why is this job pending, and where is it in line?"""

@@ -11,7 +11,6 @@ import os
 import socket
 import sys
 import time
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -54,19 +53,19 @@ def _command(op: str, node_id: str, reason: str, api_url: str | None, data_dir: 
 
 
 @node_app.command("cordon")
-def cordon(node_id: str, reason: str = Reason, api_url: Optional[str] = ApiUrl, data_dir: str = DataDir) -> None:
+def cordon(node_id: str, reason: str = Reason, api_url: str | None = ApiUrl, data_dir: str = DataDir) -> None:
     """Stop placing new work on a node; its runs keep running."""
     _command("cordon", node_id, reason, api_url, data_dir)
 
 
 @node_app.command("drain")
-def drain(node_id: str, reason: str = Reason, api_url: Optional[str] = ApiUrl, data_dir: str = DataDir) -> None:
+def drain(node_id: str, reason: str = Reason, api_url: str | None = ApiUrl, data_dir: str = DataDir) -> None:
     """Cordon a node and move its runs elsewhere (they are requeued at the head of their queues)."""
     _command("drain", node_id, reason, api_url, data_dir)
 
 
 @node_app.command("uncordon")
-def uncordon(node_id: str, reason: str = Reason, api_url: Optional[str] = ApiUrl, data_dir: str = DataDir) -> None:
+def uncordon(node_id: str, reason: str = Reason, api_url: str | None = ApiUrl, data_dir: str = DataDir) -> None:
     """Return a node to service (also a lemon node, whose incident count starts afresh)."""
     _command("uncordon", node_id, reason, api_url, data_dir)
 
@@ -76,8 +75,8 @@ def _ts(value: float | None) -> str:
 
 
 @node_app.command("history")
-def history(node_id: str, as_json: bool = typer.Option(False, "--json"), api_url: Optional[str] = ApiUrl,
-            data_dir: str = DataDir) -> None:  # fmt: skip
+def history(node_id: str, as_json: bool = typer.Option(False, "--json"), api_url: str | None = ApiUrl,
+            data_dir: str = DataDir) -> None:
     """A node's health state, current incident and history of transitions."""
     h = _request(api_url, data_dir, "GET", f"/v1/nodes/{node_id}/history")
     if as_json:
@@ -98,13 +97,13 @@ def history(node_id: str, as_json: bool = typer.Option(False, "--json"), api_url
 
 def agent_command(
     node_id: str = typer.Option(socket.gethostname().split(".")[0], help="This node's id."),
-    gpu_type: Optional[str] = typer.Option(None, help="GPU type (default: from the first GPU's name)."),
+    gpu_type: str | None = typer.Option(None, help="GPU type (default: from the first GPU's name)."),
     zone: str = typer.Option("z1"), block: str = typer.Option("b1"), rack: str = typer.Option("r1"),
-    nvlink_domain: Optional[str] = typer.Option(None),
+    nvlink_domain: str | None = typer.Option(None),
     telemetry_interval: float = typer.Option(5.0, help="Seconds between GPU samples."),
     fake_gpus: int = typer.Option(0, help="Use N fake GPUs instead of NVML (tests and demos)."),
     probe: bool = typer.Option(False, "--probe", help="Print which NVML calls work on GPU 0 and exit."),
-) -> None:  # fmt: skip
+) -> None:
     """Run the node agent: heartbeats, GPU telemetry, XIDs and checks, against TRAINYARD_* settings."""
     from trainyard.gpu import FakeGpuBackend, NvmlBackend, NvmlUnavailable
 
@@ -128,9 +127,9 @@ def agent_command(
 
     async def main(rt: Runtime) -> None:
         info = NodeInfo(node_id=node_id, cluster=rt.settings.cluster, gpu_type=name.replace(" ", "-"), gpus=count,
-                        zone=zone, block=block, rack=rack, nvlink_domain=nvlink_domain)  # fmt: skip
+                        zone=zone, block=block, rack=rack, nvlink_domain=nvlink_domain)
         agent = NodeAgent(rt.bus, info, backend, heartbeat_interval_s=rt.settings.heartbeat_interval_s,
-                          telemetry_interval_s=telemetry_interval)  # fmt: skip
+                          telemetry_interval_s=telemetry_interval)
         await agent.run(rt.stop)
 
     serve("agent", main)
@@ -142,29 +141,29 @@ def agent_command(
 def emulate_inject(
     node: str = typer.Option(..., "--node", help="Emulated node id, e.g. n12."),
     gpu: int = typer.Option(0, "--gpu", help="GPU index on the node."),
-    xid: Optional[int] = typer.Option(None, "--xid", help="Inject this XID (79: fallen off the bus)."),
-    ecc: Optional[int] = typer.Option(None, "--ecc", help="A burst of this many corrected ECC errors."),
+    xid: int | None = typer.Option(None, "--xid", help="Inject this XID (79: fallen off the bus)."),
+    ecc: int | None = typer.Option(None, "--ecc", help="A burst of this many corrected ECC errors."),
     uncorrected: int = typer.Option(0, "--uncorrected", help="Uncorrected ECC errors in the burst."),
-    overheat: Optional[float] = typer.Option(None, "--overheat", help="Set the GPU temperature (C)."),
-    nvlink_down: Optional[str] = typer.Option(None, "--nvlink-down", help="Comma-separated NVLink links to take down."),
+    overheat: float | None = typer.Option(None, "--overheat", help="Set the GPU temperature (C)."),
+    nvlink_down: str | None = typer.Option(None, "--nvlink-down", help="Comma-separated NVLink links to take down."),
     gpu_lost: bool = typer.Option(False, "--gpu-lost", help="The GPU falls off the bus."),
     silent: bool = typer.Option(False, "--silent", help="The node stops heartbeating."),
     clear: bool = typer.Option(False, "--clear", help="Undo every fault on the node."),
     cluster: str = typer.Option(os.environ.get("TRAINYARD_CLUSTER", "local"), "--cluster"),
-    nats_url: Optional[str] = typer.Option(None, "--nats-url", envvar="TRAINYARD_NATS_URL"),
+    nats_url: str | None = typer.Option(None, "--nats-url", envvar="TRAINYARD_NATS_URL"),
     data_dir: str = DataDir,
-) -> None:  # fmt: skip
+) -> None:
     """Inject a fault into a running emulated cluster (over NATS request/reply)."""
     from trainyard.agent.control import ControlRequest, decode_reply, emulator_control_subject, encode
 
     chosen = {
         "xid": xid is not None, "ecc": ecc is not None or uncorrected > 0, "overheat": overheat is not None,
         "nvlink_down": nvlink_down is not None, "gpu_lost": gpu_lost, "silent": silent, "clear": clear,
-    }  # fmt: skip
+    }
     ops = [op for op, on in chosen.items() if on]
     if len(ops) != 1:
         err_console.print("[red]error:[/red] give exactly one of --xid, --ecc, --overheat, --nvlink-down, "
-                          "--gpu-lost, --silent, --clear")  # fmt: skip
+                          "--gpu-lost, --silent, --clear")
         raise typer.Exit(2)
     try:
         links = [int(x) for x in nvlink_down.split(",") if x.strip()] if nvlink_down else None
@@ -172,7 +171,7 @@ def emulate_inject(
         err_console.print(f"[red]error:[/red] --nvlink-down takes link numbers like 0,1: {err}")
         raise typer.Exit(2) from err
     request = ControlRequest(op=ops[0], node_id=node, gpu=gpu, xid=xid, count=ecc, uncorrected=uncorrected,
-                             temperature_c=overheat, links=links, by=f"operator:{_operator(None)}")  # fmt: skip
+                             temperature_c=overheat, links=links, by=f"operator:{_operator(None)}")
     url = nats_url
     if url is None:
         from trainyard.local.stack import read_state
@@ -192,7 +191,7 @@ def emulate_inject(
 
     try:
         reply = decode_reply(asyncio.run(send()))
-    except Exception as err:  # noqa: BLE001 - say what failed, plainly
+    except Exception as err:
         err_console.print(f"[red]error:[/red] no answer from the emulator of cluster {cluster!r} at {url}: {err!r}")
         raise typer.Exit(1) from err
     if not reply.ok:

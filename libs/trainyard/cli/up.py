@@ -34,7 +34,7 @@ def up(
         data_dir=data_dir, nodes=nodes, gpus_per_node=gpus, racks=racks, http_port=http_port,
         grpc_port=grpc_port, nats_port=nats_port, redis_port=redis_port,
         ledger_url=os.environ.get("TRAINYARD_LEDGER_URL", ""),
-    )  # fmt: skip
+    )
     stack = LocalStack(config, progress=lambda line: _say(f"  {line}"))
 
     def _stop(signum: int, _frame: object) -> None:

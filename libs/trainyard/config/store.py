@@ -80,7 +80,7 @@ class ConfigStore:
         await audit(
             self.bus, actor, "config.apply", f"tenancy@{revision}", reason,
             details={"changes": "\n".join(changes)[:4000]}, record_id=f"config:tenancy:{revision}",
-        )  # fmt: skip
+        )
         return revision, changes
 
     async def follow(self, on_version: Callable[[ConfigVersion], Awaitable[None]], stop: asyncio.Event) -> None:
@@ -90,7 +90,7 @@ class ConfigStore:
             while not stop.is_set():
                 try:
                     entry = await watcher.updates(timeout=1.0)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
                 if entry is None or entry.value is None or entry.operation is not None:
                     continue  # end of the initial values, or a delete marker

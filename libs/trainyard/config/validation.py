@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from trainyard.config.tenancy import ConfigError, QuotaLimits, TenancyConfig, allowed_classes
-from trainyard.domain.job import GPU_TYPE_RE, NAME_RE
+from trainyard.domain.job import GPU_TYPE_RE
+from trainyard.domain.limits import NAME_RE
 
 ORDERS = ("las", "fifo")  # scheduling.order: least attained service, or submission order
 

@@ -182,12 +182,12 @@ def _create(event: JobEvent, seq: int) -> JobRecord | None:
             status=PENDING, tenant=spec.tenant, order=seq, last_seq=seq, queue=spec.queue, name=spec.name,
             priority_class=spec.priority_class, spec=spec, gpus=spec.total_gpus, gpus_by_type=gpus_by_type(spec),
             max_retries=spec.max_retries, submitted_at=event.submitted_at, accepted_at=event.at,
-        )  # fmt: skip
+        )
     if isinstance(event, JobRejected):
         return JobRecord(
             status=REJECTED, tenant=event.tenant, order=seq, last_seq=seq, errors=list(event.errors),
             finished_at=event.at,
-        )  # fmt: skip
+        )
     return None
 
 
@@ -195,7 +195,7 @@ def _admit(record: JobRecord, event: JobAdmitted) -> JobRecord:
     return msgspec.structs.replace(
         record, status=ADMITTED, run_id=event.run_id, attempt=event.attempt, admitted_at=event.at, placement=(),
         reason=None, started_at=None, placed_at=None, not_before=None,
-    )  # fmt: skip
+    )
 
 
 def _place(record: JobRecord, event: JobPlaced) -> JobRecord:
@@ -208,7 +208,7 @@ def _notice(record: JobRecord, event: PreemptionNotice) -> JobRecord:
     return msgspec.structs.replace(
         record, notice_at=event.at, preempt_deadline=event.at + event.grace_period_s, preemptor=event.preemptor,
         preempt_reason=event.reason,
-    )  # fmt: skip
+    )
 
 
 def _fail(record: JobRecord, event: RunFailed) -> JobRecord:
@@ -218,7 +218,7 @@ def _fail(record: JobRecord, event: RunFailed) -> JobRecord:
     ended = msgspec.structs.replace(
         record, reason=event.reason, message=event.message, placement=(), notice_at=None, preempt_deadline=None,
         preemptor=None, preempt_reason=None, attained_gpu_s=attained,
-    )  # fmt: skip
+    )
     category, base_cap = failure_category(event.reason)
     replace = msgspec.structs.replace
     if category == "head":

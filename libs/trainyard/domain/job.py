@@ -26,8 +26,6 @@ from trainyard.domain.limits import (
     MAX_MEMORY_GIB_PER_REPLICA,
     MAX_SPEC_BYTES,
     MAX_WORKLOAD_REF_CHARS,
-    NAME_RE,
-    control_character,
     job_id_problem,
     name_problem,
     quoted,

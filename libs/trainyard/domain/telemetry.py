@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import msgspec
 
-
 #: Clock event (throttle) reason bits, as defined by NVML (nvmlClocksEventReason*).
 CLOCK_EVENT_REASONS: dict[int, str] = {
     0x001: "gpu_idle",

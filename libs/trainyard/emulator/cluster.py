@@ -31,15 +31,16 @@ from trainyard.agent.node import NodeAgent
 from trainyard.bus import Bus, ConsumerSpec, PoisonMessage, PublishRequest, run_consumer
 from trainyard.bus.consumer import NotCaughtUp
 from trainyard.domain.node import NodeInfo
+from trainyard.emulator.control import EmulatorControl
 from trainyard.events import (
     CheckpointSaved,
     JobAccepted,
     JobAdmitted,
     JobCancelled,
     JobPlaced,
-    PreemptionNotice,
     NodeHeartbeat,
     NodeRegistered,
+    PreemptionNotice,
     RunFailed,
     RunStarted,
     RunSucceeded,
@@ -47,10 +48,8 @@ from trainyard.events import (
     encode,
     subjects,
 )
-from trainyard.emulator.control import EmulatorControl
 from trainyard.gpu.fake import FakeGpuBackend
-from trainyard.store import Store
-from trainyard.store import views
+from trainyard.store import Store, views
 from trainyard.store.projector import wait_until_projected
 
 log = logging.getLogger(__name__)
@@ -85,7 +84,7 @@ class EmulatedCluster:
     def __init__(
         self, bus: Bus, store: Store, nodes: list[NodeInfo], clock: Callable[[], float] = time.time,
         heartbeat_interval_s: float = 1.0, telemetry_interval_s: float = 5.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.bus = bus
         self.store = store
         self.nodes = {n.node_id: n for n in nodes}
@@ -139,7 +138,7 @@ class EmulatedCluster:
                     break
             try:
                 await asyncio.wait_for(stop.wait(), self.heartbeat_interval_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def telemetry_loop(self, stop: asyncio.Event) -> None:
@@ -154,7 +153,7 @@ class EmulatedCluster:
                     break
             try:
                 await asyncio.wait_for(stop.wait(), self.telemetry_interval_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     # --- binder side ---
@@ -216,7 +215,7 @@ class EmulatedCluster:
             RunFailed(at=self.clock(), job_id=job_id, tenant=tenant, run_id=run_id, reason="preempted",
                       message="stopped at a checkpoint after a preemption notice"),
             msg_id=f"{run_id}:failed",
-        )  # fmt: skip
+        )
 
     def _finish_soon(self, job_id: str, tenant: str, run_id: str) -> None:
         task = asyncio.ensure_future(self._finish(job_id, tenant, run_id))

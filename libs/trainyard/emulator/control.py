@@ -28,7 +28,7 @@ class EmulatorControl:
     def __init__(
         self, agents: Mapping[str, NodeAgent], backends: Mapping[str, FakeGpuBackend], silent: set[str],
         clock: Callable[[], float],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.agents = agents
         self.backends = backends
         self.silent = silent

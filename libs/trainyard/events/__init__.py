@@ -9,7 +9,6 @@ from trainyard.events.codec import decode_intake, decode_job_event, decode_node_
 from trainyard.events.jobs import (
     CancelJob,
     CheckpointSaved,
-    PreemptionNotice,
     IntakeCommand,
     JobAccepted,
     JobAdmitted,
@@ -17,6 +16,7 @@ from trainyard.events.jobs import (
     JobEvent,
     JobPlaced,
     JobRejected,
+    PreemptionNotice,
     ReplicaPlacement,
     RunFailed,
     RunStarted,

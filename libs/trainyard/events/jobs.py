@@ -12,9 +12,8 @@ from typing import Literal
 
 import msgspec
 
-from trainyard.events import subjects
-
 from trainyard.domain.job import JobSpec, ValidationError
+from trainyard.events import subjects
 
 FailureReason = Literal["node_failure", "workload_error", "timeout", "preempted", "lost", "placement_timeout"]
 

@@ -14,10 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-
 # The sample types live in trainyard.domain.telemetry so the pure health
 # rules can read them; they are re-exported here for the agent and backends.
-from trainyard.domain.telemetry import (  # noqa: E402
+from trainyard.domain.telemetry import (
     CLOCK_EVENT_REASONS,
     RECOVERY_ACTIONS,
     GpuSample,
@@ -284,7 +283,7 @@ class NvmlBackend:
                 return None
             try:
                 value = fn(*args)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - whatever the bindings raise goes into the report
                 if self._is(exc, "NVMLError_NotSupported") or self._is(exc, "NVMLError_FunctionNotFound"):
                     report[label] = "not supported"
                 else:

@@ -2,7 +2,9 @@
 
 This layer only reads objects, calls the pure translation and writes the
 result back.  It needs a reachable API server (JobSet CRD installed for
-JobSets) and has no unit tests of its own; see docs/placement.md.
+JobSets); its calls are checked against the client's signatures, never
+against a live API server (docs/placement.md).  The placement service uses it
+when ``TRAINYARD_PLACEMENT_BINDER=kube``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from trainyard.kube.translate import (
     GATE,
     TopologyLabels,
     bind_manifest,
+    needs_bind,
     node_view_from_k8s,
     pin_pod,
 )
@@ -27,8 +30,13 @@ class KubeBinder:
     """Writes placements onto suspended Jobs / JobSets and pins their gated pods."""
 
     def __init__(self, api_client: Any = None) -> None:
-        from kubernetes import client  # imported here so the pure parts never load the client
+        from kubernetes import client, config  # imported here so the pure parts never load the client
 
+        if api_client is None:
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
         self._api = api_client or client.ApiClient()
         self._custom = client.CustomObjectsApi(self._api)
         self._batch = client.BatchV1Api(self._api)
@@ -78,6 +86,13 @@ class KubeBinder:
                 self._core.replace_namespaced_pod(pod["metadata"]["name"], namespace, updated)
                 pinned += 1
         return pinned
+
+    def reconcile(self, kind: str, namespace: str, name: str, placement: Placement) -> int:
+        """Bind the object if it still waits for this run, then pin whichever of its
+        pods are gated; returns how many pods were pinned.  Safe to repeat."""
+        if needs_bind(self.read(kind, namespace, name), placement):
+            self.bind(kind, namespace, name, placement)
+        return self.pin_pods(kind, namespace, name, placement)
 
     def nodes(self, cluster: str, used: dict[str, tuple[int, ...]] | None = None,
               labels: TopologyLabels = TopologyLabels()) -> list[NodeView]:

@@ -243,6 +243,44 @@ def pin_pod(pod: Manifest, placement: Placement, manifest: Manifest) -> Manifest
     return out
 
 
+# --- which object a job runs as, and whether it still needs binding ---
+
+WORKLOAD_SCHEME = "kube:"
+_KINDS = ("Job", "JobSet")
+_DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def workload_object(workload_ref: str | None) -> tuple[str, str, str]:
+    """``kube:Job/team-a/train`` -> ``("Job", "team-a", "train")``: the suspended
+    Job or JobSet a job's ``workload_ref`` names."""
+    ref = workload_ref or ""
+    kind, _, path = ref.removeprefix(WORKLOAD_SCHEME).partition("/")
+    namespace, _, name = path.partition("/")
+    if not ref.startswith(WORKLOAD_SCHEME) or kind not in _KINDS or not all(
+        _DNS_NAME.match(part) for part in (namespace, name)
+    ):
+        raise BindError(
+            f"workload_ref {ref!r} names no Kubernetes object; write kube:Job/NAMESPACE/NAME or "
+            "kube:JobSet/NAMESPACE/NAME for a suspended object labelled trainyard.io/queue"
+        )
+    return kind, namespace, name
+
+
+def needs_bind(manifest: Manifest, placement: Placement) -> bool:
+    """Whether the object still waits for this run's placement; raises when it
+    already runs another run (two placements for one object)."""
+    if (manifest.get("spec") or {}).get("suspend") is True:
+        return True
+    bound_to = ((manifest.get("metadata") or {}).get("annotations") or {}).get(RUN_ANNOTATION)
+    if bound_to == placement.run_id:
+        return False
+    meta = manifest.get("metadata") or {}
+    raise BindError(
+        f"{manifest.get('kind', '?')} {meta.get('name', '?')!r} is not suspended and is bound to run {bound_to!r}, "
+        f"not {placement.run_id!r}; suspend it (or create a new object) so Trainyard can place it"
+    )
+
+
 # --- Kubernetes nodes -> NodeInfo / NodeView ---
 
 KNOWN_GPUS = ("GB300", "GB200", "B300", "B200", "H200", "H100", "H800", "H20", "A100", "A800", "L40S", "L40",

@@ -91,13 +91,13 @@ def period_bounds(period: str) -> tuple[float, float]:
     if not match or not 1 <= int(match.group(2)) <= 12:
         raise ValueError(f"billing period {period!r} must be a month written YYYY-MM, e.g. '2026-11'")
     year, month = int(match.group(1)), int(match.group(2))
-    start = dt.datetime(year, month, 1, tzinfo=dt.timezone.utc)
-    end = dt.datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=dt.timezone.utc)
+    start = dt.datetime(year, month, 1, tzinfo=dt.UTC)
+    end = dt.datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=dt.UTC)
     return start.timestamp(), end.timestamp()
 
 
 def _utc(at: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(at, dt.timezone.utc)
+    return dt.datetime.fromtimestamp(at, dt.UTC)
 
 
 def _iso(at: dt.datetime) -> str:
@@ -158,7 +158,7 @@ def chargeback_rows(
             numerators = [slices[i][2] for i in indexes]
             exact = [n / 3600 for n in numerators]
             cents = allocate_cents(exact, total=round_total(sum(numerators, Decimal(0)) / 3600))
-            for i, cost in zip(indexes, cents):
+            for i, cost in zip(indexes, cents, strict=True):
                 row = slices[i][1]
                 row.update(ListCost=cost, BilledCost=cost, EffectiveCost=cost)
     return [{column: row[column] for column in COLUMNS} for _, row, _ in slices]

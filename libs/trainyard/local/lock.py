@@ -152,7 +152,7 @@ def stop_leftovers(stale: LockInfo, timeout: float = 10.0) -> list[str]:
     found = {
         name: child for name, child in stale.children.items()
         if stale.host == socket.gethostname() and child.cmdline and process_cmdline(child.pid) == child.cmdline
-    }  # fmt: skip
+    }
     for child in found.values():
         signal_group(child.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
@@ -234,7 +234,7 @@ def choose_ports(data_dir: Path, asked: dict[str, int]) -> tuple[dict[str, int],
             if not port_free(port) or port in chosen.values():
                 replacement = fresh()
                 notes.append(f"{name} port {port} (kept from the last start) is now in use by another program; "
-                             f"using {replacement} instead")  # fmt: skip
+                             f"using {replacement} instead")
                 port = replacement
         else:
             port = fresh()

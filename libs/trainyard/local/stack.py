@@ -123,7 +123,7 @@ class LocalStack:
             left = f"; stopped its leftover processes: {', '.join(stopped)}" if stopped else ""
             self.progress(f"took over the lock of a stack that is gone (pid {stale.pid} on {stale.host}){left}")
         asked = {"http": self.config.http_port, "grpc": self.config.grpc_port,
-                 "nats": self.config.nats_port, "redis": self.config.redis_port}  # fmt: skip
+                 "nats": self.config.nats_port, "redis": self.config.redis_port}
         ports, notes = choose_ports(self.data_dir, asked)
         for note in notes:
             self.progress(note)
@@ -185,7 +185,7 @@ class LocalStack:
             proc = subprocess.Popen(
                 [sys.executable, *SERVICES[name]], env=self.env, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         self.procs[name] = proc
         self._record_children()
         return proc
@@ -218,7 +218,7 @@ class LocalStack:
                 if proc.poll() is not None:
                     if name == "gateway":
                         raise ServerError(f"gateway exited with status {proc.returncode} while starting:\n"
-                                          f"{self.log_tail(name, 20)}")  # fmt: skip
+                                          f"{self.log_tail(name, 20)}")
                     pending.remove(name)
                     self.progress(f"{name} exited with status {proc.returncode} while starting")
                     continue
@@ -266,7 +266,7 @@ class LocalStack:
         state = StackState(
             api_url=self.api_url, grpc_target=f"127.0.0.1:{self.grpc_port}", nats_url=self.nats.url,
             redis_url=self.redis.url, ledger_url=self.ledger_url, pid=os.getpid(),
-        )  # fmt: skip
+        )
         state_path(self.data_dir).write_bytes(msgspec.json.format(msgspec.json.encode(state)))
 
     def kill(self, name: str) -> None:

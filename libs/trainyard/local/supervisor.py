@@ -56,7 +56,7 @@ class Supervisor:
     ``procs``, ``nats``, ``redis`` and ``start_service``)."""
 
     def __init__(self, stack, say: Callable[[str], None] = lambda line: None,  # type: ignore[no-untyped-def]
-                 clock: Callable[[], float] = time.monotonic, backoff: Callable[[], Backoff] = Backoff) -> None:  # fmt: skip
+                 clock: Callable[[], float] = time.monotonic, backoff: Callable[[], Backoff] = Backoff) -> None:
         self.stack = stack
         self.say = say
         self.clock = clock

@@ -216,7 +216,7 @@ def forecast_demand(
             TrendRow(
                 gpu_type, trend.days, trend.slope, trend.intercept, trend.r2, cap_per_day,
                 first_start + (trend.days + over) * DAY if over is not None else None,
-            )  # fmt: skip
+            )
         )
         for i, value in enumerate(values):
             forecast.append(ForecastRow(first_start + (trend.days + i) * DAY, gpu_type, value, cap_per_day))
@@ -253,4 +253,4 @@ def capacity_report(
         start=start, end=end, now=now, bucket_s=bucket_s, capacity=dict(sorted(capacity.items())),
         timeline=rows, daily=daily, waits=wait_stats(spans, start, end), lost=lost_work(runs, start, end),
         trends=trends, forecast=forecast,
-    )  # fmt: skip
+    )

@@ -21,7 +21,6 @@ import msgspec
 
 from trainyard.ledger.records import LedgerJob, LedgerRun
 
-
 PLACED = "placed"
 CANCELLED = "cancelled"
 WAITING = "waiting"

@@ -16,13 +16,13 @@ from trainyard.reports.svg import Series, line_chart
 CAPACITY_COLUMNS = (
     "bucket_start", "bucket_end", "gpu_type", "capacity_gpus", "capacity_gpu_hours", "allocated_gpu_hours",
     "pending_gpu_hours", "demand_gpu_hours", "utilisation",
-)  # fmt: skip
+)
 WAIT_COLUMNS = ("tenant", "placements", "p50_s", "p90_s", "p99_s", "max_s", "mean_s", "still_waiting")
 LOST_COLUMNS = ("tenant", "gpu_type", "runs_ended", "runs_lost_work", "gpu_hours", "lost_gpu_hours", "lost_share")
 TREND_COLUMNS = (
     "gpu_type", "days", "slope_gpu_hours_per_day", "intercept_gpu_hours", "r2", "capacity_gpu_hours_per_day",
     "first_day_over_capacity",
-)  # fmt: skip
+)
 FORECAST_COLUMNS = ("day_start", "gpu_type", "demand_gpu_hours", "capacity_gpu_hours")
 _TIME_FIELDS = {"bucket_start", "bucket_end", "day_start", "first_day_over_capacity"}
 
@@ -30,7 +30,7 @@ _TIME_FIELDS = {"bucket_start", "bucket_end", "day_start", "first_day_over_capac
 def iso(at: float | None) -> str:
     if at is None:
         return ""
-    return dt.datetime.fromtimestamp(at, dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return dt.datetime.fromtimestamp(at, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _cell(name: str, value: Any) -> str:

@@ -34,7 +34,7 @@ def _nice_max(value: float) -> float:
 
 
 def _label_time(at: float, span: float) -> str:
-    when = dt.datetime.fromtimestamp(at, dt.timezone.utc)
+    when = dt.datetime.fromtimestamp(at, dt.UTC)
     return when.strftime("%m-%d %H:%M" if span < 3 * 86_400 else "%Y-%m-%d")
 
 
@@ -86,7 +86,7 @@ def line_chart(title: str, y_label: str, series: Sequence[Series]) -> str:
             parts.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}"/>')
         ly = TOP + 14 + i * 16
         parts.append(f'<line x1="{WIDTH - RIGHT + 10}" y1="{ly - 4}" x2="{WIDTH - RIGHT + 30}" y2="{ly - 4}" '
-                     f'stroke="{color}" stroke-width="2"{dash}/>')  # fmt: skip
+                     f'stroke="{color}" stroke-width="2"{dash}/>')
         parts.append(f'<text x="{WIDTH - RIGHT + 36}" y="{ly}">{escape(s.name)}</text>')
     parts.append("</svg>")
     return "".join(parts)

@@ -26,7 +26,13 @@ from trainyard.core.lifecycle import HEAD_OF_QUEUE_OFFSET, JobRecord, JobTable
 from trainyard.core.placement import PlacementRequest, RunningAlloc
 from trainyard.domain.job import ValidationError
 from trainyard.events.jobs import (
-    JobAccepted, JobAdmitted, JobPlaced, JobRejected, RunFailed, RunStarted, RunSucceeded,
+    JobAccepted,
+    JobAdmitted,
+    JobPlaced,
+    JobRejected,
+    RunFailed,
+    RunStarted,
+    RunSucceeded,
 )
 from trainyard.sim.checks import check_state
 from trainyard.sim.cluster import SimCluster

@@ -30,7 +30,6 @@ from trainyard.core.admission.tree import Scheduling
 from trainyard.core.placement import PlacementPolicy
 
 
-
 class Policy(msgspec.Struct, frozen=True):
     name: str
     preemption: bool = False  # admission may preempt (reclaim, priority)

@@ -128,7 +128,7 @@ def write_outputs(sims: list[Simulator], out: str | Path, charts: bool = True) -
     out.mkdir(parents=True, exist_ok=True)
     summaries = [summarise(s) for s in sims]
     (out / "summary.json").write_text(json.dumps(summaries, indent=2))
-    for sim, summary in zip(sims, summaries):
+    for sim, summary in zip(sims, summaries, strict=True):
         with open(out / f"jobs_{sim.policy.name}.csv", "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["job_id", "tenant", "gpus", "submit_s", "duration_s", "first_start_s", "end_s", "jct_s",

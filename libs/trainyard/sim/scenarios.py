@@ -20,7 +20,7 @@ from trainyard.domain.node import NodeInfo
 from trainyard.sim.cluster import SimCluster, build_nodes
 from trainyard.sim.engine import Scenario, Simulator, simulate
 from trainyard.sim.policies import policy_named
-from trainyard.sim.workloads import GPU_TYPE, Workload, gang_of, load_philly, synthetic
+from trainyard.sim.workloads import Workload, gang_of, load_philly, synthetic
 
 Progress = Callable[[str, int, int], None]  # (policy, jobs finished or rejected, jobs in all)
 
@@ -229,7 +229,8 @@ def simulate_partitions(
         part = fit_to_nodes(workload.partition(t), nodes)
         report = None
         if progress:
-            report = (lambda done, _all, base=finished: progress(policy, base + done, total))
+            def report(done: int, _all: int, base: int = finished) -> None:
+                progress(policy, base + done, total)
         sims[t] = _simulate(part, nodes, policy, alone, report)
         finished += len(part.jobs)
     if progress:

@@ -31,13 +31,15 @@ before the load fails.  Parquet needs ``pyarrow`` (the ``parquet`` extra).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from trainyard.domain.job import GPU_TYPE_RE, MAX_RUNTIME_S, NAME_RE
+from trainyard.domain.job import GPU_TYPE_RE, MAX_RUNTIME_S
+from trainyard.domain.limits import NAME_RE
 from trainyard.domain.node import NodeInfo
 from trainyard.sim.workloads import GPU_TYPE, PRIORITY_CLASSES, QUEUE, SimJob, Workload, estimate_limit, gang_of
 
@@ -115,18 +117,17 @@ def _rows(path: Path, required: tuple[str, ...], optional: tuple[str, ...]) -> I
     kind = _kind(path)
     if not path.is_file():
         raise TraceError(f"{path}: no such file")
-    if kind == "parquet":
-        _, pq = _parquet()
-        table = pq.read_table(path)
-        header = list(table.column_names)
-        records: Iterator[dict] = iter(table.to_pylist())
-    else:
-        f = open(path, newline="", encoding="utf-8-sig")
-        reader = csv.DictReader(f)
-        header = [h.strip() for h in reader.fieldnames or []]
-        reader.fieldnames = header
-        records = reader
-    try:
+    with contextlib.ExitStack() as closing:
+        if kind == "parquet":
+            _, pq = _parquet()
+            table = pq.read_table(path)
+            header = list(table.column_names)
+            records: Iterator[dict] = iter(table.to_pylist())
+        else:
+            reader = csv.DictReader(closing.enter_context(open(path, newline="", encoding="utf-8-sig")))
+            header = [h.strip() for h in reader.fieldnames or []]
+            reader.fieldnames = header
+            records = reader
         missing = [c for c in required if c not in header]
         if missing:
             raise TraceError(f"{path.name}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
@@ -134,9 +135,6 @@ def _rows(path: Path, required: tuple[str, ...], optional: tuple[str, ...]) -> I
                              f"{', '.join(header) or 'no header'}")
         for rec in records:
             yield {k: _cell(rec.get(k)) for k in (*required, *optional)}
-    finally:
-        if kind == "csv":
-            f.close()
 
 
 def _number(p: _Problems, row: int, col: str, raw: str, positive: bool = True) -> float | None:

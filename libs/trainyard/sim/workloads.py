@@ -25,7 +25,7 @@ import csv
 import math
 import os
 import random
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from trainyard.core.admission import Cohort, FlavorQuota, PreemptionSettings, PriorityClass, QueueQuota, Tenancy
@@ -262,7 +262,7 @@ class Workload:
 
 
 def _epoch(stamp: str) -> float:
-    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
 
 
 def load_philly(
@@ -306,7 +306,7 @@ def synthetic(
     weights = [1.0 / (k + 1) for k in range(tenants)]
     total_w = sum(weights)
     names = [f"team{k:02d}" for k in range(tenants)]
-    quotas = {n: max(8, int(gpus * w / total_w) // 8 * 8) for n, w in zip(names, weights)}
+    quotas = {n: max(8, int(gpus * w / total_w) // 8 * 8) for n, w in zip(names, weights, strict=True)}
     largest = max(8, min(4096, gpus // 2))
     kinds = ("small", "mid", "gang", "huge", "rl")
     mix = (0.86 - rl_share, 0.09, 0.05, 0.0002, rl_share)  # share of jobs of each kind
@@ -334,5 +334,5 @@ def synthetic(
     work = sum(sum(r * g for _, r, g in roles) * d for _, roles, d in specs)
     span = work / (gpus * load)  # seconds over which arrivals spread to reach the load
     times = sorted(rng.uniform(0, span) for _ in range(n_jobs))
-    jobs = [SimJob(i, t, at, d, roles) for i, (at, (t, roles, d)) in enumerate(zip(times, specs))]
+    jobs = [SimJob(i, t, at, d, roles) for i, (at, (t, roles, d)) in enumerate(zip(times, specs, strict=True))]
     return Workload(jobs, quotas, f"synthetic n={n_jobs} seed={seed} load={load}")

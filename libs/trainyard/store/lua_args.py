@@ -66,7 +66,7 @@ def _job_fields(seq: int, event: object) -> list[str]:
             event.job_id, repr(event.at), spec.tenant, spec.queue, str(seq),
             json.dumps(gpus_by_type(spec)), _json.encode(spec).decode(), repr(event.submitted_at),
             spec.priority_class, spec.name, str(spec.total_gpus), str(spec.max_retries),
-        ]  # fmt: skip
+        ]
     if isinstance(event, JobRejected):
         errors = _json.encode(event.errors).decode()
         return head + [event.job_id, repr(event.at), event.tenant, errors, str(seq)]
@@ -82,7 +82,7 @@ def _job_fields(seq: int, event: object) -> list[str]:
         return head + [
             event.job_id, repr(event.at), event.run_id, event.reason, event.message, category, repr(base), repr(cap),
             str(HEAD_OF_QUEUE_OFFSET),
-        ]  # fmt: skip
+        ]
     if isinstance(event, PreemptionNotice):
         deadline = repr(event.at + event.grace_period_s)
         return head + [event.job_id, repr(event.at), event.run_id, deadline, event.preemptor, event.reason]

@@ -198,10 +198,10 @@ class Projector:
         while self.position < seq:
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise asyncio.TimeoutError(f"{self.stream} projector at {self.position}, waited {timeout}s for {seq}")
+                raise TimeoutError(f"{self.stream} projector at {self.position}, waited {timeout}s for {seq}")
             try:
                 await asyncio.wait_for(self._moved.wait(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 continue
 
     async def _reset(self, position: int) -> None:
@@ -247,7 +247,7 @@ class Projector:
             if target == 0 or (epoch == self.epoch and applied >= target):
                 return
             if loop.time() >= deadline:
-                raise asyncio.TimeoutError(f"{self.stream} projection not caught up with {target}")
+                raise TimeoutError(f"{self.stream} projection not caught up with {target}")
             await asyncio.sleep(min(delay, deadline - loop.time()))  # the follower notices the loss
             delay = min(delay * 2, 0.2)
 
@@ -299,14 +299,14 @@ class Projector:
         sub = await self.bus.js.subscribe(
             filter_subject, stream=self.stream, ordered_consumer=True, config=config, cb=on_msg,
             pending_msgs_limit=500_000,
-        )  # fmt: skip
+        )
         loop = asyncio.get_running_loop()
         last_arrival, expected = loop.time(), 0
         try:
             while not stop.is_set():
                 try:
                     await asyncio.wait_for(arrived.wait(), 0.5)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     await self._check_not_lost()  # a quiet stream must notice a wiped Redis too
                     if loop.time() - last_arrival >= STALL_CHECK_S:
                         last_arrival = loop.time()

@@ -211,7 +211,7 @@ async def list_nodes(store: Store) -> list[NodeRecord]:
         NodeRecord(
             node_id=info.node_id, state=state, info=info, free_gpus=free, state_reason=reason, boot_id=boot,
             registered_at=float(registered) if registered else None,
-        )  # fmt: skip
+        )
         for (info, state, free), (reason, boot, registered) in zip(views, details, strict=True)
     ]
 
@@ -256,7 +256,7 @@ class ActiveJob(msgspec.Struct):
 _ACTIVE_FIELDS = (
     "status", "tenant", "order", "run_id", "last_seq", "started_at", "placed_at",
     "preemptible", "priority", "last_checkpoint_at",
-)  # fmt: skip
+)
 
 
 def _float(raw: str | None) -> float | None:
@@ -288,10 +288,10 @@ async def placement_state(
             last_seq=int(last_seq or 0), started_at=_float(started), placed_at=_float(placed),
             preemptible=(preemptible or "").lower() in ("1", "true", "yes"), priority=int(priority or 0),
             last_checkpoint_at=_float(checkpoint),
-        )  # fmt: skip
+        )
         for job_id, (status, tenant, order, run_id, last_seq, started, placed, preemptible, priority, checkpoint) in zip(
             job_ids, rows, strict=True
-        )  # fmt: skip
+        )
         if status is not None
     ]
     return nodes, jobs
@@ -395,6 +395,6 @@ class ClusterReader:
                     job_id=j.job_id, run_id=j.run_id or "", replicas=replicas, started_at=started,
                     max_runtime_s=float(spec.max_runtime_s), preemptible=j.preemptible,
                     last_checkpoint_at=checkpoint, priority=j.priority,
-                )  # fmt: skip
+                )
             )
         return out

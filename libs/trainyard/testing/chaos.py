@@ -21,7 +21,6 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 
 import httpx
 import msgspec
@@ -44,8 +43,8 @@ from trainyard.events import (
 )
 from trainyard.ledger import Ledger
 from trainyard.local import LocalStack
-from trainyard.store import Store, views
 from trainyard.local.supervisor import Backoff, Supervisor, restart_server
+from trainyard.store import Store, views
 from trainyard.testing.streams import read_job_events
 
 TERMINAL = ("succeeded", "failed", "cancelled", "rejected")
@@ -86,7 +85,7 @@ class ChaosReport(msgspec.Struct):
     @property
     def clean(self) -> bool:
         return not (self.lost or self.accepted_twice or self.run_twice or self.stuck or self.double_allocations
-                    or abs(self.ledger_minus_stream_gpu_s) > 1e-3)  # fmt: skip
+                    or abs(self.ledger_minus_stream_gpu_s) > 1e-3)
 
 
 def workload(n: int, seed: int) -> list[tuple[str, JobSpec]]:
@@ -100,14 +99,14 @@ def workload(n: int, seed: int) -> list[tuple[str, JobSpec]]:
             tenant=rng.choice(["acme", "globex", "initech"]), queue="default", name=f"chaos-{i}",
             roles=[Role(name="trainer", replicas=r, gpus_per_replica=g)],
             simulated_duration_s=round(rng.uniform(0.2, 2.0), 2),
-        )  # fmt: skip
+        )
         out.append((f"chaos-{seed}-{i:05d}", spec))
     return out
 
 
 class Chaos:
     def __init__(self, stack: LocalStack, plan: ChaosPlan, bus: Bus, store: Store,
-                 progress: Callable[[str], None] = lambda line: None) -> None:  # fmt: skip
+                 progress: Callable[[str], None] = lambda line: None) -> None:
         self.stack = stack
         self.plan = plan
         self.bus = bus
@@ -160,11 +159,11 @@ class Chaos:
                 await asyncio.to_thread(self.supervisor.check)
             try:
                 await asyncio.wait_for(stop.wait(), 0.5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def flush(self) -> None:
-        for attempt in range(50):  # Redis may be restarting
+        for _attempt in range(50):  # Redis may be restarting
             try:
                 await self.store.redis.flushall()
                 return
@@ -262,7 +261,7 @@ class Chaos:
             ledger_minus_stream_gpu_s=await self.ledger_difference(events),
             statuses=dict(statuses), unplanned_exits=dict(self.supervisor.restarts),
             failed_runs=dict(Counter(e.reason for e in events if isinstance(e, RunFailed))), violations=fold.violations[:20], offered_s=offered, drained_s=drained,
-        )  # fmt: skip
+        )
 
     async def ledger_difference(self, events: list[JobEvent], timeout: float = 120.0) -> float:
         """The ledger's GPU-seconds minus the same from the log: each started

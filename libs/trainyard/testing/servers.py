@@ -116,7 +116,7 @@ def start_redis(data_dir: Path, port: int | None = None) -> Server:
         "--appendonly", "yes",
         "--appendfsync", "everysec",
         "--protected-mode", "yes",
-    ]  # fmt: skip
+    ]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     wait_port(port, proc=proc, name="redis-server")

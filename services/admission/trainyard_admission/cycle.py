@@ -22,6 +22,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from itertools import pairwise
 
 from trainyard.bus import Bus, PublishRequest, WrongLastSequence
 from trainyard.core.admission import (
@@ -39,8 +40,7 @@ from trainyard.core.lifecycle import gpus_by_type
 from trainyard.core.placement import ClusterSnapshot
 from trainyard.domain.job import JobSpec
 from trainyard.events import JobAdmitted, PreemptionNotice, RunFailed, subjects
-from trainyard.store import Projector, Store
-from trainyard.store import views
+from trainyard.store import Projector, Store, views
 from trainyard_admission.tenancy import TenancyHolder
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ FIELDS = (
     "status", "tenant", "order", "run_id", "last_seq", "attempt", "not_before", "priority_class",
     "last_checkpoint_step", "last_checkpoint_at", "admitted_at", "notice_at", "preempt_deadline", "preemptor",
     "submitted_at", "started_at", "attained_gpu_s",
-)  # fmt: skip
+)
 
 
 def run_id_for(job_id: str, attempt: int) -> str:
@@ -66,7 +66,7 @@ class AdmissionCycle:
         self, bus: Bus, store: Store, projector: Projector, policy: AdmissionPolicy, clock: Callable[[], float],
         window: int = 20_000, node_projector: tuple[Projector, ...] = (), tenancy: TenancyHolder | None = None,
         placement_timeout_s: float = 60.0, cluster: str | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.bus = bus
         self.store = store
         self.projector = projector
@@ -130,7 +130,7 @@ class AdmissionCycle:
                     PendingJob(job_id, r["tenant"] or "", queue, int(r["order"] or 0), demand, priority,
                                _float(r["not_before"]), only_borrow, runtime_limit_s=limit,
                                attained_gpu_s=_float(r["attained_gpu_s"]) or 0.0,
-                               submitted_at=_float(r["submitted_at"]))  # fmt: skip
+                               submitted_at=_float(r["submitted_at"]))
                 )
             elif r["status"] in ("admitted", "placed", "running"):
                 admitted_at = _float(r["admitted_at"]) or 0.0
@@ -140,7 +140,7 @@ class AdmissionCycle:
                                _float(r["last_checkpoint_at"]), priority, preemptible, only_borrow,
                                _float(r["notice_at"]),
                                expected_end=(started_at if started_at is not None else admitted_at) + limit,
-                               attained_gpu_s=_float(r["attained_gpu_s"]) or 0.0)  # fmt: skip
+                               attained_gpu_s=_float(r["attained_gpu_s"]) or 0.0)
                 )
         capacity = await views.gpus_by_type(self.store, "capacity")
         in_use = await views.gpus_by_type(self.store, "inuse")
@@ -220,7 +220,7 @@ class AdmissionCycle:
             await self.projector.wait_for(max(seqs))
         t.append(clock())
         self.last_timings = dict(zip(("snapshot", "decide", "publish", "reasons", "read_back"),
-                                     (b - a for a, b in zip(t, t[1:]))))  # fmt: skip
+                                     (b - a for a, b in pairwise(t)), strict=True))
         return len(seqs)
 
     def _admissions(self, result: AdmissionResult, rows: dict, now: float) -> list[PublishRequest]:
@@ -232,7 +232,7 @@ class AdmissionCycle:
             event = JobAdmitted(
                 at=now, job_id=decision.job_id, tenant=r["tenant"], run_id=run_id_for(decision.job_id, attempt),
                 attempt=attempt, resume_from_step=int(step) if step else None,
-            )  # fmt: skip
+            )
             subject = subjects.job(r["tenant"], decision.job_id, "admission")
             out.append(PublishRequest(subject, event, f"{decision.job_id}:admit:{attempt}", int(r["last_seq"])))
         return out
@@ -246,7 +246,7 @@ class AdmissionCycle:
             event = PreemptionNotice(
                 at=now, job_id=p.job_id, tenant=r["tenant"], run_id=r["run_id"], preemptor=p.preemptor,
                 reason=p.reason.value, grace_period_s=p.grace_period_s, lost_gpu_seconds=p.lost_gpu_seconds,
-            )  # fmt: skip
+            )
             subject = subjects.job(r["tenant"], p.job_id, "admission")
             out.append(PublishRequest(subject, event, f"{r['run_id']}:notice", int(r["last_seq"])))
         return out
@@ -255,7 +255,7 @@ class AdmissionCycle:
         """Victims past their grace period, and gangs placement did not place in time."""
         held = [
             HeldRun(job_id, r["status"], _float(r["admitted_at"]), _float(r["preempt_deadline"]),
-                    _float(r["started_at"]), float(self._specs[job_id].max_runtime_s))  # fmt: skip
+                    _float(r["started_at"]), float(self._specs[job_id].max_runtime_s))
             for job_id, r in rows.items()
             if r["run_id"]
         ]
@@ -269,7 +269,7 @@ class AdmissionCycle:
             else:
                 message = f"not placed within {self.placement_timeout_s:.0f}s"
             event = RunFailed(at=now, job_id=stop.job_id, tenant=r["tenant"], run_id=r["run_id"], reason=stop.reason,
-                              message=message)  # fmt: skip
+                              message=message)
             subject = subjects.job(r["tenant"], stop.job_id, "admission")
             out.append(PublishRequest(subject, event, f"{r['run_id']}:failed", int(r["last_seq"])))
         return out

@@ -22,8 +22,8 @@ from trainyard.core.admission.commands import (
     cancel_problem,
     job_id_of,
     size_problem,
-    submit_errors,
     subject_tenant,
+    submit_errors,
 )
 from trainyard.domain.job import ValidationError
 from trainyard.domain.limits import job_id_problem
@@ -36,11 +36,10 @@ from trainyard.events import (
     decode_intake,
     subjects,
 )
-from trainyard.store import Store
-from trainyard_admission.tenancy import TenancyHolder
-from trainyard.store import views
+from trainyard.store import Store, views
 from trainyard.store.fleet import FleetCache
 from trainyard.store.views import TERMINAL
+from trainyard_admission.tenancy import TenancyHolder
 
 log = logging.getLogger(__name__)
 

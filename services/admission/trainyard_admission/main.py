@@ -7,12 +7,12 @@ import time
 
 from trainyard.bus import ConsumerSpec, run_consumer
 from trainyard.bus.lease import Lease
+from trainyard.config.store import ConfigStore
 from trainyard.core.admission import AdmissionPolicy
-from trainyard.events import subjects
 from trainyard.cycles import decision_loop
+from trainyard.events import subjects
 from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard.store import Projector
-from trainyard.config.store import ConfigStore
 from trainyard_admission.cycle import AdmissionCycle
 from trainyard_admission.handlers import IntakeHandler
 from trainyard_admission.tenancy import TenancyHolder

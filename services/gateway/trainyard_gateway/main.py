@@ -54,7 +54,7 @@ def build_usage_source(settings: Settings) -> UsageSource | None:
     ) -> list[dict[str, object]]:
         totals = ledger.usage(tenant=tenant, start=start, end=end, group_by=group_by)
         return [
-            dict(zip(group_by, key)) | {"gpu_seconds": round(s, 3), "gpu_hours": round(s / 3600, 6)}
+            dict(zip(group_by, key, strict=True)) | {"gpu_seconds": round(s, 3), "gpu_hours": round(s / 3600, 6)}
             for key, s in totals.items()
         ]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import nats.errors
@@ -21,7 +20,7 @@ async def ask_agent(
     subject = control.agent_control_subject(info.cluster, info.node_id)
     try:
         msg = await bus.nc.request(subject, control.encode(request), timeout=timeout_s)
-    except (nats.errors.TimeoutError, nats.errors.NoRespondersError, asyncio.TimeoutError):
+    except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
         return None
     return control.decode_reply(msg.data)
 

@@ -71,7 +71,7 @@ async def publish_failures(
             job.last_seq,
         )
         for job in jobs
-    ]  # fmt: skip
+    ]
     failed, refused = 0, []
     for job, result in zip(jobs, await bus.publish_many(requests), strict=True):
         if isinstance(result, WrongLastSequence):
@@ -85,7 +85,7 @@ async def publish_failures(
 
 async def fail_runs_fenced(
     bus: Bus, store: Store, clock: Callable[[], float], node_id: str, reason: str, message: str, gpu: int | None = None,
-) -> int:  # fmt: skip
+) -> int:
     """Fail the current active run of every job on the node (or on one GPU of it); returns how many were failed."""
     await jobs_caught_up(bus, store)
     job_ids = await views.jobs_on_node(store, node_id)

@@ -39,8 +39,8 @@ from trainyard.core.health.liveness import heartbeat_resumes
 from trainyard.domain.node import NodeState
 from trainyard.events import NodeHeartbeat, NodeLost, NodeRegistered, decode_node_event
 from trainyard.events.nodes import CordonNode, DrainNode, GpuTelemetry, UncordonNode, XidObserved
-from trainyard_health.monitor import Monitor
 from trainyard_health.fencing import ProjectionBehind
+from trainyard_health.monitor import Monitor
 from trainyard_health.records import VersionConflict
 
 #: Operator commands older than this when health first sees them (a new
@@ -145,7 +145,7 @@ class NodeEventsHandler:
             lost = Finding(
                 node_id=event.node_id, gpu=None, kind=FindingKind.HEARTBEAT_TIMEOUT, severity=Severity.FATAL,
                 action=Remedy.REBOOT_NODE, message=event.reason, at=event.at, rules_version=m.policy.rules_version,
-            )  # fmt: skip
+            )
             await m.on_findings([lost], limited=False)  # the node is already lost: nothing to hold back
         elif isinstance(event, CordonNode | DrainNode | UncordonNode):
             if self.clock() - event.at > COMMAND_MAX_AGE_S:

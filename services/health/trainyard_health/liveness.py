@@ -42,7 +42,7 @@ class LivenessCheck:
     def __init__(
         self, bus: Bus, store: Store, monitor: Monitor, timeout_s: float, clock: Callable[[], float], *,
         durable: str = HEARTBEAT_DURABLE, catch_up_wait_s: float = 2.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.bus = bus
         self.store = store
         self.monitor = monitor
@@ -86,7 +86,7 @@ class LivenessCheck:
             if last is None:  # a boot never heard from is watched from its registration or first sight
                 since = max(since, self.first_seen.setdefault((node.node_id, boot), start))
             watches.append(NodeWatch(node_id=node.node_id, state=node.state, boot_id=boot, last_heartbeat_at=last,
-                                     watched_since=since))  # fmt: skip
+                                     watched_since=since))
         stale = [key for key in heartbeats if key[0] in registered and registered[key[0]] != key[1]]
         await self.monitor.records.forget_heartbeats(stale)
         return judge_liveness(watches, view, self.timeout_s)
@@ -109,7 +109,7 @@ class LivenessCheck:
             lost = NodeLost(
                 at=self.clock(), node_id=silent.node_id, cluster=node.info.cluster, boot_id=silent.boot_id,
                 last_heartbeat_at=silent.last_heartbeat_at, reason=f"no heartbeat for {silent.silent_for_s:.1f} s",
-            )  # fmt: skip
+            )
             msg_id = f"lost:{silent.node_id}:{silent.boot_id}:{int(silent.last_heartbeat_at * 1000)}"
             requests.append(PublishRequest(subjects.node(node.info.cluster, silent.node_id), lost, msg_id))
             log.warning("node %s lost: %s", silent.node_id, lost.reason)
@@ -131,5 +131,5 @@ async def liveness_loop(check: LivenessCheck, stop: asyncio.Event, interval_s: f
             log.warning("liveness check failed: %r", err)
         try:
             await asyncio.wait_for(stop.wait(), interval_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass

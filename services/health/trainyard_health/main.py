@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -69,7 +68,7 @@ async def main(rt: Runtime) -> None:
     check = LivenessCheck(
         rt.bus, rt.store, monitor, rt.settings.heartbeat_timeout_s, time.time,
         catch_up_wait_s=max(1.0, rt.settings.heartbeat_interval_s),
-    )  # fmt: skip
+    )
     await run_tasks(
         rt.stop,
         nodes.run(rt.stop),

@@ -70,7 +70,7 @@ class Monitor:
     def __init__(
         self, bus: Bus, store: Store, policy: HealthPolicy, clock: Callable[[], float], *,
         metrics: HealthMetrics | None = None, nodes: Projector | None = None, hook: StateHook | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.bus = bus
         self.store = store
         self.records = RecordStore(store)
@@ -156,7 +156,7 @@ class Monitor:
     async def _carry_out(
         self, decisions: list[Decision], records: dict[str, NodeHealthRecord], infos: dict[str, NodeInfo],
         now: float, observed: dict[str, float], *, limited: bool,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if limited:
             allowed = limit_blast_radius(decisions, records, infos, self.policy)
             self.metrics.held.inc(sum(1 for a, d in zip(allowed, decisions, strict=True) if a.after is not d.after))
@@ -185,14 +185,14 @@ class Monitor:
             at=now, node_id=info.node_id, cluster=info.cluster, state=after.state.value, previous=before.state.value,
             reason=after.reason, cause=after.history[-1].cause if after.history else "", by=by,
             observed_at=observed_at, fatal=fatal,
-        )  # fmt: skip
+        )
         ack = await self.bus.publish(
             subjects.node(info.cluster, info.node_id), event, msg_id=f"state:{info.node_id}:{after.version}"
         )
         if self.nodes is not None:
             try:
                 await self.nodes.wait_for(ack.seq, timeout=5.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("NODES projection has not applied seq %d yet", ack.seq)
         self.metrics.transitions.labels(after.state.value, "operator" if by.startswith("operator:") else "automation").inc()
         if before.state in SCHEDULABLE_STATES and after.state not in SCHEDULABLE_STATES and observed_at is not None:
@@ -203,7 +203,7 @@ class Monitor:
             self.bus, actor, f"node.{after.state.value}", info.node_id, after.reason,
             details={"from": before.state.value, "cause": event.cause}, at=now,
             record_id=f"audit:state:{info.node_id}:{after.version}",
-        )  # fmt: skip
+        )
         return event
 
     async def _act(self, action: Any, info: NodeInfo, now: float) -> None:
@@ -213,7 +213,7 @@ class Monitor:
                 await self.fail_runs(node, "node_failure", f"node {node} isolated: fault on the node")
             else:  # an application-level XID: only the runs on that GPU
                 await self.fail_runs(node, "workload_error", f"GPU {action.gpu} of {node} reported an application error",
-                                     gpu=action.gpu)  # fmt: skip
+                                     gpu=action.gpu)
         elif isinstance(action, PreemptRunsOnNode):
             await self.fail_runs(node, "preempted", f"node {node} drained: {action.reason}")
         elif isinstance(action, RunHealthChecks):

@@ -69,5 +69,5 @@ class RepairLoop:
                 log.warning("repair loop failed: %r", err)
             try:
                 await asyncio.wait_for(stop.wait(), interval_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass

@@ -23,14 +23,15 @@ import msgspec
 from trainyard.bus import Bus, PublishRequest, WrongLastSequence
 from trainyard.core.placement import (
     ClusterSnapshot,
+    Placement,
     PlacementPolicy,
     PlacementRequest,
     PlacementResult,
     place,
 )
+from trainyard.domain.job import JobSpec
 from trainyard.events import JobPlaced, subjects
-from trainyard.store import Projector, Store
-from trainyard.store import views
+from trainyard.store import Projector, Store, views
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,12 @@ class Leadership(Protocol):
 
     @property
     def held(self) -> bool: ...
+
+
+class Binding(Protocol):
+    """Carries placed runs to where jobs run (``binding.KubeBinding``); None: ``JobPlaced`` is enough."""
+
+    async def reconcile(self, placed: list[tuple[Placement, JobSpec]]) -> None: ...
 
 
 class PlacementStats(msgspec.Struct):
@@ -64,14 +71,15 @@ class Snapshot(msgspec.Struct):
     cluster: ClusterSnapshot
     requests: list[PlacementRequest]
     waiting: dict[str, views.ActiveJob]  # admitted jobs by id
+    placed: list[Placement] = []  # runs placed but not started, with where they go
 
 
 class PlacementCycle:
     def __init__(
         self, bus: Bus, store: Store, projector: Projector, cluster: str, clock: Callable[[], float],
         node_projector: tuple[Projector, ...] = (), lease: Leadership | None = None,
-        policy: PlacementPolicy = PlacementPolicy(),
-    ) -> None:  # fmt: skip
+        policy: PlacementPolicy = PlacementPolicy(), binding: Binding | None = None,
+    ) -> None:
         self.bus = bus
         self.store = store
         self.projector = projector
@@ -80,6 +88,7 @@ class PlacementCycle:
         self.clock = clock
         self.lease = lease  # None: always decide (a test's single decider)
         self.policy = policy
+        self.binding = binding
         self.stats = PlacementStats()
         self.reader = views.ClusterReader(store, cluster, policy)  # nodes and runs holding GPUs, from Redis
         self._specs = self.reader.specs  # job id -> spec, for every active job (specs never change)
@@ -97,7 +106,11 @@ class PlacementCycle:
             PlacementRequest(job_id=j.job_id, run_id=j.run_id or "", spec=self._specs[j.job_id], order=j.order)
             for j in waiting.values()
         ]
-        return Snapshot(cluster, requests, waiting)
+        placed = [
+            Placement(j.job_id, j.run_id, self._replicas[j.run_id])
+            for j in jobs.values() if j.status == "placed" and j.run_id in self._replicas
+        ]
+        return Snapshot(cluster, requests, waiting, placed)
 
     async def run_once(self) -> int:
         # 0. Only the leader decides.
@@ -107,6 +120,9 @@ class PlacementCycle:
         for projector in self.projections:
             await projector.caught_up()
         snap = await self.snapshot()
+        # 1b. Carry earlier placements to where jobs run, when a binder is set.
+        if self.binding is not None and snap.placed:
+            await self.binding.reconcile([(p, self._specs[p.job_id]) for p in snap.placed])
         if not snap.requests:
             return 0
         # 2. Decide (pure).
@@ -129,7 +145,7 @@ class PlacementCycle:
             event = JobPlaced(
                 at=self.clock(), job_id=p.job_id, tenant=job.tenant, run_id=p.run_id, cluster=self.cluster,
                 replicas=p.replicas,
-            )  # fmt: skip
+            )
             subject = subjects.job(job.tenant, job.job_id, "placement")
             requests.append(PublishRequest(subject, event, f"{p.run_id}:placed", job.last_seq))
         # 3b. The lease may have lapsed while we decided, and another process may lead now.

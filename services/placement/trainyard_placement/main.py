@@ -3,29 +3,48 @@
 Every process projects JOBS and NODES; only the holder of the cluster's
 placement lease decides.  A standby's projections stay current, so when the
 leader's lease expires it takes over at its next cycle with nothing to replay.
+``TRAINYARD_PLACEMENT_BINDER=kube`` also binds placed runs to their Kubernetes
+Jobs or JobSets (binding.py).
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 import time
 
 from trainyard.bus.lease import Lease
 from trainyard.cycles import decision_loop
 from trainyard.runtime import Runtime, run_tasks, serve
+from trainyard.settings import ConfigurationError
 from trainyard.store import Projector
-from trainyard_placement.handlers import PlacementCycle
+from trainyard_placement.handlers import Binding, PlacementCycle
+from trainyard_placement.settings import binder_kind
+
 
 def lease_key(cluster: str) -> str:
     """The KV key of a cluster's placement lease; its value is the leader's pid."""
     return f"placement.{cluster}"
 
 
-async def main(rt: Runtime) -> None:
+def binding_for(kind: str) -> Binding | None:
+    """The binder ``TRAINYARD_PLACEMENT_BINDER`` asks for (settings.binder_kind)."""
+    if kind != "kube":
+        return None
+    from trainyard.kube.binder import KubeBinder  # loads the Kubernetes client and its config
+    from trainyard_placement.binding import KubeBinding
+
+    return KubeBinding(KubeBinder(), time.monotonic)
+
+
+async def main(rt: Runtime, binder: str = "none") -> None:
+    binding = binding_for(binder)
     jobs = Projector(rt.bus, rt.store, "JOBS")
     nodes = Projector(rt.bus, rt.store, "NODES")
     lease = await Lease.open(rt.bus, lease_key(rt.settings.cluster), holder=f"{os.getpid()}")
-    cycle = PlacementCycle(rt.bus, rt.store, jobs, rt.settings.cluster, time.time, node_projector=(nodes,), lease=lease)
+    cycle = PlacementCycle(rt.bus, rt.store, jobs, rt.settings.cluster, time.time, node_projector=(nodes,), lease=lease,
+                           binding=binding)
     try:
         await run_tasks(
             rt.stop,
@@ -39,4 +58,9 @@ async def main(rt: Runtime) -> None:
 
 
 def run() -> None:
-    serve("placement", main)
+    try:
+        binder = binder_kind()
+    except ConfigurationError as err:
+        print(f"trainyard-placement: {err}", file=sys.stderr)
+        raise SystemExit(2) from err
+    serve("placement", functools.partial(main, binder=binder))

@@ -1,5 +1,23 @@
-"""Placement settings: the shared TRAINYARD_* settings are all it needs today."""
+"""Placement settings: the shared TRAINYARD_* settings, and which binder
+carries placements to where jobs run."""
 
-from trainyard.settings import Settings, load_settings
+from __future__ import annotations
 
-__all__ = ["Settings", "load_settings"]
+import os
+
+from trainyard.settings import ConfigurationError, Settings, load_settings
+
+__all__ = ["BINDER_VARIABLE", "BINDERS", "Settings", "binder_kind", "load_settings"]
+
+BINDER_VARIABLE = "TRAINYARD_PLACEMENT_BINDER"
+#: "none": ``JobPlaced`` is all (the emulator and node agents start runs from it);
+#: "kube": each placed run is also bound to the Kubernetes Job or JobSet its spec names.
+BINDERS = ("none", "kube")
+
+
+def binder_kind(environ: dict[str, str] | None = None) -> str:
+    env = os.environ if environ is None else environ
+    kind = env.get(BINDER_VARIABLE, "none").strip().lower() or "none"
+    if kind not in BINDERS:
+        raise ConfigurationError(f"{BINDER_VARIABLE} must be one of {', '.join(BINDERS)}; got {kind!r}")
+    return kind

@@ -29,8 +29,8 @@ END = START + 2 * HOUR
 
 
 def apply_batches(ledger: Ledger, batches: list[list[tuple[str, object]]]) -> None:
-    for batch in batches:
-        ledger.apply(batch)  # type: ignore[arg-type]
+    for events in batches:
+        ledger.apply(events)  # type: ignore[arg-type]
 
 
 ONE_RUN = numbered(lifecycle(gpus=8, placed_at=T0, started_at=START, ended_at=END))  # ids 1..5

@@ -70,7 +70,7 @@ def deliveries(draw):
         delivered += draw(st.lists(st.sampled_from(delivered), max_size=5))
     delivered = draw(st.permutations(delivered))
     cuts = sorted(draw(st.lists(st.integers(0, len(delivered)), max_size=6)))
-    batches = [delivered[a:b] for a, b in zip([0, *cuts], [*cuts, len(delivered)])]
+    batches = [delivered[a:b] for a, b in zip([0, *cuts], [*cuts, len(delivered)], strict=True)]
     return runs, gpu_type, batches
 
 

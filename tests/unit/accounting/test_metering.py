@@ -278,7 +278,7 @@ FAILURE, LATE_SUCCESS = failed(at=END, reason="node_failure"), succeeded(at=END 
             id="a report with a sequence wins over one without",
         ),
     ],
-)  # fmt: skip
+)
 def test_the_outcome_follows_log_order_when_sequences_are_known(reports, outcome, ended_at) -> None:
     facts = None
     for seq, event in enumerate(RUN_EVENTS, start=1):

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 
+import msgspec
 import pytest
 from admission_builders import NOW, admitted_ids, cohort, cycle, job, queue, reasons, running, tenancy
-
-import msgspec
 
 from trainyard.core.admission import decay_usage, decay_usage_table
 from trainyard.core.admission.tree import Scheduling

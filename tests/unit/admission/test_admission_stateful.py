@@ -179,7 +179,7 @@ class AdmissionMachine(RuleBasedStateMachine):
     )
     def burst(self, q, sizes, priorities, flavor):
         """Several jobs into one queue at once, so that queues build up."""
-        for gpus, priority in zip(sizes, priorities):
+        for gpus, priority in zip(sizes, priorities, strict=False):  # 2-8 sizes, 8 priorities: the rest go unused
             self.submit(q, gpus, flavor, priority, False, False)
 
     @precondition(lambda self: self.running)

@@ -5,9 +5,9 @@ plus restart cost."""
 from __future__ import annotations
 
 import pytest
+from admission_builders import NOW, job, queue, running, tenancy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from admission_builders import NOW, job, queue, running, tenancy
 
 from trainyard.core.admission import AdmissionPolicy, AdmissionResult, AdmissionSnapshot, admit
 from trainyard.core.placement import ClusterSnapshot, NodeView, RunningAlloc, select_victims

@@ -273,8 +273,14 @@ def test_a_spec_that_could_run_passes_intake_and_finds_its_class():
 
 def test_the_example_drives_an_admission_cycle_within_quota():
     from trainyard.core.admission import (
-        AdmissionPolicy, AdmissionSnapshot, RunningJob, admit, check_quota, pending_from_spec,
+        AdmissionPolicy,
+        AdmissionSnapshot,
+        PendingJob,
+        RunningJob,
+        admit,
+        check_quota,
     )
+    from trainyard.core.lifecycle import gpus_by_type
 
     cfg = load_tenancy(EXAMPLE.read_text())
     tree = compile_tenancy(cfg)
@@ -285,7 +291,9 @@ def test_the_example_drives_an_admission_cycle_within_quota():
         for r in (1, 4, 16, 64)
     ]
     assert any(validate_against_tenancy(s, cfg) for s in specs)  # some gangs are too large for their queue
-    pending = [pending_from_spec(f"j{i}", s, i, tree) for i, s in enumerate(specs)]
+    priority = {c.name: c.priority for c in tree.priority_classes}
+    pending = [PendingJob(f"j{i}", s.tenant, s.queue, i, gpus_by_type(s), priority.get(s.priority_class, 0))
+               for i, s in enumerate(specs)]
     result = admit(AdmissionSnapshot(pending, {"H100": 1536, "H200": 768, "A100": 512}, {}),
                    AdmissionPolicy(tenancy=tree), 0.0)
     assert len(result.admitted) + len(result.waiting) == len(pending)

@@ -48,7 +48,7 @@ def verifier(jwks_file: Path) -> JwtVerifier:
 def token(key: Any, kid: str = "k1", algorithm: str = "RS256", **claims: Any) -> str:
     now = time.time()
     body = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "exp": now + 600, "iat": now,
-            "trainyard_role": "researcher", "trainyard_tenant": "acme", **claims}  # fmt: skip
+            "trainyard_role": "researcher", "trainyard_tenant": "acme", **claims}
     body = {k: v for k, v in body.items() if v is not None}
     return jwt.encode(body, key, algorithm=algorithm, headers={"kid": kid})
 
@@ -130,7 +130,7 @@ async def test_a_rotated_key_file_is_read_again(
             "not a readable JWKS", id="a key file that is not there",
         ),
     ],
-)  # fmt: skip
+)
 def test_bad_jwt_settings_stop_the_gateway_naming_the_variable(settings: dict[str, str], says: str) -> None:
     with pytest.raises(ConfigurationError, match=says):
         jwt_config(Settings(**settings))

@@ -132,7 +132,7 @@ def fold(events: list[Any]) -> JobRecord | None:
              admitted("j-r2"), failed("j-r2", "placement_timeout", at=200.0)],
             {"status": "pending", "order": 1, "timeouts": 2, "requeues": 0, "not_before": 210.0},
             id="a gang placement could not place keeps its place after a doubling backoff",
-        ),  # fmt: skip
+        ),
         pytest.param(
             [accepted(max_retries=1), *running(), failed("j-r1", "workload_error", at=100.5)],
             {"status": "pending", "failures": 1, "not_before": 110.5, "message": "m"},
@@ -143,7 +143,7 @@ def fold(events: list[Any]) -> JobRecord | None:
              failed("j-r2", "timeout", at=300.0)],
             {"status": "failed", "failures": 2, "finished_at": 300.0},
             id="a job that fails more often than it may retry fails for good",
-        ),  # fmt: skip
+        ),
         pytest.param(
             [accepted(), *running(), failed("j-r1", "workload_error"), admitted("j-r2", at=120.0)],
             {"status": "admitted", "not_before": None, "reason": None, "started_at": None, "placed_at": None},
@@ -164,19 +164,19 @@ def fold(events: list[Any]) -> JobRecord | None:
                                                       reason="priority", grace_period_s=30.0)],
             {"notice_at": 5.0, "preempt_deadline": 35.0, "preemptor": "u", "preempt_reason": "priority"},
             id="a preemption notice for the current run is recorded with its deadline",
-        ),  # fmt: skip
+        ),
         pytest.param(
             [accepted(), *running(), PreemptionNotice(at=5.0, job_id="j", tenant="a", run_id="j-r1", preemptor="u",
                                                       reason="priority", grace_period_s=30.0), failed("j-r1", "preempted")],
             {"notice_at": None, "preempt_deadline": None, "preemptor": None},
             id="the end of the run clears its preemption notice",
-        ),  # fmt: skip
+        ),
         pytest.param(
             [accepted(), *running(), CheckpointSaved(at=6.0, job_id="j", tenant="a", run_id="j-r1", step=7),
              CheckpointSaved(at=7.0, job_id="j", tenant="a", run_id="old", step=99)],
             {"last_checkpoint_at": 6.0, "last_checkpoint_step": 7},
             id="a checkpoint of an old run is not recorded",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_the_fold_of_one_job(events: list[Any], expected: dict[str, Any]) -> None:
@@ -232,21 +232,21 @@ def table(events: list[Any]) -> JobTable:
             {("n1", 1): "b-r1", ("n1", 2): "b-r1"},
             [],
             id="a GPU freed by a finished run may go to the next run",
-        ),  # fmt: skip
+        ),
         pytest.param(
             [accepted("a"), *running("a-r1", "a"), accepted("b"), admitted("b-r1", "b"), placed("b-r1", "b", gpus=(1,)),
              failed("a-r1", "node_failure", job="a")],
             {("n1", 1): "b-r1"},
             ["seq 7: GPU n1/1 given to b-r1 while held by a-r1"],
             id="a run that lost its GPU to another gives back only what it still holds",
-        ),  # fmt: skip
+        ),
         pytest.param(
             [accepted("a"), *running("a-r1", "a"), failed("a-r1", "preempted", job="a"), succeeded("a-r1", "a"),
              cancelled(job="a")],
             {},
             [],
             id="a requeued job holds no GPU, and late events of its old run take none",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_gpu_holders_across_jobs(events: list[Any], holders: dict[tuple[str, int], str], violations: list[str]) -> None:

@@ -12,7 +12,7 @@ def spec(**overrides) -> JobSpec:
     base = dict(
         tenant="acme", queue="research", name="llama-8b",
         roles=[Role(name="trainer", replicas=4, gpus_per_replica=8)], image="registry/train:1",
-    )  # fmt: skip
+    )
     return JobSpec(**{**base, **overrides})
 
 

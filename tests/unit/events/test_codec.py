@@ -8,6 +8,7 @@ import msgspec
 import pytest
 
 from trainyard.domain import JobSpec, NodeInfo, Role
+from trainyard.domain.job import ValidationError
 from trainyard.events import (
     CancelJob,
     JobAccepted,
@@ -29,7 +30,6 @@ from trainyard.events import (
     encode,
     subjects,
 )
-from trainyard.domain.job import ValidationError
 
 SPEC = JobSpec(tenant="acme", queue="q", roles=[Role(name="t", replicas=2, gpus_per_replica=8)], image="img")
 PLACED = [ReplicaPlacement(role="t", replica=i, rank=i, node_id=f"n{i}", gpus=list(range(8))) for i in range(2)]

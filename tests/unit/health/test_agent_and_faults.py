@@ -18,7 +18,7 @@ from trainyard.gpu import FakeGpuBackend
         pytest.param(lambda g: g.lose_gpu(0), False, "fallen off the bus", id="a lost GPU fails the checks"),
         pytest.param(lambda g: g.set_nvlink_down(1, [2]), False, "NVLink", id="a link down fails the checks"),
         pytest.param(lambda g: g.set_row_remap(0, pending=True, failed=False), False, "row remap pending",
-                     id="a pending row remap fails until the GPU is reset"),  # fmt: skip
+                     id="a pending row remap fails until the GPU is reset"),
     ],
 )
 def test_checks(fault, passed, problem) -> None:
@@ -39,14 +39,14 @@ def test_checks_fail_when_gpus_are_missing() -> None:
     "request_, effect",
     [
         pytest.param(ControlRequest(op="xid", node_id="n1", gpu=2, xid=79), lambda g: g.wait_xid(0)[0].xid == 79,
-                     id="an XID is queued"),  # fmt: skip
+                     id="an XID is queued"),
         pytest.param(ControlRequest(op="ecc", node_id="n1", gpu=1), lambda g: g.sample(1).ecc_corrected_volatile == 5000,
-                     id="an ECC burst defaults to 5000 corrected errors"),  # fmt: skip
+                     id="an ECC burst defaults to 5000 corrected errors"),
         pytest.param(ControlRequest(op="overheat", node_id="n1"), lambda g: g.sample(0).temperature_c == 95.0,
-                     id="overheat defaults to 95 C"),  # fmt: skip
+                     id="overheat defaults to 95 C"),
         pytest.param(ControlRequest(op="nvlink_down", node_id="n1", links=[3, 4]),
                      lambda g: g.sample(0).nvlink_links_down == [3, 4],
-                     id="links go down"),  # fmt: skip
+                     id="links go down"),
         pytest.param(ControlRequest(op="gpu_lost", node_id="n1", gpu=5), lambda g: g.sample(5).gpu_lost, id="a GPU is lost"),
     ],
 )

@@ -3,8 +3,7 @@ import threading
 
 import pytest
 
-from trainyard.core.health import DEFAULT_POLICY, FindingKind, Severity, evaluate
-from trainyard.core.health import NodeHealthRecord
+from trainyard.core.health import DEFAULT_POLICY, FindingKind, NodeHealthRecord, Severity, evaluate
 from trainyard.gpu import FakeGpuBackend, GpuBackend, XidEvent, sample_node
 
 

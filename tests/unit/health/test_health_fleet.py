@@ -1,6 +1,6 @@
 import pytest
-
 from health_builders import fatal, finding, nodes, record
+
 from trainyard.core.health import (
     Alert,
     ChecksPassed,

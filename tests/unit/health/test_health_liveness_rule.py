@@ -109,7 +109,7 @@ def test_the_boot_id_rule(state, registered, boot, advanced, counts, resumes) ->
 
 def _lost(record: NodeHealthRecord, at: float, policy: HealthPolicy) -> NodeHealthRecord:
     finding = Finding(node_id=record.node_id, gpu=None, kind=FindingKind.HEARTBEAT_TIMEOUT, severity=Severity.FATAL,
-                      action=Remedy.REBOOT_NODE, message="no heartbeat", at=at)  # fmt: skip
+                      action=Remedy.REBOOT_NODE, message="no heartbeat", at=at)
     lost, _ = transition(record, finding, at, policy)
     assert lost.state == NodeState.LOST
     return lost

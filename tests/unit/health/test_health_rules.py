@@ -1,6 +1,6 @@
 import pytest
-
 from health_builders import gpu, record, sample
+
 from trainyard.core.health import (
     DEFAULT_POLICY,
     FindingKind,

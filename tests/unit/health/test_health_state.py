@@ -1,13 +1,13 @@
 import pytest
-
 from health_builders import fatal, finding, record
+
 from trainyard.core.health import (
+    DEFAULT_POLICY,
     Alert,
     ChecksFailed,
     ChecksPassed,
     Cordon,
     CordonNode,
-    DEFAULT_POLICY,
     Drain,
     DrainComplete,
     FailRunsOnNode,

@@ -1,9 +1,9 @@
 """Properties of the node state machine and the blast-radius limit over random inputs."""
 
+from health_builders import nodes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from health_builders import nodes
 from trainyard.core.health import (
     ChecksFailed,
     ChecksPassed,
@@ -64,7 +64,7 @@ def replay(steps):
 @settings(max_examples=300, deadline=None)
 @given(inputs)
 def test_random_inputs_never_reach_an_undefined_state(steps):
-    for before, event, after, actions, now in replay(steps):
+    for before, _event, after, actions, now in replay(steps):
         assert isinstance(after.state, NodeState)
         assert len(after.history) <= POLICY.history_limit
         assert after.version in (before.version, before.version + 1)
@@ -145,7 +145,7 @@ def test_automation_never_takes_a_pool_past_its_blast_radius(case):
         sizes[pool_of(node, policy)] = sizes.get(pool_of(node, policy), 0) + 1
     for pool, count in final.items():
         assert count <= max(pool_limit(sizes[pool], policy), without_automation[pool])
-    for original, result in zip(decisions, kept):
+    for original, result in zip(decisions, kept, strict=True):
         if not original.automated or not original.takes_out_of_service:
             assert result is original  # operators and recoveries are never held back
         elif result is not original:

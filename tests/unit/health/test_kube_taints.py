@@ -25,7 +25,7 @@ OURS_HARD = {"key": TAINT_KEY, "value": "true", "effect": "NoExecute"}
     "before, state, fatal, taints, unschedulable, cordoned_by_us",
     [
         pytest.param(node(), "cordoned", False, [OURS_SOFT], True, "true",
-                     id="cordon taints NoSchedule and marks the node unschedulable"),  # fmt: skip
+                     id="cordon taints NoSchedule and marks the node unschedulable"),
         pytest.param(node(), "draining", True, [OURS_HARD], True, "true", id="a fatal fault taints NoExecute"),
         pytest.param(node(taints=[NOT_READY, GPU_VENDOR]), "cordoned", False,
                      [NOT_READY, GPU_VENDOR, OURS_SOFT], True, "true",

@@ -73,3 +73,20 @@ def test_nodes_keeps_gpu_nodes_only():
     views = b.nodes("c1", used={"a": (0,)})
     assert [v.info.node_id for v in views] == ["a"]
     assert views[0].free_gpus == (1, 2, 3, 4, 5, 6, 7)
+
+
+def test_reconcile_binds_a_suspended_object_once_and_pins_gated_pods_every_time():
+    b = binder()
+    chosen = placement(("worker", 0, "n1"), ("worker", 1, "n2"))
+    stored = {"job": batch_job(parallelism=2)}
+    b._batch.read_namespaced_job.side_effect = lambda name, ns: stored["job"]
+    b._batch.replace_namespaced_job.side_effect = lambda name, ns, body: stored.update(job=body) or body
+    gated = {"metadata": {"name": "p0", "labels": {"batch.kubernetes.io/job-completion-index": "0"}},
+             "spec": {"schedulingGates": [{"name": GATE}]}}
+    b._core.list_namespaced_pod.return_value = {"items": [gated]}
+
+    assert b.reconcile("Job", "team-a", "train", chosen) == 1
+    assert b._batch.replace_namespaced_job.call_count == 1
+    b._core.list_namespaced_pod.return_value = {"items": []}
+    assert b.reconcile("Job", "team-a", "train", chosen) == 0
+    assert b._batch.replace_namespaced_job.call_count == 1  # bound already: not written again

@@ -16,10 +16,12 @@ from trainyard.kube.translate import (
     BindError,
     bind_manifest,
     gpu_type_of,
+    needs_bind,
     node_info_from_k8s,
     node_view_from_k8s,
     parse_quantity,
     pin_pod,
+    workload_object,
 )
 
 
@@ -230,3 +232,36 @@ def test_gpu_type_of(product, expected):
 @pytest.mark.parametrize("text, value", [("96", 96), ("95500m", 95.5), ("1Ki", 1024), ("2G", 2e9), (4, 4)])
 def test_parse_quantity(text, value):
     assert parse_quantity(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize(
+    "ref, expected",
+    [
+        pytest.param("kube:Job/team-a/train", ("Job", "team-a", "train"), id="a Job by namespace and name"),
+        pytest.param("kube:JobSet/research/llm-7b.v2", ("JobSet", "research", "llm-7b.v2"), id="a JobSet"),
+        pytest.param(None, None, id="no workload_ref at all"),
+        pytest.param("Job/team-a/train", None, id="without the kube: scheme"),
+        pytest.param("kube:Deployment/team-a/web", None, id="a kind Trainyard does not bind"),
+        pytest.param("kube:Job/team-a", None, id="no name"),
+        pytest.param("kube:Job/Team_A/train", None, id="a namespace that is not a DNS name"),
+        pytest.param("kube:Job/team-a/train/extra", None, id="a name with a slash"),
+    ],
+)
+def test_a_workload_ref_names_the_object_to_bind(ref, expected):
+    if expected is None:
+        with pytest.raises(BindError, match="kube:Job/NAMESPACE/NAME"):
+            workload_object(ref)
+    else:
+        assert workload_object(ref) == expected
+
+
+def test_an_object_needs_binding_until_it_carries_this_run():
+    chosen = placement(("worker", 0, "gpu-07"))
+    assert needs_bind(batch_job(), chosen)
+    bound = bind_manifest(batch_job(), chosen)
+    assert not needs_bind(bound, chosen)  # a repeat after a restart changes nothing
+    other = Placement(chosen.job_id, "job-1-run2", chosen.replicas)
+    with pytest.raises(BindError, match="bound to run 'job-1-run1'"):
+        needs_bind(bound, other)
+    with pytest.raises(BindError, match="not suspended"):
+        needs_bind(batch_job(suspend=False), chosen)

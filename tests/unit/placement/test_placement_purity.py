@@ -8,7 +8,7 @@ import pytest
 import trainyard.core.placement
 
 CORE = pathlib.Path(trainyard.core.placement.__file__).parent
-ALLOWED_TOP = {"__future__", "collections", "enum", "typing", "msgspec", "trainyard"}
+ALLOWED_TOP = {"__future__", "collections", "enum", "itertools", "typing", "msgspec", "trainyard"}
 ALLOWED_TRAINYARD = ("trainyard.core", "trainyard.domain", "trainyard.events")
 
 

@@ -12,7 +12,6 @@ from trainyard.core.placement.topology import Level, Topology, subdomains
 from trainyard.domain.node import NodeInfo
 
 
-
 def test_tree_levels_and_aggregates():
     snap = snapshot(
         nodes(2, rack="r1", nvlink="nvA", free=8),

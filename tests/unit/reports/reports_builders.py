@@ -27,7 +27,7 @@ def job(
     return LedgerJob(
         job_id=job_id, tenant=tenant, queue="research", name=job_id, gpus_by_type={gpu_type: gpus},
         submitted_at=at(accepted), accepted_at=at(accepted), cancelled_at=at(cancelled) if cancelled is not None else None,
-    )  # fmt: skip
+    )
 
 
 def run(
@@ -53,4 +53,4 @@ def run(
         placed_at=at(placed) if placed is not None else None, started_at=at(started) if started is not None else None,
         ended_at=ended_at, outcome=outcome if ended is not None else None, gpu_seconds=gpu_seconds,
         lost_seconds=gpus * lost_hours * HOUR if ended is not None else None, idle_seconds=0.0,
-    )  # fmt: skip
+    )

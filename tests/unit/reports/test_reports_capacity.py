@@ -134,7 +134,7 @@ def test_the_forecast_extends_the_daily_demand_trend_past_the_last_complete_day(
     assert (trend.days, trend.slope_gpu_hours_per_day, trend.intercept_gpu_hours) == (3, pytest.approx(8.0), pytest.approx(8.0))
     assert [(f.day_start, f.demand_gpu_hours) for f in report.forecast] == [
         (T0 + 3 * DAY, pytest.approx(32.0)), (T0 + 4 * DAY, pytest.approx(40.0)), (T0 + 5 * DAY, pytest.approx(48.0)),
-    ]  # fmt: skip
+    ]
     assert trend.capacity_gpu_hours_per_day == 24.0
     assert trend.first_day_over_capacity == T0 + 3 * DAY
 

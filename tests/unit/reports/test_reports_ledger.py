@@ -13,7 +13,15 @@ import pytest
 from reports_builders import DAY, HOUR, T0
 
 from trainyard.domain.job import JobSpec, Role
-from trainyard.events.jobs import JobAccepted, JobAdmitted, JobCancelled, JobPlaced, ReplicaPlacement, RunStarted, RunSucceeded
+from trainyard.events.jobs import (
+    JobAccepted,
+    JobAdmitted,
+    JobCancelled,
+    JobPlaced,
+    ReplicaPlacement,
+    RunStarted,
+    RunSucceeded,
+)
 from trainyard.ledger import Ledger
 from trainyard.reports import capacity_report
 

@@ -59,11 +59,11 @@ def test_wait_stats_per_tenant_counts_placements_in_the_window_and_jobs_still_wa
     jobs = [
         job("a1", "acme", accepted=0), job("a2", "acme", accepted=0), job("a3", "acme", accepted=0),
         job("g1", "globex", accepted=1), job("g2", "globex", accepted=20), job("g3", "globex", accepted=30),
-    ]  # fmt: skip
+    ]
     runs = [
         run("ra1", "a1", "acme", placed=1), run("ra2", "a2", "acme", placed=2), run("ra3", "a3", "acme", placed=4),
         run("rg1", "g1", "globex", placed=1.5),
-    ]  # fmt: skip
+    ]
 
     stats = {s.tenant: s for s in wait_stats(pending_spans(jobs, runs, at(40)), T0, T0 + DAY)}
 

@@ -199,5 +199,5 @@ def test_progress_line_is_throttled(every, lines):
         progress("fifo", done, 10)
     written = stream.getvalue().splitlines()
     assert len(written) == len(lines)
-    assert all(w.startswith(want) for w, want in zip(written, lines)), written
+    assert all(w.startswith(want) for w, want in zip(written, lines, strict=True)), written
     assert written[-1].startswith("fifo: finished 10 jobs in ")

@@ -1,6 +1,7 @@
 """Trace loading, synthetic mixes, what-if knobs and the report."""
 
 import json
+from itertools import pairwise
 
 import pytest
 from typer.testing import CliRunner
@@ -64,7 +65,7 @@ def test_synthetic_mix_is_seeded_and_has_every_kind():
     assert sum(1 for g in sizes if g <= 8) > 0.7 * len(sizes)
     assert any(64 <= g <= 512 for g in sizes)
     assert any(len(j.roles) == 2 and j.roles[0][0] == "trainer" for j in a.jobs)
-    assert all(j.submit <= k.submit for j, k in zip(a.jobs, a.jobs[1:]))
+    assert all(j.submit <= k.submit for j, k in pairwise(a.jobs))
 
 
 def test_what_if_knobs(traces):

@@ -13,7 +13,13 @@ from trainyard.events.jobs import JobPlaced
 from trainyard.sim import Scenario, load_philly, synthetic
 from trainyard.sim.scenarios import prepare, simulate_partitions
 from trainyard.sim.traces import (
-    MAX_ERRORS, TraceError, convert_philly, load_nodes, load_trace, write_nodes, write_trace,
+    MAX_ERRORS,
+    TraceError,
+    convert_philly,
+    load_nodes,
+    load_trace,
+    write_nodes,
+    write_trace,
 )
 from trainyard.sim.workloads import GPU_TYPE, QUEUE, tenancy_for, traces_dir
 

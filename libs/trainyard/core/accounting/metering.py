@@ -124,9 +124,9 @@ def _end_key(seq: int | None, at: float, outcome: str) -> tuple:
 def end_run(facts: RunFacts, at: float, outcome: str, seq: int | None = None) -> RunFacts:
     """Record a terminal report with its stream sequence ``seq`` (None when
     unknown); the first in log order wins, else the earliest, ties by rank."""
-    if facts.ended_at is not None and facts.outcome is not None:
-        if _end_key(facts.ended_seq, facts.ended_at, facts.outcome) <= _end_key(seq, at, outcome):
-            return facts
+    if (facts.ended_at is not None and facts.outcome is not None
+            and _end_key(facts.ended_seq, facts.ended_at, facts.outcome) <= _end_key(seq, at, outcome)):
+        return facts
     return msgspec.structs.replace(facts, ended_at=at, outcome=outcome, ended_seq=seq)
 
 

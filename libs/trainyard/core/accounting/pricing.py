@@ -37,7 +37,7 @@ class RateCardVersion(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     @property
     def starts_at(self) -> float:
         """The version's first second, as a Unix timestamp."""
-        return dt.datetime.combine(self.effective_from, dt.time(), dt.timezone.utc).timestamp()
+        return dt.datetime.combine(self.effective_from, dt.time(), dt.UTC).timestamp()
 
     def price(self, gpu_type: str) -> Decimal:
         price = self.prices.get(gpu_type, self.prices.get(ANY_GPU_TYPE))
@@ -68,7 +68,7 @@ class RateCard(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=Tru
         """[start, end) of each version, in order; the last one never ends."""
         starts = [v.starts_at for v in self.ordered]
         ends = [*starts[1:], math.inf]
-        return list(zip(starts, ends, self.ordered))
+        return list(zip(starts, ends, self.ordered, strict=True))
 
     def version_at(self, at: float) -> RateCardVersion | None:
         """The version in force at Unix time ``at``; None before the first."""
@@ -102,7 +102,7 @@ class RateCard(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=Tru
 
 
 def _iso(at: float) -> str:
-    return dt.datetime.fromtimestamp(at, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    return dt.datetime.fromtimestamp(at, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 def check_rate_card(card: RateCard) -> list[str]:

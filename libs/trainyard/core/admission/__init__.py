@@ -3,7 +3,7 @@
 from trainyard.core.admission.cycle import admit
 from trainyard.core.admission.fairshare import decay_usage, decay_usage_table
 from trainyard.core.admission.fit import FleetSummary, never_fits
-from trainyard.core.admission.intake import check_quota, pending_from_spec, placement_backoff, validate_against_tenancy
+from trainyard.core.admission.intake import check_quota, validate_against_tenancy
 from trainyard.core.admission.snapshot import (
     AdmissionPolicy,
     AdmissionResult,
@@ -45,8 +45,6 @@ __all__ = [
     "decay_usage",
     "decay_usage_table",
     "never_fits",
-    "pending_from_spec",
-    "placement_backoff",
     "queue_key",
     "validate_against_tenancy",
 ]

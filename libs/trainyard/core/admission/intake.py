@@ -9,9 +9,8 @@ could remove.
 from __future__ import annotations
 
 from trainyard.core.admission.quota import quota_violations
-from trainyard.core.admission.snapshot import PendingJob, RunningJob
+from trainyard.core.admission.snapshot import RunningJob
 from trainyard.core.admission.tree import Tenancy, TreeIndex
-from trainyard.core.lifecycle import gpus_by_type
 from trainyard.domain.job import JobSpec, ValidationError
 
 
@@ -99,31 +98,6 @@ def validate_against_tenancy(spec: JobSpec, tenancy: Tenancy) -> list[Validation
                     )
                 )
     return errors
-
-
-def pending_from_spec(
-    job_id: str, spec: JobSpec, order: int, tenancy: Tenancy, not_before: float | None = None
-) -> PendingJob:
-    """The admission view of an accepted job: whole-gang demand and its priority class resolved."""
-    gpus = gpus_by_type(spec)
-    cls = next((c for c in tenancy.priority_classes if c.name == spec.priority_class), None)
-    return PendingJob(
-        job_id=job_id,
-        tenant=spec.tenant,
-        queue=spec.queue,
-        order=order,
-        gpus_by_type=gpus,
-        priority=cls.priority if cls else 0,
-        not_before=not_before,
-        may_only_borrow=cls.may_only_borrow if cls else False,
-    )
-
-
-def placement_backoff(failures: int, now: float, base_s: float = 30.0, max_s: float = 1800.0) -> float:
-    """``not_before`` after ``failures`` failed gang placements in a row: doubling, capped."""
-    if failures <= 0:
-        return now
-    return now + min(base_s * 2.0 ** (failures - 1), max_s)
 
 
 def check_quota(tenancy: Tenancy, running: list[RunningJob]) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
+from itertools import pairwise
 from operator import attrgetter
 
 from trainyard.core.admission.quota import Demand
@@ -58,7 +59,7 @@ def group_pending(
         jobs = sorted(pending, key=key)
     else:
         jobs = sorted(pending, key=attrgetter("order"))
-        if any(a.order == b.order for a, b in zip(jobs, jobs[1:])):
+        if any(a.order == b.order for a, b in pairwise(jobs)):
             jobs.sort(key=attrgetter("order", "job_id"))  # equal submission order: job id breaks the tie
     jobs.sort(key=attrgetter("priority"), reverse=True)  # stable: equal priorities keep the order above
     groups: dict[tuple[str, str], list[PendingJob]] = {}

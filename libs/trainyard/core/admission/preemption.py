@@ -142,7 +142,7 @@ def preempt(
             pool.sort(key=lambda c: (not c.holder.job.may_only_borrow, c.lost_per_gpu, c.holder.job.priority,
                                      c.holder.job.job_id))
             victims, plan = _pick(where, state, shares, free, b, spec, pool,
-                                   lambda c: _reclaimable(state, c, b.demand))
+                                   lambda c: _reclaimable(state, c, b.demand))  # noqa: B023 - called within _pick
         if victims is None and settings.fair_share and budget > 0 and not borrow_only and b.may_reclaim:
             reason = PreemptionReason.FAIR_SHARE
             mine = shares.share_with(b.queue, b.demand)
@@ -151,7 +151,7 @@ def preempt(
             pool = [c for q in over for c in by_queue[q] if c.ran >= settings.min_runtime_s]
             victims, plan = _pick(
                 where, state, shares, free, b, spec, pool,
-                lambda c: shares.share[c.holder.queue] > mine and _reclaimable(state, c, b.demand),
+                lambda c: shares.share[c.holder.queue] > mine and _reclaimable(state, c, b.demand),  # noqa: B023 - called within _pick
             )
             if victims is not None and len(victims) > budget:
                 for c in victims:

@@ -87,7 +87,7 @@ def judge_liveness(nodes: Iterable[NodeWatch], view: HeartbeatView, timeout_s: f
         return LivenessVerdict(
             judged=False, reason=f"no heartbeat from any node for {fleet_silence:.1f} s", reference=reference,
             fleet_silent_for_s=fleet_silence,
-        )  # fmt: skip
+        )
     # 4. Each watched node against the reference.
     lost = []
     for node in sorted(nodes, key=lambda n: n.node_id):

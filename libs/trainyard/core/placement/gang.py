@@ -77,10 +77,7 @@ def fits(domain: Domain, demands: list[Demand] | Need) -> bool:
     total, sizes = demands if isinstance(demands, tuple) else need_of(demands)
     if total > domain.free:
         return False
-    for g, n in sizes:
-        if domain.slots(g) < n:
-            return False
-    return True
+    return all(domain.slots(g) >= n for g, n in sizes)
 
 
 def fitting(root: Domain, level: Level, demands: list[Demand]) -> Iterator[Domain]:

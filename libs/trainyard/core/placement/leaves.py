@@ -16,6 +16,8 @@ exactly here.  Everything reads the per-domain aggregates, never a node.
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from trainyard.core.placement.topology import Domain, Level, subdomains
 
 Span = tuple[int, int]  # (spines, leaves); smaller is better, compared in that order
@@ -91,7 +93,7 @@ def plan(domain: Domain, gpus: int, count: int) -> list[tuple[Domain, int, int]]
         return [(spines[best], count, _leaves_for(reach[best], count))]
     # 2. An upper bound on leaves: the largest leaves of the k largest spines.
     pooled = sorted(
-        (b - a for i in order[:k] for a, b in zip([0, *reach[i]], reach[i])), reverse=True
+        (b - a for i in order[:k] for a, b in pairwise([0, *reach[i]])), reverse=True
     )
     bound = 0
     pooled_held = 0

@@ -1,4 +1,4 @@
-"""What the admission service builds from an accepted job, and the core's import rules."""
+"""The quota invariant and the admission core's import rules."""
 
 from __future__ import annotations
 
@@ -8,34 +8,11 @@ from pathlib import Path
 import pytest
 from admission_builders import queue, running, tenancy
 
-from trainyard.core.admission import check_quota, pending_from_spec, placement_backoff
-from trainyard.domain.job import JobSpec, Role
+from trainyard.core.admission import check_quota
 
 CORE = Path(__file__).resolve().parents[3] / "libs" / "trainyard" / "core" / "admission"
 ALLOWED = ("trainyard.core", "trainyard.domain", "trainyard.events", "msgspec", "__future__")
 STDLIB_OK = {"bisect", "heapq", "math", "typing", "operator", "collections", "enum", "itertools", "functools", "dataclasses"}
-
-
-def test_a_pending_job_carries_the_whole_gang_and_its_class():
-    spec = JobSpec("a", "q", [Role("t", replicas=2, gpus_per_replica=8), Role("e", gpus_per_replica=4)],
-                   priority_class="be")
-    job = pending_from_spec("j1", spec, 7, tenancy(queue("a", H100=16)), not_before=5.0)
-    assert (job.gpus_by_type, job.priority, job.may_only_borrow, job.order, job.not_before) == (
-        {"H100": 20}, -10, True, 7, 5.0,
-    )
-
-
-@pytest.mark.parametrize(
-    "failures, expected",
-    [
-        pytest.param(0, 100.0, id="no failure, no wait"),
-        pytest.param(1, 130.0, id="first failed placement waits the base"),
-        pytest.param(3, 220.0, id="the wait doubles"),
-        pytest.param(20, 1900.0, id="and is capped"),
-    ],
-)
-def test_placement_backoff(failures, expected):
-    assert placement_backoff(failures, 100.0) == expected
 
 
 @pytest.mark.parametrize("module", sorted(p.name for p in CORE.glob("*.py")))
