@@ -4,6 +4,7 @@ rebuilds itself whole; readers wait for it instead of giving up."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import Any
 
@@ -24,10 +25,11 @@ from trainyard.events import (
     decode_job_event,
     subjects,
 )
+from trainyard.local.supervisor import restart_server
 from trainyard.store import Projector, Store, views
-from trainyard.store.projector import ProjectionLost
+from trainyard.store.projector import ProjectionLost, wait_until_projected
 from trainyard.testing.publish import publish_event
-from trainyard.testing.servers import Server
+from trainyard.testing.servers import Server, start_redis
 from trainyard.testing.waiting import eventually
 
 
@@ -299,3 +301,32 @@ async def test_a_projector_that_joins_a_projection_another_process_rebuilt_is_ca
     assert first.epoch == other.epoch and first.position == other.position
     stop.set()
     await asyncio.gather(first_task, other_task)
+
+
+async def test_a_reader_waits_out_redis_being_down_instead_of_failing(bus: Bus, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.INFO, logger="trainyard.store.projector")
+    redis_server = start_redis(tmp_path / "redis")
+    store = Store.from_url(redis_server.url, "down:")
+    try:
+        await lifecycle(bus, "j1", "r1", "n1", [0, 1])
+        head = (await bus.js.stream_info("JOBS")).state.last_seq
+        redis_server.kill()
+        waiting = asyncio.create_task(wait_until_projected(bus, store, "JOBS"))
+
+        async def polled_a_dead_redis() -> bool:
+            return waiting.done() or "waiting for the JOBS projection" in caplog.text
+
+        await eventually(polled_a_dead_redis)
+        assert not waiting.done(), waiting.exception()
+
+        await asyncio.to_thread(restart_server, redis_server)
+        projector = Projector(bus, store, "JOBS")
+        stop = asyncio.Event()
+        running = asyncio.create_task(projector.run(stop))
+
+        assert await asyncio.wait_for(waiting, 60) == head
+        stop.set()
+        await running
+    finally:
+        await store.close()
+        redis_server.stop()

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
 
 import msgspec
+import nats.errors
 from nats.aio.msg import Msg
+from redis.exceptions import RedisError
 
 from trainyard.agent.control import agent_control_wildcard, emulator_control_subject
 from trainyard.agent.node import NodeAgent
@@ -341,12 +344,18 @@ class EmulatedCluster:
 
         async def bind() -> None:
             # The nodes heartbeat meanwhile: waiting for a rebuild must not look like a lost node.
+            delay = 0.2
             while not stop.is_set():
                 try:
                     await self.resume(timeout=5.0)
                     break
                 except TimeoutError:
                     log.warning("still waiting for the job projection before resuming runs")
+                except (RedisError, OSError, nats.errors.Error) as err:  # a server restarting: wait it out
+                    log.warning("cannot read the job projection to resume runs (%r); trying again in %.1fs", err, delay)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), delay)
+                    delay = min(delay * 2, 5.0)
             await run_consumer(self.bus, spec, self.handle, stop)
 
         try:

@@ -343,22 +343,27 @@ async def wait_until_projected(
     For readers that run no projector of their own (the emulator's node
     agents, health, the gateway): while a projection is rebuilt after a loss
     they wait, polling with backoff, instead of acting on a partial view.
+    NATS or Redis not answering (restarting, say) is waited out the same way.
     ``timeout`` None waits as long as it takes; otherwise TimeoutError."""
-    if seq is None:
-        seq = (await bus.js.stream_info(stream)).state.last_seq
     loop = asyncio.get_running_loop()
     started = loop.time()
     deadline = None if timeout is None else started + timeout
     delay, warned = 0.01, False
+    applied = 0
     while True:
-        epoch, applied = await store.projection_state(stream.lower())
-        if seq == 0 or (epoch and applied >= seq):
-            return seq
+        try:
+            if seq is None:
+                seq = (await bus.js.stream_info(stream)).state.last_seq
+            epoch, applied = await store.projection_state(stream.lower())
+            if seq == 0 or (epoch and applied >= seq):
+                return seq
+        except (RedisError, OSError, nats.errors.Error) as err:
+            log.info("waiting for the %s projection: %r", stream, err)
         now = loop.time()
         if deadline is not None and now >= deadline:
-            raise TimeoutError(f"{stream} projection is at {applied}, not yet {seq}")
+            raise TimeoutError(f"{stream} projection is at {applied}, not yet {seq if seq is not None else 'the head'}")
         if not warned and now - started > 5.0:
-            log.warning("waiting for the %s projection (at %d) to reach %d", stream, applied, seq)
+            log.warning("waiting for the %s projection (at %d) to reach %s", stream, applied, seq)
             warned = True
         await asyncio.sleep(delay if deadline is None else min(delay, deadline - now))
         delay = min(delay * 2, 0.5)
