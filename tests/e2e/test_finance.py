@@ -73,7 +73,7 @@ def totals(rows: list[dict[str, object]]) -> dict[str, Decimal]:
 
 async def run_jobs(stack: LocalStack) -> None:
     assert stack.redis
-    store = Store.from_url(stack.redis.url)
+    store = Store.from_url(stack.redis.admin_url)
     try:
         async with httpx.AsyncClient(base_url=stack.api_url, timeout=10) as client:
             for job_id, tenant, gpus, replicas, seconds in JOBS:

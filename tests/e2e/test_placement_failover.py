@@ -53,8 +53,8 @@ async def wait_for_holder(bus: Bus, cluster: str, pid: int, timeout: float) -> N
 
 async def test_the_standby_takes_over_when_the_placement_leader_is_killed(stack: LocalStack) -> None:
     assert stack.nats and stack.redis
-    bus = await Bus.connect(stack.nats.url, "e2e")
-    store = Store.from_url(stack.redis.url)
+    bus = await Bus.connect(stack.nats.admin_url, "e2e")
+    store = Store.from_url(stack.redis.admin_url)
     cluster = stack.config.cluster
     log_path = stack.data_dir / "logs" / "placement-standby.log"
     with open(log_path, "ab") as log:

@@ -110,7 +110,7 @@ def cli(*args: str) -> Result:
 
 async def apply_tenancy(stack: LocalStack) -> None:
     assert stack.nats
-    bus = await Bus.connect(stack.nats.url, "e2e")
+    bus = await Bus.connect(stack.nats.admin_url, "e2e")
     try:
         await (await ConfigStore.open(bus)).apply(ACME_ONLY, actor="test:e2e", reason="only acme")
     finally:
