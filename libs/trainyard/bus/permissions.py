@@ -78,20 +78,23 @@ def _check(role: str, tenant: str | None) -> None:
         subjects.token(tenant)
 
 
-def _reads(stream: str, durables: Iterable[str] = ()) -> list[str]:
+def _reads(stream: str, durables: Iterable[str] = (), ordered: bool = False) -> list[str]:
     """The JetStream API a reader of ``stream`` uses: stream info and single
-    messages, ephemeral (ordered) consumers with their flow control, and its
-    own durable consumers (create, info, pull, ack)."""
+    messages, its own durable consumers (create, info, pull, ack) and, where
+    it follows the stream (projectors, watchers), ordered consumers with their
+    flow control.  (The server takes an ordered consumer's create on a subject
+    that names no consumer, so that permission cannot be narrowed further:
+    see docs/security.md.)"""
     api = "$JS.API"
     allowed = [
         f"{api}.STREAM.INFO.{stream}",
         f"{api}.STREAM.MSG.GET.{stream}",
         f"{api}.DIRECT.GET.{stream}",
         f"{api}.DIRECT.GET.{stream}.>",
-        f"{api}.CONSUMER.CREATE.{stream}",  # ephemeral: the server refuses a durable name here
         f"{api}.CONSUMER.INFO.{stream}.*",
-        f"$JS.FC.{stream}.>",
     ]
+    if ordered:
+        allowed += [f"{api}.CONSUMER.CREATE.{stream}", f"$JS.FC.{stream}.>"]
     for durable in durables:
         allowed += [
             f"{api}.CONSUMER.CREATE.{stream}.{durable}",
@@ -119,23 +122,26 @@ def _service(role: str, cluster: str) -> tuple[list[str], list[str], bool]:
     leases, config = _kv(LEASES_BUCKET), _kv(CONFIG_BUCKET)
     if role == "admission":
         publish = [f"{jobs}.admission", subjects.deadletter("INTAKE"), f"$KV.{LEASES_BUCKET}.admission.>",
-                   *_reads("INTAKE", ["admission-intake"]), *_reads("JOBS"), *_reads("NODES"),
-                   *_reads(leases), *_reads(config), *_declares([leases, config])]  # fmt: skip
+                   *_reads("INTAKE", ["admission-intake"]), *_reads("JOBS", ordered=True),
+                   *_reads("NODES", ordered=True), *_reads(leases), *_reads(config, ordered=True),
+                   *_declares([leases, config])]  # fmt: skip
         return publish, [], False
     if role == "placement":
         publish = [f"{jobs}.placement", f"$KV.{LEASES_BUCKET}.placement.>",
-                   *_reads("JOBS"), *_reads("NODES"), *_reads(leases), *_declares([leases])]  # fmt: skip
+                   *_reads("JOBS", ordered=True), *_reads("NODES", ordered=True), *_reads(leases),
+                   *_declares([leases])]  # fmt: skip
         return publish, [], False
     if role == "health":
         publish = [f"{jobs}.health", subjects.NODES_ALL, subjects.audit("node"), subjects.audit("health"),
                    subjects.deadletter("TELEMETRY"), subjects.deadletter("NODES"), f"{_J}.agent.*.*.control",
-                   *_reads("TELEMETRY", ["health-heartbeats"]), *_reads("NODES", ["health-nodes"]),
+                   *_reads("TELEMETRY", ["health-heartbeats"]), *_reads("NODES", ["health-nodes"], ordered=True),
                    *_reads("JOBS")]  # fmt: skip
         return publish, [], False
     if role == "accounting":
         return [subjects.deadletter("JOBS"), *_reads("JOBS", ["accounting"])], [], False
     if role == "gateway":
-        publish = [f"{_J}.intake.*", subjects.NODES_ALL, subjects.AUDIT_ALL, *_reads("JOBS"), *_reads("NODES")]
+        publish = [f"{_J}.intake.*", subjects.NODES_ALL, subjects.AUDIT_ALL, *_reads("JOBS"),
+                   *_reads("NODES", ordered=True)]  # fmt: skip
         return publish, [], False
     # emulator: the node agents of one cluster (or of every cluster with "*")
     publish = [f"{jobs}.agent", f"{_J}.nodes.{cluster}.*", f"{_J}.telemetry.{cluster}.*",
