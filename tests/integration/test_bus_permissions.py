@@ -21,21 +21,9 @@ from trainyard.events import subjects
 from trainyard.events.jobs import CancelJob
 from trainyard.local.credentials import ADMIN, Credentials, new_credentials, write_server_files
 from trainyard.testing.servers import Server, start_nats, start_redis
+from trainyard.testing.tenancy import one_team
 
-CONFIG = """
-flavors: [{name: H100, node_pool: emulated, gpus_per_node: 8}]
-priority_classes: [{name: standard, priority: 500}]
-default_priority_class: standard
-organisations:
-  - name: lab
-    quota: {H100: {nominal: 8}}
-    teams:
-      - name: acme
-        quota: {H100: {nominal: 8}}
-        queues:
-          - name: default
-            quota: {H100: {nominal: 8}}
-"""
+CONFIG = one_team("acme", gpus=8)
 
 
 @pytest.fixture(scope="module")
