@@ -152,13 +152,16 @@ def test_a_service_is_given_only_its_own_users(tmp_path: Path) -> None:
 def test_the_cli_reads_a_locked_stack_as_admin(tmp_path: Path) -> None:
     credentials = ensure_credentials(tmp_path / "bus")
     state = StackState(api_url="http://127.0.0.1:1", grpc_target="127.0.0.1:2", nats_url="nats://127.0.0.1:4222",
-                       redis_url="redis://127.0.0.1:6379/0", ledger_url="sqlite://", pid=1)  # fmt: skip
+                       redis_url="redis://127.0.0.1:6379/0", ledger_url="sqlite://", pid=1, locked_bus=True)  # fmt: skip
     state_path(tmp_path).write_bytes(msgspec.json.encode(state))
     read = read_state(tmp_path)
     assert read is not None
     assert read.nats_url == f"nats://admin:{credentials.nats_user(ADMIN).password}@127.0.0.1:4222"
     assert read.redis_url == f"redis://admin:{credentials.redis_user(ADMIN).password}@127.0.0.1:6379/0"
     assert b"password" not in state_path(tmp_path).read_bytes()
+    # A stack started since without users is read as it is.
+    state_path(tmp_path).write_bytes(msgspec.json.encode(msgspec.structs.replace(state, locked_bus=False)))
+    assert read_state(tmp_path) == msgspec.structs.replace(state, locked_bus=False)
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,8 @@ SERVICES: dict[str, list[str]] = {
 }
 #: Where a stack keeps its bus and Redis credentials, under its data directory.
 BUS_DIR = "bus"
+_CREDENTIAL_SETTINGS = ("TRAINYARD_NATS_USER", "TRAINYARD_NATS_PASSWORD", "TRAINYARD_REDIS_USER",
+                        "TRAINYARD_REDIS_PASSWORD")  # fmt: skip
 #: Every service logs this line once it is connected to NATS and Redis (at INFO).
 READY_MARKER = "{name} started ("
 STOP_TIMEOUT_S = 15.0
@@ -77,6 +79,7 @@ class StackState(msgspec.Struct):
     redis_url: str
     ledger_url: str
     pid: int
+    locked_bus: bool = False  # NATS and Redis have users: the admin credential is in <data dir>/bus/
 
 
 def state_path(data_dir: str | Path) -> Path:
@@ -91,7 +94,7 @@ def read_state(data_dir: str | Path) -> StackState | None:
     if not path.exists():
         return None
     state = msgspec.json.decode(path.read_bytes(), type=StackState)
-    credentials = load_credentials(Path(data_dir) / BUS_DIR)
+    credentials = load_credentials(Path(data_dir) / BUS_DIR) if state.locked_bus else None
     if credentials is None:
         return state
     nats, redis = credentials.nats_user(ADMIN), credentials.redis_user(ADMIN)
@@ -172,7 +175,7 @@ class LocalStack:
         self._record_children()
         self._create_ledger()
         self.env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k not in _CREDENTIAL_SETTINGS},  # each service gets its own
             "TRAINYARD_NATS_URL": self.nats.url,
             "TRAINYARD_REDIS_URL": self.redis.url,
             "TRAINYARD_CLUSTER": self.config.cluster,
@@ -295,6 +298,7 @@ class LocalStack:
         state = StackState(
             api_url=self.api_url, grpc_target=f"127.0.0.1:{self.grpc_port}", nats_url=self.nats.url,
             redis_url=self.redis.url, ledger_url=self.ledger_url, pid=os.getpid(),
+            locked_bus=self.credentials is not None,
         )  # fmt: skip
         state_path(self.data_dir).write_bytes(msgspec.json.format(msgspec.json.encode(state)))
 
