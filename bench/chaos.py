@@ -75,8 +75,8 @@ async def main(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         await asyncio.to_thread(stack.start)
         print(f"stack up in {time.monotonic() - t0:.0f}s ({args.nodes} nodes); seed {args.seed}", file=sys.stderr)
-        bus = await Bus.connect(stack.nats.url, "chaos")
-        store = Store.from_url(stack.redis.url)
+        bus = await Bus.connect(stack.nats.admin_url, "chaos")
+        store = Store.from_url(stack.redis.admin_url)
         try:
             report = await Chaos(stack, plan, bus, store, lambda line: print(line, file=sys.stderr)).run()
         finally:

@@ -60,7 +60,7 @@ async def offer(bus: Bus, rate: int, seconds: float, tag: str, sent: dict[str, f
 
 async def measure(stack: LocalStack, rate: int, seconds: float) -> dict[str, float]:
     assert stack.nats
-    bus = await Bus.connect(stack.nats.url, "bench")
+    bus = await Bus.connect(stack.nats.admin_url, "bench")
     sent: dict[str, float] = {}
     placed: dict[str, float] = {}
     tag = f"r{rate}t{int(time.time())}"

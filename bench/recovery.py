@@ -175,8 +175,8 @@ async def main(args: argparse.Namespace) -> None:
         stack = LocalStack(StackConfig(data_dir=tmp, nodes=args.nodes, racks=8, log_level="WARNING"))
         stack.start()
         assert stack.nats and stack.redis
-        bus = await Bus.connect(stack.nats.url, "bench")
-        store = Store.from_url(stack.redis.url)
+        bus = await Bus.connect(stack.nats.admin_url, "bench")
+        store = Store.from_url(stack.redis.admin_url)
         watcher = Watcher()
         await watcher.subscribe(bus)
         stop = asyncio.Event()

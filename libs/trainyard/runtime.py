@@ -7,14 +7,16 @@ import asyncio
 import logging
 import os
 import signal
+import ssl
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import nats.errors
 import redis.exceptions
 
 from trainyard.bus import Bus, ensure_streams
+from trainyard.bus.permissions import inbox_prefix
 from trainyard.settings import ConfigurationError, Settings, load_settings
 from trainyard.store import Store
 
@@ -37,13 +39,47 @@ async def open_runtime(name: str, settings: Settings, stop: asyncio.Event | None
     restarts, waits instead of exiting."""
     stop = stop or asyncio.Event()
     bus = await _until_up(stop, "NATS", settings.nats_url, lambda: _open_bus(name, settings))
-    store = Store.from_url(settings.redis_url, settings.redis_prefix)
+    store = Store.from_url(settings.redis_url, settings.redis_prefix, **redis_options(settings))
     await _until_up(stop, "Redis", settings.redis_url, store.redis.ping)
     return Runtime(name, settings, bus, store, stop)
 
 
+def nats_options(settings: Settings) -> dict[str, Any]:
+    """The NATS client's options for this process's bus user and TLS: with a
+    user, replies come on the user's own inbox (its permissions allow no other)."""
+    options: dict[str, Any] = {}
+    if settings.nats_user:
+        options.update(
+            user=settings.nats_user, password=settings.nats_password, inbox_prefix=inbox_prefix(settings.nats_user)
+        )
+    if settings.nats_tls_ca or settings.nats_tls_cert:
+        options["tls"] = tls_context(settings.nats_tls_ca, settings.nats_tls_cert, settings.nats_tls_key)
+    return options
+
+
+def redis_options(settings: Settings) -> dict[str, Any]:
+    """The Redis client's options for this process's ACL user and TLS (with a rediss:// URL)."""
+    options: dict[str, Any] = {}
+    if settings.redis_user:
+        options.update(username=settings.redis_user, password=settings.redis_password)
+    if settings.redis_tls_ca:
+        options["ssl_ca_certs"] = settings.redis_tls_ca
+    if settings.redis_tls_cert:
+        options.update(ssl_certfile=settings.redis_tls_cert, ssl_keyfile=settings.redis_tls_key)
+    return options
+
+
+def tls_context(ca: str, cert: str, key: str) -> ssl.SSLContext:
+    """Verify the server against ``ca`` (the system's CAs when empty); present
+    ``cert`` and ``key`` when given."""
+    context = ssl.create_default_context(cafile=ca or None)
+    if cert:
+        context.load_cert_chain(cert, key)
+    return context
+
+
 async def _open_bus(name: str, settings: Settings) -> Bus:
-    bus = await Bus.connect(settings.nats_url, name=f"trainyard-{name}")
+    bus = await Bus.connect(settings.nats_url, name=f"trainyard-{name}", **nats_options(settings))
     try:
         await ensure_streams(bus.js, replicas=settings.stream_replicas)
     except BaseException:

@@ -43,6 +43,20 @@ class Settings(msgspec.Struct, frozen=True):
     auth_jwt_tenant_claim: str = "trainyard_tenant"  # claim holding the tenant of tenant-bound roles
     auth_jwt_algorithms: str = "RS256,ES256"  # comma-separated; asymmetric only
     auth_jwt_leeway_s: float = 30.0  # clock skew allowed on exp / nbf / iat
+    # The bus and Redis users of this process (docs/security.md); "" connects
+    # without one, as to a server with no users.
+    nats_user: str = ""
+    nats_password: str = ""
+    redis_user: str = ""
+    redis_password: str = ""
+    # Optional TLS: a CA to verify the server with, and a client certificate
+    # and key where the server asks for one (Redis: with a rediss:// URL).
+    nats_tls_ca: str = ""
+    nats_tls_cert: str = ""
+    nats_tls_key: str = ""
+    redis_tls_ca: str = ""
+    redis_tls_cert: str = ""
+    redis_tls_key: str = ""
 
 
 def load_settings(environ: dict[str, str] | None = None) -> Settings:
@@ -64,7 +78,29 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         )
     if not settings.redis_prefix.endswith(":"):
         raise ConfigurationError("TRAINYARD_REDIS_PREFIX must end with ':'")
+    _check_credentials(settings)
     return settings
+
+
+def _check_credentials(settings: Settings) -> None:
+    for kind in ("nats", "redis"):
+        user, password = getattr(settings, f"{kind}_user"), getattr(settings, f"{kind}_password")
+        if bool(user) != bool(password):
+            raise ConfigurationError(
+                f"TRAINYARD_{kind.upper()}_USER and TRAINYARD_{kind.upper()}_PASSWORD are set together or not at all"
+            )
+        cert, key = getattr(settings, f"{kind}_tls_cert"), getattr(settings, f"{kind}_tls_key")
+        if bool(cert) != bool(key):
+            raise ConfigurationError(
+                f"TRAINYARD_{kind.upper()}_TLS_CERT and TRAINYARD_{kind.upper()}_TLS_KEY are set together or not at all"
+            )
+        for name in ("tls_ca", "tls_cert", "tls_key"):
+            path = getattr(settings, f"{kind}_{name}")
+            if path and not Path(path).is_file():
+                raise ConfigurationError(f"TRAINYARD_{kind.upper()}_{name.upper()}: no file at {path}")
+    uses_tls = settings.redis_tls_ca or settings.redis_tls_cert
+    if uses_tls and not settings.redis_url.startswith("rediss://"):
+        raise ConfigurationError("TRAINYARD_REDIS_TLS_* need a rediss:// TRAINYARD_REDIS_URL")
 
 
 def default_ledger_url(data_dir: str) -> str:

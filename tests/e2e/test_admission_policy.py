@@ -85,8 +85,8 @@ async def status(store: Store, job_id: str) -> str | None:
 @pytest.fixture
 async def clients(stack: LocalStack):  # type: ignore[no-untyped-def]
     assert stack.nats and stack.redis
-    bus = await Bus.connect(stack.nats.url, "e2e")
-    store = Store.from_url(stack.redis.url)
+    bus = await Bus.connect(stack.nats.admin_url, "e2e")
+    store = Store.from_url(stack.redis.admin_url)
     yield bus, store, await ConfigStore.open(bus)
     await bus.close()
     await store.close()

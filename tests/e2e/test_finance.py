@@ -73,7 +73,7 @@ def totals(rows: list[dict[str, object]]) -> dict[str, Decimal]:
 
 async def run_jobs(stack: LocalStack) -> None:
     assert stack.redis
-    store = Store.from_url(stack.redis.url)
+    store = Store.from_url(stack.redis.admin_url)
     try:
         async with httpx.AsyncClient(base_url=stack.api_url, timeout=10, headers=stack.admin_headers()) as client:
             for job_id, tenant, gpus, replicas, seconds in JOBS:
@@ -114,7 +114,7 @@ async def test_the_months_chargeback_reconciles_to_the_ledger_and_the_capacity_r
     assert library == expected
 
     assert stack.nats
-    callers = await issue_at(stack.nats.url)
+    callers = await issue_at(stack.nats.admin_url)
     finance, acme = callers.headers("finance"), callers.headers("acme")
     async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as client:
         params = {"period": period, "format": "csv"}

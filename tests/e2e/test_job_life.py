@@ -134,8 +134,8 @@ async def submit_all(stack: LocalStack, bus: Bus, jobs: list[tuple[str, JobSpec]
 
 async def test_a_few_hundred_jobs_each_succeed_exactly_once_and_are_metered(stack: LocalStack) -> None:
     assert stack.nats and stack.redis
-    bus = await Bus.connect(stack.nats.url, "e2e")
-    store = Store.from_url(stack.redis.url)
+    bus = await Bus.connect(stack.nats.admin_url, "e2e")
+    store = Store.from_url(stack.redis.admin_url)
     jobs = workload(JOBS)
     try:
         await submit_all(stack, bus, jobs)
@@ -170,8 +170,8 @@ async def test_sigkill_of_every_service_mid_run_loses_and_duplicates_nothing(
     stack: LocalStack, victims: list[str]
 ) -> None:
     assert stack.nats and stack.redis
-    bus = await Bus.connect(stack.nats.url, "e2e")
-    store = Store.from_url(stack.redis.url)
+    bus = await Bus.connect(stack.nats.admin_url, "e2e")
+    store = Store.from_url(stack.redis.admin_url)
     jobs = workload(JOBS, seed=11)
     try:
         submitting = asyncio.create_task(submit_all(stack, bus, jobs))
@@ -192,8 +192,8 @@ async def test_losing_redis_mid_run_loses_and_duplicates_nothing(stack: LocalSta
     """Redis holds only derived state: wipe it in the middle of the run and the
     projectors rebuild it from the streams while the deciders wait for them."""
     assert stack.nats and stack.redis
-    bus = await Bus.connect(stack.nats.url, "e2e")
-    store = Store.from_url(stack.redis.url)
+    bus = await Bus.connect(stack.nats.admin_url, "e2e")
+    store = Store.from_url(stack.redis.admin_url)
     jobs = workload(150, seed=13)
     try:
         submitting = asyncio.create_task(submit_all(stack, bus, jobs))

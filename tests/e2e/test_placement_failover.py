@@ -52,13 +52,13 @@ async def wait_for_holder(bus: Bus, cluster: str, pid: int, timeout: float) -> N
 
 async def test_the_standby_takes_over_when_the_placement_leader_is_killed(stack: LocalStack) -> None:
     assert stack.nats and stack.redis
-    bus = await Bus.connect(stack.nats.url, "e2e")
-    store = Store.from_url(stack.redis.url)
+    bus = await Bus.connect(stack.nats.admin_url, "e2e")
+    store = Store.from_url(stack.redis.admin_url)
     cluster = stack.config.cluster
     log_path = stack.data_dir / "logs" / "placement-standby.log"
     with open(log_path, "ab") as log:
         second = subprocess.Popen(
-            [sys.executable, "-m", "trainyard_placement"], env={**stack.env, "TRAINYARD_LOG_LEVEL": "INFO"},
+            [sys.executable, "-m", "trainyard_placement"], env={**stack.service_env("placement"), "TRAINYARD_LOG_LEVEL": "INFO"},
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
     jobs = workload(200, seed=17)

@@ -53,8 +53,8 @@ async def inject(bus: Bus, request: ControlRequest) -> str:
 
 async def test_a_fatal_xid_isolates_the_node_and_the_whole_gang_runs_again_elsewhere(stack: LocalStack) -> None:
     assert stack.nats and stack.redis
-    bus = await Bus.connect(stack.nats.url, "e2e")
-    store = Store.from_url(stack.redis.url)
+    bus = await Bus.connect(stack.nats.admin_url, "e2e")
+    store = Store.from_url(stack.redis.admin_url)
     try:
         # 1. A 4-node gang and filler jobs; wait until the gang runs.
         await submit(bus, GANG, spec("gang", replicas=4, gpus=8, duration=8.0))

@@ -23,6 +23,7 @@ from trainyard.cli.main import app
 from trainyard.config.store import ConfigStore
 from trainyard.local import LocalStack
 from trainyard.local.lock import LockInfo, pid_alive, read_ports
+from trainyard.testing.tenancy import one_team
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,20 +97,7 @@ def test_a_signal_stops_the_whole_stack_and_a_second_start_is_refused_meanwhile(
             up.wait(60)
 
 
-ACME_ONLY = """
-flavors: [{name: H100, node_pool: emulated, gpus_per_node: 8}]
-priority_classes: [{name: standard, priority: 500}]
-default_priority_class: standard
-organisations:
-  - name: lab
-    quota: {H100: {nominal: 128}}
-    teams:
-      - name: acme
-        quota: {H100: {nominal: 128}}
-        queues:
-          - name: default
-            quota: {H100: {nominal: 128}}
-"""
+ACME_ONLY = one_team("acme", gpus=128)
 
 
 def cli(*args: str) -> Result:
@@ -118,7 +106,7 @@ def cli(*args: str) -> Result:
 
 async def apply_tenancy(stack: LocalStack) -> None:
     assert stack.nats
-    bus = await Bus.connect(stack.nats.url, "e2e")
+    bus = await Bus.connect(stack.nats.admin_url, "e2e")
     try:
         await (await ConfigStore.open(bus)).apply(ACME_ONLY, actor="test:e2e", reason="only acme")
     finally:

@@ -268,3 +268,51 @@ def test_emulator_command_is_a_declared_console_script(compose: dict) -> None:
         scripts = tomllib.load(handle)["project"]["scripts"]
     executable = command_of(compose["services"]["emulator"])[0]
     assert executable in scripts, executable
+
+
+# --- the locked bus -----------------------------------------------------------------------
+
+
+def mounts_of(service: dict) -> dict[str, str]:
+    """Container path -> host path of the service's bind mounts and volumes."""
+    return {volume.split(":")[1]: volume.split(":")[0] for volume in service.get("volumes", [])}
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+    """The names of the files `python -m trainyard.bus config --out deploy/bus` writes."""
+    from trainyard.bus.__main__ import main
+
+    out = tmp_path_factory.mktemp("bus")
+    assert main(["config", "--out", str(out)]) == 0
+    return {path.name for path in out.iterdir()}
+
+
+@pytest.mark.parametrize(
+    ("name", "flag"),
+    [
+        pytest.param("nats", "-c", id="nats-server reads its users and permissions from the generated file"),
+        pytest.param("redis", "--aclfile", id="redis reads its ACL users from the generated file"),
+    ],
+)
+def test_servers_read_the_generated_bus_files(compose: dict, generated: set[str], name: str, flag: str) -> None:
+    service = compose["services"][name]
+    command = command_of(service)
+    inside = command[command.index(flag) + 1]
+    host = mounts_of(service)[inside]
+    assert host.startswith("./deploy/bus/"), host
+    assert Path(host).name in generated, (host, generated)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(name, id=f"{name} connects with its own generated NATS and Redis user") for name in TRAINYARD_SERVICES],
+)
+def test_every_trainyard_service_reads_its_own_users(compose: dict, generated: set[str], name: str) -> None:
+    env_file = compose["services"][name]["env_file"]
+    assert env_file == f"./deploy/bus/{name}.env"
+    assert f"{name}.env" in generated
+
+
+def test_the_generated_bus_files_are_kept_out_of_git() -> None:
+    assert "deploy/bus/" in (REPO_ROOT / ".gitignore").read_text().splitlines()

@@ -2,7 +2,7 @@
 consumers with one place that maps handler outcomes to ack / nak / term, the
 dead-letter stream, and leader leases."""
 
-from trainyard.bus.client import PayloadTooLarge
+from trainyard.bus.client import PayloadTooLarge, PublishDenied
 from trainyard.bus.connection import Bus, PublishRequest, WrongLastSequence
 from trainyard.bus.consumer import ConsumerSpec, PoisonMessage, RetryLater, run_consumer
 from trainyard.bus.streams import STREAMS, ensure_streams
@@ -13,6 +13,7 @@ __all__ = [
     "ConsumerSpec",
     "PayloadTooLarge",
     "PoisonMessage",
+    "PublishDenied",
     "PublishRequest",
     "RetryLater",
     "WrongLastSequence",

@@ -12,19 +12,39 @@ and replays its subscriptions, so consumers carry on.
 The server counts headers and data together against ``max_payload``; the
 client itself checks only the data.  :func:`check_publishable` measures both
 and raises :class:`PayloadTooLarge` before anything is sent.
+
+A publish the user's permissions do not allow is dropped by the server, which
+answers with an asynchronous ``Permissions Violation`` error and keeps the
+connection.  The stock client then lets a request (a JetStream publish or API
+call) wait for its whole timeout; :class:`ResilientClient` fails it at once
+with :class:`PublishDenied`, and the error is logged through ``error_cb``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import re
+from typing import Any
 
 from nats import errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.protocol.parser import AUTHORIZATION_VIOLATION, PERMISSIONS_ERR, STALE_CONNECTION
 
 log = logging.getLogger(__name__)
 
 _HEADER_LINE = len(b"NATS/1.0\r\n")
+_DENIED_PUBLISH = re.compile(r'permissions violation for publish to "([^"]+)"', re.IGNORECASE)
+
+
+class PublishDenied(Exception):
+    """This connection's user may not publish on ``subject``: the server
+    dropped the message.  (A configuration error, not a lost connection.)"""
+
+    def __init__(self, subject: str) -> None:
+        super().__init__(f"the bus user of this process may not publish on {subject} (see docs/security.md)")
+        self.subject = subject
 
 
 class PayloadTooLarge(Exception):
@@ -70,9 +90,50 @@ def header_value(text: str, limit: int = 1000) -> str:
 
 class ResilientClient(Client):
     """A NATS client that reconnects after a fatal server error instead of
-    closing for good (see the module's docstring)."""
+    closing for good, and fails a denied request at once (see the module's
+    docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: Subject -> the futures of requests on it still waiting for a reply.
+        self._waiting: dict[str, set[asyncio.Future[None]]] = {}
+
+    async def request(
+        self, subject: str, payload: bytes = b"", timeout: float = 0.5, old_style: bool = False,
+        headers: dict[str, Any] | None = None,
+    ) -> Msg:
+        """A request that raises :class:`PublishDenied` as soon as the server
+        reports that it may not be published."""
+        denied: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(subject, set()).add(denied)
+        reply = asyncio.ensure_future(super().request(subject, payload, timeout, old_style, headers))
+        try:
+            await asyncio.wait([reply, denied], return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # cancelled: so is the request
+            reply.cancel()
+            raise
+        finally:
+            waiting = self._waiting.get(subject, set())
+            waiting.discard(denied)
+            if not waiting:
+                self._waiting.pop(subject, None)
+        if not reply.done():
+            reply.cancel()
+            await asyncio.gather(reply, return_exceptions=True)
+            raise PublishDenied(subject)
+        denied.cancel()
+        return reply.result()
 
     async def _process_err(self, err_msg: str) -> None:
+        found = _DENIED_PUBLISH.search(err_msg)
+        if found:
+            # The client lowercases the server's error: fail the requests on
+            # the one subject it can name, or none when two differ only in case
+            # (those wait for their timeout).
+            named = [s for s in self._waiting if s.lower() == found.group(1).lower()]
+            for waiter in self._waiting[named[0]] if len(named) == 1 else ():
+                if not waiter.done():
+                    waiter.set_result(None)
         if STALE_CONNECTION in err_msg or PERMISSIONS_ERR in err_msg:
             await super()._process_err(err_msg)  # stale: reconnects; permissions: reported, kept open
             return

@@ -54,13 +54,16 @@ class Bus:
         self._reopening: asyncio.Task[None] | None = None
 
     @classmethod
-    async def connect(cls, url: str, name: str) -> Bus:
+    async def connect(cls, url: str, name: str, **options: Any) -> Bus:
         """Connect for good: lost connections and fatal server errors are
         followed by reconnects (see ``trainyard.bus.client``), and a
-        connection closed by anything but :meth:`close` is opened again."""
+        connection closed by anything but :meth:`close` is opened again.
+        ``options`` go to the client as they are: ``user``, ``password``,
+        ``inbox_prefix`` and ``tls`` (see ``trainyard.runtime.nats_options``)."""
         nc = ResilientClient()
         bus = cls(nc, nc.jetstream(timeout=10.0, publish_async_max_pending=20_000))
         bus._options = dict(
+            options,
             servers=url,
             name=name,
             max_reconnect_attempts=-1,

@@ -3,12 +3,17 @@ one service is the stream every other service expects."""
 
 from __future__ import annotations
 
+import logging
+
 import msgspec
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
+from trainyard.bus.client import PublishDenied
 from trainyard.events import subjects
+
+log = logging.getLogger(__name__)
 
 DAY = 24 * 3600.0
 
@@ -55,13 +60,42 @@ def stream_config(spec: StreamSpec, replicas: int = 1) -> StreamConfig:
     )
 
 
+#: The settings :func:`stream_config` sets, compared to decide whether a stream needs an update.
+_SETTINGS = ("description", "subjects", "retention", "storage", "discard", "max_age", "max_msgs_per_subject",
+             "duplicate_window", "num_replicas", "allow_direct")
+
+
+def differs(current: StreamConfig, wanted: StreamConfig) -> list[str]:
+    """The settings of ``wanted`` that ``current`` does not have."""
+    changed = []
+    for name in _SETTINGS:
+        now, then = getattr(current, name), getattr(wanted, name)
+        if isinstance(then, float) and isinstance(now, (int, float)):
+            if abs(now - then) > 1e-3:
+                changed.append(name)
+        elif (now or None) != (then or None):
+            changed.append(name)
+    return changed
+
+
 async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
-    """Create the streams, or bring an existing stream's settings up to date."""
+    """Create the streams, or bring an existing stream's settings up to date.
+
+    On a locked bus only admin may update a stream (``trainyard up`` does it
+    at start); a service whose user may not is told so in the log and carries
+    on with the stream as it is."""
     for spec in STREAMS:
         config = stream_config(spec, replicas)
         try:
-            await js.stream_info(spec.name)
+            info = await js.stream_info(spec.name)
         except NotFoundError:
             await js.add_stream(config)
-        else:
+            continue
+        changed = differs(info.config, config)
+        if not changed:
+            continue
+        try:
             await js.update_stream(config)
+        except PublishDenied:
+            log.warning("stream %s differs from this version's settings (%s); its update is left to admin",
+                        spec.name, ", ".join(changed))

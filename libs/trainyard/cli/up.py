@@ -23,6 +23,9 @@ def up(
     grpc_port: int = typer.Option(0, help="gRPC port (default: kept from the last start, else free)."),
     nats_port: int = typer.Option(0, help="NATS port (default: kept from the last start, else free)."),
     redis_port: int = typer.Option(0, help="Redis port (default: kept from the last start, else free)."),
+    portal: list[str] = typer.Option(
+        [], "--portal", help="A tenant whose submission portal gets a NATS user (may repeat)."
+    ),
 ) -> None:
     """Start NATS, Redis, every service, the emulated cluster and the gateway, until Ctrl-C,
     SIGTERM or SIGHUP (closing the terminal), which stop all of them."""
@@ -33,7 +36,7 @@ def up(
     config = StackConfig(
         data_dir=data_dir, nodes=nodes, gpus_per_node=gpus, racks=racks, http_port=http_port,
         grpc_port=grpc_port, nats_port=nats_port, redis_port=redis_port,
-        ledger_url=os.environ.get("TRAINYARD_LEDGER_URL", ""),
+        ledger_url=os.environ.get("TRAINYARD_LEDGER_URL", ""), portals=portal,
     )
     stack = LocalStack(config, progress=lambda line: _say(f"  {line}"))
 
@@ -75,8 +78,10 @@ def _print_banner(stack, nodes: int, gpus: int, racks: int) -> None:  # type: ig
     _say("[bold green]Trainyard is up[/bold green]")
     _say(f"  REST API + docs  {stack.api_url}  ({stack.api_url}/docs)")
     _say(f"  gRPC             127.0.0.1:{stack.grpc_port}")
-    _say(f"  NATS JetStream   {stack.nats.url}")
-    _say(f"  Redis            {stack.redis.url}")
+    _say(f"  NATS JetStream   {stack.nats.admin_url}")
+    _say(f"  Redis            {stack.redis.admin_url}")
+    if stack.credentials is not None:
+        _say(f"  bus users        {stack.data_dir / 'bus' / 'credentials.json'}  (one per service; see docs/security.md)")
     _say(f"  ledger           {stack.ledger_url}")
     _say(f"  logs             {stack.data_dir / 'logs'}")
     _say(f"  ports kept in    {stack.data_dir / 'ports.json'}")

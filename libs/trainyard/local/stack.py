@@ -5,10 +5,17 @@ Each process is started with ``sys.executable`` so the stack runs from
 whatever environment ``trainyard`` was installed into.  One stack runs per
 data directory (:mod:`trainyard.local.lock`), and it keeps its ports across
 restarts.
+
+The bus is locked by default: NATS and Redis start with a user per service
+(and per submission portal named in :attr:`StackConfig.portals`) whose
+passwords are kept in ``<data dir>/bus/`` (:mod:`trainyard.local.credentials`);
+each service is given only its own.  ``StackConfig(locked_bus=False)`` starts
+servers without users.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -21,8 +28,17 @@ from pathlib import Path
 
 import msgspec
 
+from trainyard.bus.permissions import BusUser
+from trainyard.local.credentials import (
+    ADMIN,
+    Credentials,
+    ensure_credentials,
+    load_credentials,
+    service_env,
+    write_server_files,
+)
 from trainyard.local.lock import Child, StackLock, choose_ports, process_cmdline, signal_group, stop_leftovers
-from trainyard.testing.servers import Server, ServerError, start_nats, start_redis
+from trainyard.testing.servers import Server, ServerError, start_nats, start_redis, url_with_user
 
 #: Process name -> the command after ``python``.
 SERVICES: dict[str, list[str]] = {
@@ -33,6 +49,10 @@ SERVICES: dict[str, list[str]] = {
     "gateway": ["-m", "trainyard_gateway"],
     "emulator": ["-m", "trainyard.cli.main", "emulate", "run"],
 }
+#: Where a stack keeps its bus and Redis credentials, under its data directory.
+BUS_DIR = "bus"
+_CREDENTIAL_SETTINGS = ("TRAINYARD_NATS_USER", "TRAINYARD_NATS_PASSWORD", "TRAINYARD_REDIS_USER",
+                        "TRAINYARD_REDIS_PASSWORD")
 #: Every service logs this line once it is connected to NATS and Redis (at INFO).
 READY_MARKER = "{name} started ("
 STOP_TIMEOUT_S = 15.0
@@ -52,6 +72,8 @@ class StackConfig(msgspec.Struct):
     heartbeat_timeout_s: float = 5.0
     log_level: str = "INFO"
     ledger_url: str = ""  # "" is sqlite at <data dir>/ledger.db
+    locked_bus: bool = True  # NATS and Redis users with least privilege (docs/security.md)
+    portals: list[str] = []  # tenants that get a submission portal's NATS user
 
 
 class StackState(msgspec.Struct):
@@ -63,6 +85,7 @@ class StackState(msgspec.Struct):
     redis_url: str
     ledger_url: str
     pid: int
+    locked_bus: bool = False  # NATS and Redis have users: the admin credential is in <data dir>/bus/
 
 
 def state_path(data_dir: str | Path) -> Path:
@@ -70,10 +93,22 @@ def state_path(data_dir: str | Path) -> Path:
 
 
 def read_state(data_dir: str | Path) -> StackState | None:
+    """The running stack's addresses; on a locked bus its NATS and Redis URLs
+    carry the admin credential kept in the data directory, so commands run by
+    the stack's owner reach them."""
     path = state_path(data_dir)
     if not path.exists():
         return None
-    return msgspec.json.decode(path.read_bytes(), type=StackState)
+    state = msgspec.json.decode(path.read_bytes(), type=StackState)
+    credentials = load_credentials(Path(data_dir) / BUS_DIR) if state.locked_bus else None
+    if credentials is None:
+        return state
+    nats, redis = credentials.nats_user(ADMIN), credentials.redis_user(ADMIN)
+    return msgspec.structs.replace(
+        state,
+        nats_url=url_with_user(state.nats_url, nats.name, nats.password),
+        redis_url=url_with_user(state.redis_url, redis.name, redis.password),
+    )
 
 
 class LocalStack:
@@ -84,6 +119,7 @@ class LocalStack:
         self.redis: Server | None = None
         self.procs: dict[str, subprocess.Popen] = {}
         self.env: dict[str, str] = {}
+        self.credentials: Credentials | None = None  # on a locked bus
         self.http_port = config.http_port
         self.grpc_port = config.grpc_port
         self.lock = StackLock(self.data_dir)
@@ -135,22 +171,32 @@ class LocalStack:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not self.lock.held:
             self.claim()
+        nats_conf = acl = None
+        nats_admin = redis_admin = None
+        if self.config.locked_bus:
+            bus_dir = self.data_dir / BUS_DIR
+            self.credentials = ensure_credentials(bus_dir, self.config.portals)
+            nats_conf, acl = write_server_files(bus_dir, self.credentials, cluster=self.config.cluster)
+            nats_admin = _pair(self.credentials.nats_user(ADMIN))
+            redis_admin = _pair(self.credentials.redis_user(ADMIN))
+            self.progress(f"bus users and passwords in {bus_dir}")
         self.progress(f"nats-server starting on port {self.ports['nats']}")
-        self.nats = start_nats(self.data_dir / "nats", self.ports["nats"])
+        self.nats = start_nats(self.data_dir / "nats", self.ports["nats"], config_file=nats_conf, admin=nats_admin)
         self.progress(f"nats-server ready (pid {self.nats.proc.pid})")
         self._record_children()
+        _declare_streams(self.nats.admin_url)
         if self.stopping.is_set():
             return
         self.progress(f"redis-server starting on port {self.ports['redis']}")
-        self.redis = start_redis(self.data_dir / "redis", self.ports["redis"])
+        self.redis = start_redis(self.data_dir / "redis", self.ports["redis"], acl_file=acl, admin=redis_admin)
         self.progress(f"redis-server ready (pid {self.redis.proc.pid})")
         self._record_children()
         self._create_ledger()
         from trainyard.auth import ensure_admin_token_at
 
-        _, self.admin_token_created = ensure_admin_token_at(self.nats.url, self.data_dir)
+        _, self.admin_token_created = ensure_admin_token_at(self.nats.admin_url, self.data_dir)
         self.env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k not in _CREDENTIAL_SETTINGS},  # each service gets its own
             "TRAINYARD_NATS_URL": self.nats.url,
             "TRAINYARD_REDIS_URL": self.redis.url,
             "TRAINYARD_CLUSTER": self.config.cluster,
@@ -178,12 +224,19 @@ class LocalStack:
         finally:
             ledger.close()
 
+    def service_env(self, name: str) -> dict[str, str]:
+        """The environment of service ``name``: the stack's settings and, on a
+        locked bus, its own users."""
+        if self.credentials is None:
+            return self.env
+        return {**self.env, **service_env(self.credentials, name)}
+
     def start_service(self, name: str) -> subprocess.Popen:
         logs = self.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / f"{name}.log", "ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, *SERVICES[name]], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                [sys.executable, *SERVICES[name]], env=self.service_env(name), stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         self.procs[name] = proc
@@ -266,6 +319,7 @@ class LocalStack:
         state = StackState(
             api_url=self.api_url, grpc_target=f"127.0.0.1:{self.grpc_port}", nats_url=self.nats.url,
             redis_url=self.redis.url, ledger_url=self.ledger_url, pid=os.getpid(),
+            locked_bus=self.credentials is not None,
         )
         state_path(self.data_dir).write_bytes(msgspec.json.format(msgspec.json.encode(state)))
 
@@ -311,6 +365,29 @@ class LocalStack:
         if not path.exists():
             return ""
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _pair(user: BusUser) -> tuple[str, str]:
+    return user.name, user.password
+
+
+def _declare_streams(admin_url: str) -> None:
+    """Create the streams, or bring their settings up to date, as admin (on a
+    locked bus no service may update a stream).  In a thread of its own, so a
+    caller inside an event loop may start a stack too."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from trainyard.bus import Bus, ensure_streams
+
+    async def declare() -> None:
+        bus = await Bus.connect(admin_url, "trainyard-up")
+        try:
+            await ensure_streams(bus.js)
+        finally:
+            await bus.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, declare()).result()
 
 
 def _listening(port: int) -> bool:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import uuid
 from importlib import resources
+from typing import Any
 
 import msgspec
 import nats.errors
@@ -53,8 +54,10 @@ class Store:
         self._join = redis.register_script(_JOIN)
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "ty:") -> Store:
-        return cls(Redis.from_url(url, decode_responses=True), prefix)
+    def from_url(cls, url: str, prefix: str = "ty:", **options: Any) -> Store:
+        """``options`` go to the client: ``username`` and ``password`` for an
+        ACL user, ``ssl_*`` for TLS (see ``trainyard.runtime.redis_options``)."""
+        return cls(Redis.from_url(url, decode_responses=True, **options), prefix)
 
     def key(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)

