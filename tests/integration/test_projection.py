@@ -241,7 +241,7 @@ async def test_an_event_whose_subject_disagrees_with_its_body_is_not_folded(bus:
 
 
 def test_subject_checks_name_the_disagreement() -> None:
-    from trainyard.store.lua_args import subject_disagrees
+    from trainyard.events import subject_disagrees
 
     ok = RunSucceeded(at=1.0, job_id="j1", tenant="acme", run_id="r1")
     assert subject_disagrees(subjects.job("acme", "j1", "agent"), ok) is None

@@ -49,6 +49,7 @@ from trainyard.events import (
     RunSucceeded,
     decode_job_event,
     encode,
+    subject_disagrees,
     subjects,
 )
 from trainyard.gpu.fake import FakeGpuBackend
@@ -266,6 +267,10 @@ class EmulatedCluster:
                 event = decode_job_event(msg.data)
             except (msgspec.DecodeError, msgspec.ValidationError) as err:
                 outcomes[i] = PoisonMessage(f"not a job event: {err}")
+                continue
+            problem = subject_disagrees(msg.subject, event)
+            if problem:  # a placement, say, that placement did not write: never acted on
+                outcomes[i] = PoisonMessage(problem)
                 continue
             if isinstance(event, JobAccepted):
                 self.durations[event.job_id] = event.spec.simulated_duration_s or DEFAULT_DURATION_S

@@ -23,6 +23,7 @@ from trainyard.events.jobs import (
     RunSucceeded,
     SubmitJob,
     job_subject,
+    subject_disagrees,
     writer_of,
 )
 from trainyard.events.nodes import NodeEvent, NodeHeartbeat, NodeLost, NodeRegistered
@@ -48,6 +49,7 @@ __all__ = [
     "RunSucceeded",
     "SubmitJob",
     "job_subject",
+    "subject_disagrees",
     "writer_of",
     "decode_intake",
     "decode_job_event",

@@ -23,28 +23,9 @@ from trainyard.events import (
     RunStarted,
     RunSucceeded,
 )
-from trainyard.events.jobs import WRITERS, failure_category
+from trainyard.events.jobs import failure_category
 
 _json = msgspec.json.Encoder()
-
-
-def subject_disagrees(subject: str, event: object) -> str | None:
-    """Why a JOBS event may not be folded under ``subject`` (None: it may).
-
-    The subject's tenant and job id must be the body's, and its writer one
-    allowed to send that event: a credential that may publish only its own
-    writer token cannot pass off another service's decision."""
-    parts = subject.split(".")
-    if len(parts) != 5 or parts[1] != "jobs":
-        return f"{subject} is not a job subject (trainyard.jobs.<tenant>.<job_id>.<writer>)"
-    _, _, tenant, job_id, writer = parts
-    kind = type(event).__name__
-    body_tenant = event.spec.tenant if isinstance(event, JobAccepted) else getattr(event, "tenant", None)
-    if getattr(event, "job_id", None) != job_id or body_tenant != tenant:
-        return f"{kind} for {body_tenant}/{getattr(event, 'job_id', None)} was sent on {subject}"
-    if writer not in WRITERS.get(kind, ()):
-        return f"{kind} may not be written by {writer!r} (only {', '.join(sorted(WRITERS.get(kind, ())))})"
-    return None
 
 
 def job_event_args(seq: int, event: object | None, *, epoch: str, after: int) -> list[str]:

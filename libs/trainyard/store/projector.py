@@ -17,8 +17,8 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from trainyard.bus.connection import Bus
-from trainyard.events import decode_job_event, decode_node_event, subjects
-from trainyard.store.lua_args import job_event_args, node_event_args, subject_disagrees
+from trainyard.events import decode_job_event, decode_node_event, subject_disagrees, subjects
+from trainyard.store.lua_args import job_event_args, node_event_args
 
 log = logging.getLogger(__name__)
 

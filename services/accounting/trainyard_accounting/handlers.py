@@ -23,7 +23,7 @@ from nats.aio.msg import Msg
 from sqlalchemy.exc import DataError, IntegrityError
 
 from trainyard.bus import PoisonMessage
-from trainyard.events import CheckpointSaved, JobEvent, decode_job_event
+from trainyard.events import CheckpointSaved, JobEvent, decode_job_event, subject_disagrees
 from trainyard.ledger import Ledger
 
 #: Errors that mean "this event cannot be stored", not "the database is down".
@@ -39,9 +39,15 @@ class LedgerHandler:
         events: list[tuple[int, str, JobEvent]] = []
         for i, msg in enumerate(msgs):
             try:
-                events.append((i, str(msg.metadata.sequence.stream), decode_job_event(msg.data)))
+                event = decode_job_event(msg.data)
             except (msgspec.DecodeError, msgspec.ValidationError) as err:
                 outcomes[i] = PoisonMessage(f"not a job event: {err}")
+                continue
+            problem = subject_disagrees(msg.subject, event)
+            if problem:  # never billed: the log's projection ignores it too
+                outcomes[i] = PoisonMessage(problem)
+                continue
+            events.append((i, str(msg.metadata.sequence.stream), event))
         # The database calls block; keep the event loop (and acks) moving.
         try:
             await asyncio.to_thread(self.ledger.apply, [(event_id, event) for _, event_id, event in events])
