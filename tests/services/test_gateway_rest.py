@@ -437,3 +437,36 @@ async def test_the_gateway_process_serves_rest_and_grpc_and_stops_on_sigterm(
             proc.kill()
             raise
     assert proc.returncode == 0, stderr.decode()[-2000:]
+
+
+# --- input that once stopped the gateway -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "says"),
+    [
+        pytest.param(
+            json.dumps(spec_body(name="x" * 1_048_000)), 413, "at most 262144 bytes", id="a body near NATS's 1 MiB limit"
+        ),
+        pytest.param(
+            json.dumps(spec_body())[:-1] + ', "extra": ' + "[" * 150_000 + "]" * 150_000 + "}", 413, "at most",
+            id="a deeply nested unknown field past the body limit",
+        ),
+        pytest.param(
+            json.dumps(spec_body())[:-1] + ', "extra": ' + "[" * 5_000 + "]" * 5_000 + "}", 422, "nested too deeply",
+            id="a deeply nested unknown field",
+        ),
+        pytest.param(json.dumps(spec_body(tenant="acme\n")), 422, "tenant", id="a tenant with a trailing newline"),
+        pytest.param(json.dumps(spec_body(image="i" * 600, simulated_duration_s=None)), 422, "image",
+                     id="an image name over its cap"),
+    ],
+)
+async def test_oversized_or_odd_bodies_get_a_clear_answer_publish_nothing_and_the_gateway_goes_on(
+    client: httpx.AsyncClient, bus: Bus, content: str, status: int, says: str
+) -> None:
+    response = await client.post("/v1/jobs", content=content, headers={"content-type": "application/json"})
+
+    assert response.status_code == status, response.text[:500]
+    assert says in response.text
+    assert await intake_count(bus) == 0
+    assert (await client.post("/v1/jobs", json=spec_body(job_id="after"))).status_code == 202
