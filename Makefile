@@ -52,9 +52,11 @@ proto: install
 	rm -f $(PB_OUT)/trainyard/v1/*.orig
 	touch $(PB_OUT)/trainyard/__init__.py $(PB_OUT)/trainyard/v1/__init__.py
 
-# ruff also reports syntax errors, so every Python file is at least parsed.
+# ruff also reports syntax errors, so every Python file is at least parsed.  mypy checks
+# the packages its [tool.mypy] section in pyproject.toml names, in strict mode.
 lint: install
 	$(PYTHON) -m ruff check .
+	$(PYTHON) -m mypy
 
 clean:
 	rm -rf .trainyard .pytest_cache build dist

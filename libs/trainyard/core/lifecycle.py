@@ -136,7 +136,8 @@ def gpus_by_type(spec: JobSpec) -> dict[str, int]:
 def backoff(n: int, base_cap: tuple[float, float]) -> float:
     """Seconds to wait after the n-th failure of a kind: base * 2**(n-1), at most cap."""
     base, cap = base_cap
-    return min(base * 2 ** (n - 1), cap)
+    factor: float = 2 ** (n - 1)  # int ** int is typed Any: it is a float for negative powers
+    return min(base * factor, cap)
 
 
 def apply(record: JobRecord | None, event: JobEvent, seq: int) -> Folded:

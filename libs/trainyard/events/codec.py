@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
 from trainyard.events.jobs import IntakeCommand, JobEvent
 from trainyard.events.nodes import NodeEvent
 
+T = TypeVar("T")
+
 _encoder = msgspec.json.Encoder()
-_intake = msgspec.json.Decoder(IntakeCommand)
-_jobs = msgspec.json.Decoder(JobEvent)
-_nodes = msgspec.json.Decoder(NodeEvent)
+_intake: msgspec.json.Decoder[IntakeCommand] = msgspec.json.Decoder(IntakeCommand)
+_jobs: msgspec.json.Decoder[JobEvent] = msgspec.json.Decoder(JobEvent)
+_nodes: msgspec.json.Decoder[NodeEvent] = msgspec.json.Decoder(NodeEvent)
 
 
 def encode(message: Any) -> bytes:
     return _encoder.encode(message)
 
 
-def _decode(decoder: msgspec.json.Decoder, data: bytes) -> Any:
+def _decode(decoder: msgspec.json.Decoder[T], data: bytes) -> T:
     """JSON nested deeper than the interpreter's recursion limit (even in a
     field that is ignored) is bad input like any other: a ``DecodeError``."""
     try:

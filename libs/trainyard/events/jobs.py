@@ -49,7 +49,7 @@ class _Message(msgspec.Struct, tag_field="type", kw_only=True, frozen=True):
 # --- commands on the intake stream (what a submission portal may publish) ---
 
 
-class SubmitJob(_Message, tag="SubmitJob"):
+class SubmitJob(_Message, tag="SubmitJob", frozen=True):
     """Ask to run a job.  ``job_id`` is also the idempotency key: submitting
     the same id twice creates one job.  Without one, admission derives the id
     from the intake stream sequence."""
@@ -58,7 +58,7 @@ class SubmitJob(_Message, tag="SubmitJob"):
     job_id: str | None = None
 
 
-class CancelJob(_Message, tag="CancelJob"):
+class CancelJob(_Message, tag="CancelJob", frozen=True):
     job_id: str
     tenant: str
     reason: str = "cancelled by user"
@@ -70,19 +70,19 @@ IntakeCommand = SubmitJob | CancelJob
 # --- events on the jobs stream, subject trainyard.jobs.<tenant>.<job_id>.<writer> ---
 
 
-class JobAccepted(_Message, tag="JobAccepted"):
+class JobAccepted(_Message, tag="JobAccepted", frozen=True):
     job_id: str
     spec: JobSpec
     submitted_at: float
 
 
-class JobRejected(_Message, tag="JobRejected"):
+class JobRejected(_Message, tag="JobRejected", frozen=True):
     job_id: str
     tenant: str
     errors: list[ValidationError]
 
 
-class JobAdmitted(_Message, tag="JobAdmitted"):
+class JobAdmitted(_Message, tag="JobAdmitted", frozen=True):
     job_id: str
     tenant: str
     run_id: str
@@ -102,7 +102,7 @@ class ReplicaPlacement(msgspec.Struct, frozen=True):
     gpus: list[int]
 
 
-class JobPlaced(_Message, tag="JobPlaced"):
+class JobPlaced(_Message, tag="JobPlaced", frozen=True):
     job_id: str
     tenant: str
     run_id: str
@@ -110,19 +110,19 @@ class JobPlaced(_Message, tag="JobPlaced"):
     replicas: list[ReplicaPlacement]
 
 
-class RunStarted(_Message, tag="RunStarted"):
+class RunStarted(_Message, tag="RunStarted", frozen=True):
     job_id: str
     tenant: str
     run_id: str
 
 
-class RunSucceeded(_Message, tag="RunSucceeded"):
+class RunSucceeded(_Message, tag="RunSucceeded", frozen=True):
     job_id: str
     tenant: str
     run_id: str
 
 
-class RunFailed(_Message, tag="RunFailed"):
+class RunFailed(_Message, tag="RunFailed", frozen=True):
     job_id: str
     tenant: str
     run_id: str
@@ -131,7 +131,7 @@ class RunFailed(_Message, tag="RunFailed"):
     node_id: str | None = None
 
 
-class PreemptionNotice(_Message, tag="PreemptionNotice"):
+class PreemptionNotice(_Message, tag="PreemptionNotice", frozen=True):
     """Stop within ``grace_period_s`` (checkpoint first); the run is then
     stopped with ``RunFailed(reason="preempted")`` and the job requeued,
     keeping its place."""
@@ -145,7 +145,7 @@ class PreemptionNotice(_Message, tag="PreemptionNotice"):
     lost_gpu_seconds: float = 0.0  # GPU time since the last checkpoint, were it stopped now
 
 
-class CheckpointSaved(_Message, tag="CheckpointSaved"):
+class CheckpointSaved(_Message, tag="CheckpointSaved", frozen=True):
     """The run wrote a checkpoint; a later run of the job resumes from it."""
 
     job_id: str
@@ -154,7 +154,7 @@ class CheckpointSaved(_Message, tag="CheckpointSaved"):
     step: int
 
 
-class JobCancelled(_Message, tag="JobCancelled"):
+class JobCancelled(_Message, tag="JobCancelled", frozen=True):
     job_id: str
     tenant: str
     run_id: str | None = None

@@ -19,19 +19,19 @@ class _NodeMessage(msgspec.Struct, tag_field="type", kw_only=True, frozen=True):
     at: float
 
 
-class NodeRegistered(_NodeMessage, tag="NodeRegistered"):
+class NodeRegistered(_NodeMessage, tag="NodeRegistered", frozen=True):
     node: NodeInfo
     boot_id: str  # changes when the agent restarts; fences heartbeats of older boots
 
 
-class NodeHeartbeat(_NodeMessage, tag="NodeHeartbeat"):
+class NodeHeartbeat(_NodeMessage, tag="NodeHeartbeat", frozen=True):
     node_id: str
     cluster: str
     boot_id: str
     running_runs: list[str] = []
 
 
-class NodeLost(_NodeMessage, tag="NodeLost"):
+class NodeLost(_NodeMessage, tag="NodeLost", frozen=True):
     node_id: str
     cluster: str
     boot_id: str  # the boot that went silent; a newer boot is not lost
@@ -42,7 +42,7 @@ class NodeLost(_NodeMessage, tag="NodeLost"):
 # --- telemetry from agents (TELEMETRY stream) ---
 
 
-class GpuTelemetry(_NodeMessage, tag="GpuTelemetry"):
+class GpuTelemetry(_NodeMessage, tag="GpuTelemetry", frozen=True):
     """A periodic reading of every GPU of a node."""
 
     node_id: str
@@ -51,7 +51,7 @@ class GpuTelemetry(_NodeMessage, tag="GpuTelemetry"):
     sample: NodeSample
 
 
-class XidObserved(_NodeMessage, tag="XidObserved"):
+class XidObserved(_NodeMessage, tag="XidObserved", frozen=True):
     """XIDs the driver reported, published as soon as they are seen."""
 
     node_id: str
@@ -63,7 +63,7 @@ class XidObserved(_NodeMessage, tag="XidObserved"):
 # --- state changes decided by the health service (NODES stream) ---
 
 
-class NodeStateChanged(_NodeMessage, tag="NodeStateChanged"):
+class NodeStateChanged(_NodeMessage, tag="NodeStateChanged", frozen=True):
     """The node moved to ``state`` (healthy, suspect, cordoned, draining, repair, lost).
 
     Only ``healthy`` nodes take new work; the projection keeps ``capacity``
@@ -83,21 +83,21 @@ class NodeStateChanged(_NodeMessage, tag="NodeStateChanged"):
 # --- operator commands (NODES stream), carried out by the health service ---
 
 
-class CordonNode(_NodeMessage, tag="CordonNode"):
+class CordonNode(_NodeMessage, tag="CordonNode", frozen=True):
     node_id: str
     cluster: str
     by: str  # "operator:<name>"
     reason: str
 
 
-class DrainNode(_NodeMessage, tag="DrainNode"):
+class DrainNode(_NodeMessage, tag="DrainNode", frozen=True):
     node_id: str
     cluster: str
     by: str
     reason: str
 
 
-class UncordonNode(_NodeMessage, tag="UncordonNode"):
+class UncordonNode(_NodeMessage, tag="UncordonNode", frozen=True):
     node_id: str
     cluster: str
     by: str

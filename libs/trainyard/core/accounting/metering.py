@@ -39,6 +39,7 @@ from trainyard.events.jobs import (
     JobCancelled,
     JobEvent,
     JobPlaced,
+    JobRejected,
     RunFailed,
     RunStarted,
     RunSucceeded,
@@ -115,7 +116,7 @@ def _earliest(current: float | None, at: float) -> float:
     return at if current is None or at < current else current
 
 
-def _end_key(seq: int | None, at: float, outcome: str) -> tuple:
+def _end_key(seq: int | None, at: float, outcome: str) -> tuple[int, int, float, tuple[int, str]]:
     """Which terminal report ends a run: the first in log order, then (for
     reports without a sequence) the earliest, then the lowest outcome rank."""
     return (0, seq, at, _rank(outcome)) if seq is not None else (1, 0, at, _rank(outcome))
@@ -130,7 +131,9 @@ def end_run(facts: RunFacts, at: float, outcome: str, seq: int | None = None) ->
     return msgspec.structs.replace(facts, ended_at=at, outcome=outcome, ended_seq=seq)
 
 
-def _placement_key(at: float, placement: Mapping[str, int], cluster: str | None) -> tuple:
+def _placement_key(
+    at: float, placement: Mapping[str, int], cluster: str | None
+) -> tuple[float, list[tuple[str, int]], str]:
     return (at, sorted(placement.items()), cluster or "")
 
 
@@ -142,7 +145,7 @@ def observe(facts: RunFacts | None, event: JobEvent, seq: int | None = None) -> 
     all; a cancel of the run's job is applied to each run with :func:`end_run`.
     """
     run_id = getattr(event, "run_id", None)
-    if run_id is None:
+    if run_id is None or isinstance(event, JobAccepted | JobRejected):  # the latter two carry no run id
         raise ValueError(f"{type(event).__name__} names no run; it cannot be metered per run")
     if facts is None:
         facts = RunFacts(run_id=run_id, job_id=event.job_id, tenant=event.tenant)

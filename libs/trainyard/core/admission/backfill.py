@@ -59,7 +59,7 @@ class Shadows:
         """When held GPUs come back, per type, earliest first (a run without a limit: never known)."""
         if self._releases is None:
             self._releases = [[] for _ in self.by_type]
-            ends = []
+            ends: list[tuple[float, int, int]] = []  # (expected end, GPU type, GPUs)
             for h in self.holders:
                 end = h.job.expected_end if h.job.expected_end is not None else math.inf
                 ends.extend((end, t, d) for t, d in h.demand)

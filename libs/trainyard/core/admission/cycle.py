@@ -87,17 +87,17 @@ def _admit_with_tenancy(
     noticed = False  # a holder was already told to stop: its room is coming for someone
     queue_of = index.queue_of
     for r in snapshot.running:
-        demand = demands(r.gpus_by_type) or []
-        for i, d in demand:
+        holding = demands(r.gpus_by_type) or []
+        for i, d in holding:
             held[i] += d
         q = queue_of.get(queue_key(r.tenant, r.queue))
         if q is not None:
             row = usage.get((q, r.may_only_borrow))
             if row is None:
                 row = usage[(q, r.may_only_borrow)] = [0] * nf
-            for i, d in demand:
+            for i, d in holding:
                 row[i] += d
-            holders.append(Holder(r, q, demand))
+            holders.append(Holder(r, q, holding))
             if r.preemptible and r.priority < lowest.get(q, r.priority + 1):
                 lowest[q] = r.priority
             noticed = noticed or r.notice_at is not None
@@ -200,8 +200,10 @@ def _admit_with_tenancy(
                             break
                     if reason is FAIR_SHARE:
                         break
-            start = inf
-            if shadows is not None and (reason is INSUFFICIENT_GPUS or (reason is COHORT_EXHAUSTED and not fail[1])):
+            start: float | None = inf
+            if shadows is not None and (
+                reason is INSUFFICIENT_GPUS or (reason is COHORT_EXHAUSTED and fail is not None and not fail[1])
+            ):
                 short = [min(free[t], root_limit[t] - root_claim[t]) for t in range(nf)]  # GPUs it could get now
                 if any(short[t] < d for t, d in demand):
                     if scheduling.reserve and (job.submitted_at is None or now - job.submitted_at >= reserve_after):
@@ -213,6 +215,7 @@ def _admit_with_tenancy(
                 # holding up the line.  Only the first such job of each type may make room by preemption, so
                 # two jobs never preempt for the same GPUs: for priority at once, to reclaim lent quota (or for
                 # fair share) once it holds the type's reservation.
+                assert reason is not None  # start moved off inf only for a job short of GPUs or of quota
                 if not borrow_only and not any(claimed[t] for t, _ in demand):
                     for t, _ in demand:
                         claimed[t] = True
@@ -229,6 +232,7 @@ def _admit_with_tenancy(
                 for t, _ in demand:
                     qblock[t] = True
                 if reason is not FAIR_SHARE and not borrow_only:
+                    assert fail is not None  # every reason but FAIR_SHARE comes with the node that is short
                     level = cls if reason is INSUFFICIENT_GPUS else max(cls, BORROWING)
                     row = reserved[fail[1]]
                     for t, _ in demand:

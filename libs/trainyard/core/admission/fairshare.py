@@ -32,7 +32,7 @@ def decay_usage(prev: float, used_gpu_seconds: float, elapsed: float, half_life:
         return used_gpu_seconds
     if elapsed <= 0:
         return prev + used_gpu_seconds
-    factor = 0.5 ** (elapsed / half_life)
+    factor: float = 0.5 ** (elapsed / half_life)
     return prev * factor + used_gpu_seconds * (1.0 - factor) * half_life / (elapsed * LN2)
 
 

@@ -80,7 +80,7 @@ def validate_against_tenancy(spec: JobSpec, tenancy: Tenancy) -> list[Validation
             f = index.fidx.get(gpu_type)
             ceiling = ceilings[node][f] if f is not None else 0
             where = f"roles[{first_role[gpu_type]}].gpu_type"
-            if ceiling <= 0:
+            if f is None or ceiling <= 0:
                 errors.append(
                     ValidationError(
                         where,
@@ -107,8 +107,9 @@ def check_quota(tenancy: Tenancy, running: list[RunningJob]) -> list[str]:
     problems = []
     for r in running:
         q = index.queue_of.get(f"{r.tenant}/{r.queue}")
-        demand = [(index.fidx.get(t), n) for t, n in r.gpus_by_type.items() if n > 0]
-        if q is None or any(i is None for i, _ in demand):
+        wanted = [(index.fidx.get(t), n) for t, n in r.gpus_by_type.items() if n > 0]
+        demand = [(i, n) for i, n in wanted if i is not None]
+        if q is None or len(demand) < len(wanted):
             problems.append(f"{r.job_id} holds GPUs outside the quota tree ({r.tenant}/{r.queue}, {r.gpus_by_type})")
             continue
         holders.append((q, demand, r.may_only_borrow))

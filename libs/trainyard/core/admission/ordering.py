@@ -64,10 +64,10 @@ def group_pending(
     jobs.sort(key=attrgetter("priority"), reverse=True)  # stable: equal priorities keep the order above
     groups: dict[tuple[str, str], list[PendingJob]] = {}
     for job in jobs:
-        key = (job.tenant, job.queue)
-        group = groups.get(key)
+        pair = (job.tenant, job.queue)
+        group = groups.get(pair)
         if group is None:
-            groups[key] = [job]
+            groups[pair] = [job]
         else:
             group.append(job)
     return groups

@@ -122,7 +122,7 @@ def preempt(
     for b in blocked:
         borrow_only = b.job.may_only_borrow
         spec = where.specs.get(b.job.job_id) if where is not None else None
-        if _fits(state, free, b, borrow_only) and (spec is None or where.place(spec)):
+        if _fits(state, free, b, borrow_only) and (spec is None or (where is not None and where.place(spec))):
             _take(state, shares, free, b, borrow_only)
             preemptors.append(b.at)
             continue

@@ -112,8 +112,9 @@ class TreeIndex:
         flavors: list[str] = []
         seen: set[str] = set()
         named = [*tenancy.flavors, *extra_flavors]
-        for node in [*tenancy.cohorts, *tenancy.queues]:
-            named.extend(node.quota)
+        members: list[Cohort | QueueQuota] = [*tenancy.cohorts, *tenancy.queues]  # node n is members[n - 1]
+        for member in members:
+            named.extend(member.quota)
         for f in named:
             if f not in seen:
                 seen.add(f)
@@ -127,13 +128,12 @@ class TreeIndex:
         self.names += [f"{q.tenant}/{q.name}" for q in tenancy.queues]
         self.parent = [-1] + [cohort_no.get(c.parent, 0) if c.parent else 0 for c in tenancy.cohorts]
         self.parent += [cohort_no.get(q.cohort, 0) if q.cohort else 0 for q in tenancy.queues]
-        nodes = [None, *tenancy.cohorts, *tenancy.queues]
         self.nominal = [[0] * nf for _ in range(count)]  # nominal quota per node and type
         self.limit = [[0] * nf for _ in range(count)]  # nominal + borrowing limit; 0 for types not listed
         self.guard = [[0] * nf for _ in range(count)]  # nominal quota kept back from siblings
         weight = [1.0] * count
         for n in range(1, count):
-            node = nodes[n]
+            node = members[n - 1]
             weight[n] = node.weight if node.weight > 0 else 1e-9
             for f, q in node.quota.items():
                 i = self.fidx[f]
@@ -152,12 +152,12 @@ class TreeIndex:
         # Paths from each node up to the root; a cycle of cohorts ends at the root.
         self.paths: list[tuple[int, ...]] = []
         for n in range(count):
-            path = [n]
-            while path[-1] != 0 and len(path) <= count:
-                path.append(self.parent[path[-1]])
-            if path[-1] != 0:
-                path.append(0)
-            self.paths.append(tuple(path))
+            walk = [n]
+            while walk[-1] != 0 and len(walk) <= count:
+                walk.append(self.parent[walk[-1]])
+            if walk[-1] != 0:
+                walk.append(0)
+            self.paths.append(tuple(walk))
         children: list[list[int]] = [[] for _ in range(count)]
         for n in range(1, count):
             children[self.parent[n]].append(n)

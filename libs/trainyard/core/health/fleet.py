@@ -150,16 +150,16 @@ def limit_blast_radius(
     result: dict[int, Decision] = {}
     limited: list[tuple[int, Decision]] = []
     for i, decision in enumerate(decisions):
-        node = nodes.get(decision.node_id)
-        pool = pool_of(node, policy) if node is not None else None
-        if decision.automated and decision.takes_out_of_service and pool is not None:
+        known = nodes.get(decision.node_id)
+        known_pool = pool_of(known, policy) if known is not None else None
+        if decision.automated and decision.takes_out_of_service and known_pool is not None:
             limited.append((i, decision))
             continue
         result[i] = decision
-        if pool is not None:
+        if known_pool is not None:
             was_out = decision.before.state not in SCHEDULABLE_STATES
             is_out = decision.after.state not in SCHEDULABLE_STATES
-            out[pool] = out.get(pool, 0) + int(is_out) - int(was_out)
+            out[known_pool] = out.get(known_pool, 0) + int(is_out) - int(was_out)
     # 3. Automated isolations, most urgent first, while the pool has room.
     limited.sort(key=lambda item: (_URGENCY.get(item[1].after.state, 9), item[1].node_id))
     for i, decision in limited:

@@ -9,7 +9,7 @@ rate between two samples crosses a threshold.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -18,6 +18,9 @@ from trainyard.core.health.findings import Finding, FindingKind, Remedy, Severit
 from trainyard.core.health.xid import XID_CATALOG_VERSION, classify_xid
 from trainyard.domain.node import NodeState
 from trainyard.domain.telemetry import GpuSample, NodeSample, XidEvent
+
+#: Records one finding: (GPU index or None for the node, kind, severity, remedy, message).
+AddFinding = Callable[[int | None, FindingKind, Severity, Remedy, str], None]
 
 if TYPE_CHECKING:
     from trainyard.core.health.state import NodeHealthRecord
@@ -172,7 +175,9 @@ def evaluate_sample(
     return findings
 
 
-def _gpu_rules(gpu: GpuSample, prev: GpuSample | None, interval: float | None, policy: HealthPolicy, add) -> None:
+def _gpu_rules(
+    gpu: GpuSample, prev: GpuSample | None, interval: float | None, policy: HealthPolicy, add: AddFinding
+) -> None:
     i = gpu.index
     # 1. The GPU is gone or must be reset: nothing else it reports matters.
     if gpu.gpu_lost:
@@ -191,14 +196,14 @@ def _gpu_rules(gpu: GpuSample, prev: GpuSample | None, interval: float | None, p
     if retired >= policy.retired_pages_limit:
         add(i, FindingKind.RETIRED_PAGES, Severity.FATAL, Remedy.DRAIN_NOW,
             f"{retired} retired pages (limit {policy.retired_pages_limit}); replace the GPU")
-    elif (dbe := _delta(gpu.retired_pages_dbe, prev and prev.retired_pages_dbe)) and dbe > 0:
+    elif (dbe := _delta(gpu.retired_pages_dbe, prev.retired_pages_dbe if prev is not None else None)) and dbe > 0:
         add(i, FindingKind.RETIRED_PAGES, Severity.SUSPECT, Remedy.RESET_GPU, f"{dbe} new page(s) retired for double-bit errors")
-    uncorrected = _delta(gpu.ecc_uncorrected_volatile, prev and prev.ecc_uncorrected_volatile)
+    uncorrected = _delta(gpu.ecc_uncorrected_volatile, prev.ecc_uncorrected_volatile if prev is not None else None)
     if uncorrected is not None and uncorrected > 0:
         add(i, FindingKind.ECC_UNCORRECTED, Severity.SUSPECT, Remedy.RESET_GPU, f"{uncorrected} new uncorrectable ECC error(s)")
-    corrected = _delta(gpu.ecc_corrected_volatile, prev and prev.ecc_corrected_volatile)
+    corrected = _delta(gpu.ecc_corrected_volatile, prev.ecc_corrected_volatile if prev is not None else None)
     if corrected is None:  # some boards only keep lifetime counters
-        corrected = _delta(gpu.ecc_corrected_aggregate, prev and prev.ecc_corrected_aggregate)
+        corrected = _delta(gpu.ecc_corrected_aggregate, prev.ecc_corrected_aggregate if prev is not None else None)
     if corrected and interval is not None:
         per_hour = corrected * 3600.0 / max(interval, policy.min_rate_interval_s)
         if per_hour >= policy.ecc_corrected_per_hour:
@@ -227,7 +232,7 @@ def _gpu_rules(gpu: GpuSample, prev: GpuSample | None, interval: float | None, p
         if link_errors is not None and link_errors >= policy.nvlink_errors_per_interval:
             add(i, FindingKind.NVLINK_ERRORS, Severity.SUSPECT, Remedy.RESET_GPU,
                 f"{link_errors} NVLink replay/recovery/CRC errors since the last sample")
-    replays = _delta(gpu.pcie_replay_counter, prev and prev.pcie_replay_counter)
+    replays = _delta(gpu.pcie_replay_counter, prev.pcie_replay_counter if prev is not None else None)
     if replays is not None and replays >= policy.pcie_replays_per_interval:
         add(i, FindingKind.PCIE_REPLAY, Severity.SUSPECT, Remedy.IGNORE,
             f"{replays} PCIe replays since the last sample; check the slot / riser")
@@ -244,7 +249,7 @@ _RECOVERY_ACTION_RULES: dict[str, tuple[Severity, Remedy]] = {
 }
 
 
-def _recovery_action_rule(i: int, action: str | None, add) -> None:
+def _recovery_action_rule(i: int, action: str | None, add: AddFinding) -> None:
     if action is None or action == "none":
         return
     severity, remedy = _RECOVERY_ACTION_RULES.get(action, (Severity.SUSPECT, Remedy.RESET_GPU))

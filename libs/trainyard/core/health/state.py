@@ -14,6 +14,9 @@ that says why.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import msgspec
 
 from trainyard.core.health.actions import (
@@ -72,34 +75,34 @@ class _Command(msgspec.Struct, tag_field="type", frozen=True, kw_only=True):
     node_id: str
 
 
-class Cordon(_Command, tag="Cordon"):
+class Cordon(_Command, tag="Cordon", frozen=True):
     by: str
     reason: str
 
 
-class Uncordon(_Command, tag="Uncordon"):
+class Uncordon(_Command, tag="Uncordon", frozen=True):
     by: str  # must be "operator:<name>": automation returns nodes only through checks
     reason: str
 
 
-class Drain(_Command, tag="Drain"):
+class Drain(_Command, tag="Drain", frozen=True):
     by: str
     reason: str
 
 
-class DrainComplete(_Command, tag="DrainComplete"):
+class DrainComplete(_Command, tag="DrainComplete", frozen=True):
     """No run is left on the node."""
 
 
-class ChecksPassed(_Command, tag="ChecksPassed"):
+class ChecksPassed(_Command, tag="ChecksPassed", frozen=True):
     checks: tuple[str, ...] = ()
 
 
-class ChecksFailed(_Command, tag="ChecksFailed"):
+class ChecksFailed(_Command, tag="ChecksFailed", frozen=True):
     reason: str
 
 
-class HeartbeatResumed(_Command, tag="HeartbeatResumed"):
+class HeartbeatResumed(_Command, tag="HeartbeatResumed", frozen=True):
     """A lost node's agent reports again."""
 
     same_boot: bool = False  # the boot declared lost heartbeats again: the loss was a false alarm
@@ -290,7 +293,8 @@ def _heartbeat_resumed(record: NodeHealthRecord, cmd: HeartbeatResumed, now: flo
     return moved, (RunHealthChecks(node_id=record.node_id, reason="node was lost"),)
 
 
-_HANDLERS = {
+# Each handler takes the command of its own type (the key), hence ``Any`` for that argument.
+_HANDLERS: dict[type[Command], Callable[[NodeHealthRecord, Any, float, HealthPolicy], Result]] = {
     Cordon: _cordon,
     Uncordon: _uncordon,
     Drain: _drain,

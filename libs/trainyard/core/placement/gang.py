@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from trainyard.core.placement.leaves import Span, plan, span
-from trainyard.core.placement.scoring import best_fit_key, spill_key
+from trainyard.core.placement.scoring import FitKey, best_fit_key, spill_key
 from trainyard.core.placement.topology import LEVEL_OF, Domain, Level, Node, Topology
 from trainyard.core.reasons import PendingReason
 from trainyard.domain.job import JobSpec
@@ -163,7 +163,7 @@ def _candidates(topo: Topology, roots: dict[str, Domain], by_type: dict[str, lis
             return []
         node = _best_node(roots[primary], need[primary])
         return [{primary: node}] if node is not None else []
-    found: list[tuple[tuple, dict[str, Domain]]] = []
+    found: list[tuple[FitKey, dict[str, Domain]]] = []
     primary_need = need_of(by_type[primary])
     for domain in _fitting(roots[primary], level, primary_need):
         group = {primary: domain}
@@ -184,7 +184,7 @@ def _candidates(topo: Topology, roots: dict[str, Domain], by_type: dict[str, lis
     return [g for _, g in found[:limit]]
 
 
-def _two_level_order(topo: Topology, found: list[tuple[tuple, dict[str, Domain]]], primary: str, need: Need,
+def _two_level_order(topo: Topology, found: list[tuple[FitKey, dict[str, Domain]]], primary: str, need: Need,
                      level: Level, limit: int) -> Iterator[dict[str, Domain]]:
     """Candidates (sorted best fit first) by two-level rank, then best fit.
 
@@ -304,9 +304,9 @@ def _fill(topo: Topology, domain: Domain, gpus: int, count: int, dem: Demand) ->
     if isinstance(domain, Node):
         out: list[Assignment] = []
         while len(out) < count and len(domain.free_gpus) >= gpus:
-            chosen = domain.free_gpus[:gpus]
-            topo.take(domain, chosen)
-            out.append((dem.role_index, dem.role, domain, chosen))
+            indices = domain.free_gpus[:gpus]
+            topo.take(domain, indices)
+            out.append((dem.role_index, dem.role, domain, indices))
         return out
     slots = {c.key: c.slots(gpus) for c in domain.children}
     kids = [c for c in domain.children if slots[c.key] > 0]

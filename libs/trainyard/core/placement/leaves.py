@@ -86,11 +86,11 @@ def plan(domain: Domain, gpus: int, count: int) -> list[tuple[Domain, int, int]]
         return None
     if k == 1:
         # One spine: the one needing the fewest leaves, then best fit.
-        best = min(
+        only = min(
             (i for i in range(len(spines)) if reach[i][-1] >= count),
             key=lambda i: (_leaves_for(reach[i], count), spines[i].free, spines[i].key),
         )
-        return [(spines[best], count, _leaves_for(reach[best], count))]
+        return [(spines[only], count, _leaves_for(reach[only], count))]
     # 2. An upper bound on leaves: the largest leaves of the k largest spines.
     pooled = sorted(
         (b - a for i in order[:k] for a, b in pairwise([0, *reach[i]])), reverse=True
@@ -125,10 +125,10 @@ def plan(domain: Domain, gpus: int, count: int) -> list[tuple[Domain, int, int]]
                         after[t] = (value, (*picks, (i, leaves)))
     final = next(s for s in best[k] if s is not None and s[0][0] >= count)
     # 4. Replicas per spine: the spines that hold most take all they can, the last the rest.
-    picks = sorted(final[1], key=lambda p: (-reach[p[0]][p[1] - 1], spines[p[0]].key))
+    ordered = sorted(final[1], key=lambda p: (-reach[p[0]][p[1] - 1], spines[p[0]].key))
     out: list[tuple[Domain, int, int]] = []
     left = count
-    for i, leaves in picks:
+    for i, leaves in ordered:
         take = min(left, reach[i][leaves - 1])
         left -= take
         out.append((spines[i], take, _leaves_for(reach[i], take)))

@@ -83,10 +83,10 @@ def select_victims(
     touched: dict[tuple[Level, str], list[RunningAlloc]] = {}
     for v in victims:
         keys = {(d.level, d.key) for r in v.replicas if r.node_id in topo.nodes for d in topo.nodes[r.node_id].chain}
-        for key in sorted(keys):
-            touched.setdefault(key, []).append(v)
+        for where in sorted(keys):
+            touched.setdefault(where, []).append(v)
     widest = widest_level(spec)
-    best: tuple[float, int, str, list[RunningAlloc], list[ReplicaPlacement]] | None = None
+    best: tuple[float, Level, str, list[RunningAlloc], list[ReplicaPlacement]] | None = None
     # 3. Per domain: stop the cheapest runs in it until the gang fits there.
     for level in Level:
         if level > widest or (level is Level.CLUSTER and best is not None):

@@ -20,7 +20,11 @@ from trainyard.core.placement.topology import Domain, Level, domain_key
 DEFAULT_PROBE_SIZES: tuple[int, ...] = (8, 64)
 
 
-def best_fit_key(domain: Domain, need_gpus: int) -> tuple[int, int, str]:
+#: Best-fit sort key of a domain: (free GPUs left over, whole free nodes, key).
+FitKey = tuple[int, int, str]
+
+
+def best_fit_key(domain: Domain, need_gpus: int) -> FitKey:
     """Sort key for a domain that holds a demand of ``need_gpus``: smaller is better.
 
     1. fewest free GPUs left over (best fit, keeps emptier domains empty);

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Iterator
+from typing import cast
 
 from trainyard.domain.job import TopologyLevel
 from trainyard.domain.node import NodeInfo
@@ -142,7 +143,10 @@ class Topology:
 
     def __init__(self, trees: dict[str, Tree], capacity_by_type: dict[str, int]) -> None:
         self.trees = trees
-        self.nodes: dict[str, Node] = {n.key: n for t in trees.values() for n in t.levels[Level.NODE].values()}
+        # Every domain at the NODE level is a Node (``build`` puts only Nodes there).
+        self.nodes: dict[str, Node] = {
+            n.key: cast(Node, n) for t in trees.values() for n in t.levels[Level.NODE].values()
+        }
         self.capacity_by_type = capacity_by_type  # GPUs of every node in the snapshot, schedulable or not
 
     @classmethod
@@ -157,7 +161,8 @@ class Topology:
                 widths[info.gpu_type] = max(widths.get(info.gpu_type, 0), info.gpus)
         trees = {t: Tree(t, w) for t, w in widths.items()}
         seen: set[str] = set()
-        ancestors: dict[tuple, list[Domain]] = {}  # (type, zone, block, rack, nvlink) -> parent .. root
+        # (type, zone, block, rack, nvlink) -> parent .. root
+        ancestors: dict[tuple[str, str, str, str, str | None], list[Domain]] = {}
         for info, free, schedulable in views:
             if not schedulable or info.gpus <= 0 or info.node_id in seen:
                 continue
@@ -173,7 +178,7 @@ class Topology:
                     parent = tree.domain(Level.NVLINK, domain_key(info, Level.NVLINK), parent)
                 above = ancestors[where] = [parent]
                 while above[-1].parent is not None:
-                    above.append(above[-1].parent)  # type: ignore[arg-type]
+                    above.append(above[-1].parent)
             parent = above[0]
             node = Node(info, parent, tree.width, [g for g in free if 0 <= g < info.gpus])
             parent.children.append(node)
