@@ -18,13 +18,13 @@ class ConfigurationError(Exception):
 
 
 class Settings(msgspec.Struct, frozen=True):
-    nats_url: str = "nats://127.0.0.1:4222"
+    nats_url: str = "nats://127.0.0.1:4222"  # or every server of a cluster, comma-separated
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_prefix: str = "ty:"
     cluster: str = "local"
     data_dir: str = DEFAULT_DATA_DIR
     ledger_url: str = f"sqlite:///{DEFAULT_DATA_DIR}/ledger.db"  # default: <data_dir>/ledger.db
-    stream_replicas: int = 1
+    stream_replicas: int = 1  # of every stream and KV bucket this process creates: 3 on a NATS cluster
     heartbeat_interval_s: float = 1.0
     heartbeat_timeout_s: float = 5.0
     cycle_interval_s: float = 1.0  # a decider cycles at least this often

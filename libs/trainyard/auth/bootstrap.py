@@ -68,14 +68,14 @@ async def ensure_admin_token(bus: Bus, data_dir: str | Path, replicas: int = 1) 
     return token, True
 
 
-def ensure_admin_token_at(nats_url: str, data_dir: str | Path) -> tuple[str, bool]:
+def ensure_admin_token_at(nats_url: str, data_dir: str | Path, replicas: int = 1) -> tuple[str, bool]:
     """:func:`ensure_admin_token` from synchronous code (``trainyard up``),
     in a thread of its own so it works whether or not a loop is running."""
 
     async def run() -> tuple[str, bool]:
         bus = await Bus.connect(nats_url, name="trainyard-up")
         try:
-            return await ensure_admin_token(bus, data_dir)
+            return await ensure_admin_token(bus, data_dir, replicas)
         finally:
             await bus.close()
 

@@ -26,6 +26,14 @@ EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 EXPECTED_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 
 
+def server_urls(url: str) -> list[str]:
+    """The servers in ``url``: one URL, or several separated by commas."""
+    urls = [one.strip() for one in url.split(",") if one.strip()]
+    if not urls:
+        raise ValueError("no NATS server URL given")
+    return urls
+
+
 class WrongLastSequence(Exception):
     """Someone else changed this entity first: re-read and decide again."""
 
@@ -58,13 +66,15 @@ class Bus:
         """Connect for good: lost connections and fatal server errors are
         followed by reconnects (see ``trainyard.bus.client``), and a
         connection closed by anything but :meth:`close` is opened again.
+        ``url`` may list several servers of a cluster, comma-separated: the
+        client connects to one and moves to another when it is lost.
         ``options`` go to the client as they are: ``user``, ``password``,
         ``inbox_prefix`` and ``tls`` (see ``trainyard.runtime.nats_options``)."""
         nc = ResilientClient()
         bus = cls(nc, nc.jetstream(timeout=10.0, publish_async_max_pending=20_000))
         bus._options = dict(
             options,
-            servers=url,
+            servers=server_urls(url),
             name=name,
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,

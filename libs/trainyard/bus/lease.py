@@ -28,11 +28,12 @@ class Lease:
         self._valid_until = 0.0
 
     @classmethod
-    async def open(cls, bus: Bus, key: str, holder: str, ttl_s: float = 3.0) -> Lease:
+    async def open(cls, bus: Bus, key: str, holder: str, ttl_s: float = 3.0, replicas: int = 1) -> Lease:
+        """The lease ``key``; creates the bucket (with ``replicas``) if it is missing."""
         try:
             kv = await bus.js.key_value(BUCKET)
         except (NotFoundError, BadRequestError):
-            kv = await bus.js.create_key_value(bucket=BUCKET, ttl=ttl_s, history=1)
+            kv = await bus.js.create_key_value(bucket=BUCKET, ttl=ttl_s, history=1, replicas=replicas)
         return cls(kv, key, holder, ttl_s)
 
     @property

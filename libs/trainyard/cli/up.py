@@ -26,6 +26,13 @@ def up(
     portal: list[str] = typer.Option(
         [], "--portal", help="A tenant whose submission portal gets a NATS user (may repeat)."
     ),
+    nats_cluster: int = typer.Option(
+        1, "--nats-cluster", help="NATS nodes: 1, or a cluster of 3 (or 5) keeping 3 replicas of every stream."
+    ),
+    nats_sync: str = typer.Option(
+        "", "--nats-sync", help="JetStream sync_interval: always (fsync before each ack), default (every 2 min) "
+        "or a duration such as 1s. Default: always on one node, default in a cluster (docs/reliability.md).",
+    ),
 ) -> None:
     """Start NATS, Redis, every service, the emulated cluster and the gateway, until Ctrl-C,
     SIGTERM or SIGHUP (closing the terminal), which stop all of them."""
@@ -36,9 +43,14 @@ def up(
     config = StackConfig(
         data_dir=data_dir, nodes=nodes, gpus_per_node=gpus, racks=racks, http_port=http_port,
         grpc_port=grpc_port, nats_port=nats_port, redis_port=redis_port,
-        ledger_url=os.environ.get("TRAINYARD_LEDGER_URL", ""), portals=portal,
+        ledger_url=os.environ.get("TRAINYARD_LEDGER_URL", ""), portals=portal, nats_cluster=nats_cluster,
+        nats_sync=nats_sync,
     )
-    stack = LocalStack(config, progress=lambda line: _say(f"  {line}"))
+    try:
+        stack = LocalStack(config, progress=lambda line: _say(f"  {line}"))
+    except ValueError as err:
+        _say(f"[red]error:[/red] {err}", err=True)
+        raise typer.Exit(2) from err
 
     def _stop(signum: int, _frame: object) -> None:
         if not stack.stopping.is_set():
@@ -78,7 +90,10 @@ def _print_banner(stack, nodes: int, gpus: int, racks: int) -> None:  # type: ig
     _say("[bold green]Trainyard is up[/bold green]")
     _say(f"  REST API + docs  {stack.api_url}  ({stack.api_url}/docs)")
     _say(f"  gRPC             127.0.0.1:{stack.grpc_port}")
-    _say(f"  NATS JetStream   {stack.nats.admin_url}")
+    _say(f"  NATS JetStream   {stack.nats_admin_url}")
+    size = len(stack.nats_nodes)
+    shape = "one node" if size == 1 else f"a cluster of {size} nodes, {stack.nats_replicas} replicas of every stream"
+    _say(f"  NATS durability  {shape}; sync_interval {stack.nats_sync}")
     _say(f"  Redis            {stack.redis.admin_url}")
     if stack.credentials is not None:
         _say(f"  bus users        {stack.data_dir / 'bus' / 'credentials.json'}  (one per service; see docs/security.md)")

@@ -49,11 +49,14 @@ class ConfigStore:
         self.kv = kv
 
     @classmethod
-    async def open(cls, bus: Bus) -> ConfigStore:
+    async def open(cls, bus: Bus, replicas: int = 1) -> ConfigStore:
+        """The store; creates the bucket (with ``replicas``) if it is missing."""
         try:
             kv = await bus.js.key_value(BUCKET)
         except (NotFoundError, BadRequestError):
-            kv = await bus.js.create_key_value(bucket=BUCKET, history=64, description="Trainyard configuration")
+            kv = await bus.js.create_key_value(
+                bucket=BUCKET, history=64, description="Trainyard configuration", replicas=replicas
+            )
         return cls(bus, kv)
 
     async def current(self) -> ConfigVersion | None:

@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -206,8 +207,11 @@ def write_ports(data_dir: Path, ports: dict[str, int]) -> None:
     tmp.replace(data_dir / PORTS_FILE)
 
 
-def choose_ports(data_dir: Path, asked: dict[str, int]) -> tuple[dict[str, int], list[str]]:
-    """The port of each of :data:`PORT_NAMES`: the one asked for (non-zero in
+def choose_ports(
+    data_dir: Path, asked: dict[str, int], names: Sequence[str] = PORT_NAMES
+) -> tuple[dict[str, int], list[str]]:
+    """The port of each of ``names`` (:data:`PORT_NAMES`, and a NATS cluster's
+    other ports): the one asked for (non-zero in
     ``asked``), else the one kept from the last start, else a free one; and a
     note for each kept port another program has taken since.  Stores the
     result.  Raises :class:`PortError` when a port asked for is in use."""
@@ -221,7 +225,7 @@ def choose_ports(data_dir: Path, asked: dict[str, int]) -> tuple[dict[str, int],
             if port not in chosen.values():
                 return port
 
-    for name in PORT_NAMES:
+    for name in names:
         port = asked.get(name) or 0
         if port:
             if not port_free(port) or port in chosen.values():

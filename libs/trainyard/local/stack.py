@@ -11,11 +11,14 @@ The bus is locked by default: NATS and Redis start with a user per service
 passwords are kept in ``<data dir>/bus/`` (:mod:`trainyard.local.credentials`);
 each service is given only its own.  ``StackConfig(locked_bus=False)`` starts
 servers without users.
+
+``StackConfig(nats_cluster=3)`` runs NATS as a cluster of three nodes whose
+streams and buckets keep three replicas (:mod:`trainyard.local.nats_nodes`);
+services are given every node's URL.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import socket
@@ -37,8 +40,17 @@ from trainyard.local.credentials import (
     service_env,
     write_server_files,
 )
-from trainyard.local.lock import Child, StackLock, choose_ports, process_cmdline, signal_group, stop_leftovers
-from trainyard.testing.servers import Server, ServerError, start_nats, start_redis, url_with_user
+from trainyard.local.lock import (
+    PORT_NAMES,
+    Child,
+    StackLock,
+    choose_ports,
+    process_cmdline,
+    signal_group,
+    stop_leftovers,
+)
+from trainyard.local.nats_nodes import check_nats, declare_streams, port_names, replicas_for, start_stack_nats, sync_for
+from trainyard.testing.servers import Server, ServerError, start_redis, url_with_user
 
 #: Process name -> the command after ``python``.
 SERVICES: dict[str, list[str]] = {
@@ -74,6 +86,8 @@ class StackConfig(msgspec.Struct):
     ledger_url: str = ""  # "" is sqlite at <data dir>/ledger.db
     locked_bus: bool = True  # NATS and Redis users with least privilege (docs/security.md)
     portals: list[str] = []  # tenants that get a submission portal's NATS user
+    nats_cluster: int = 1  # NATS nodes: 1, or a cluster of 3 (or 5) with 3 replicas of every stream
+    nats_sync: str = ""  # JetStream sync_interval: always, default or a duration; "": always on 1 node, else default
 
 
 class StackState(msgspec.Struct):
@@ -115,7 +129,9 @@ class LocalStack:
     def __init__(self, config: StackConfig, progress: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.data_dir = Path(config.data_dir).resolve()
-        self.nats: Server | None = None
+        check_nats(config.nats_cluster, config.nats_sync)
+        self.nats: Server | None = None  # the first (or only) NATS node
+        self.nats_nodes: list[Server] = []  # every NATS node
         self.redis: Server | None = None
         self.procs: dict[str, subprocess.Popen] = {}
         self.env: dict[str, str] = {}
@@ -130,6 +146,24 @@ class LocalStack:
     @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def nats_url(self) -> str:
+        """Every NATS node's URL, comma-separated, without credentials."""
+        return ",".join(node.url for node in self.nats_nodes)
+
+    @property
+    def nats_admin_url(self) -> str:
+        """:attr:`nats_url` with the admin credential on a locked bus."""
+        return ",".join(node.admin_url for node in self.nats_nodes)
+
+    @property
+    def nats_replicas(self) -> int:
+        return replicas_for(self.config.nats_cluster)
+
+    @property
+    def nats_sync(self) -> str:
+        return sync_for(self.config.nats_cluster, self.config.nats_sync)
 
     @property
     def ledger_url(self) -> str:
@@ -160,7 +194,7 @@ class LocalStack:
             self.progress(f"took over the lock of a stack that is gone (pid {stale.pid} on {stale.host}){left}")
         asked = {"http": self.config.http_port, "grpc": self.config.grpc_port,
                  "nats": self.config.nats_port, "redis": self.config.redis_port}
-        ports, notes = choose_ports(self.data_dir, asked)
+        ports, notes = choose_ports(self.data_dir, asked, [*PORT_NAMES, *port_names(self.config.nats_cluster)])
         for note in notes:
             self.progress(note)
         self.ports = ports
@@ -180,11 +214,14 @@ class LocalStack:
             nats_admin = _pair(self.credentials.nats_user(ADMIN))
             redis_admin = _pair(self.credentials.redis_user(ADMIN))
             self.progress(f"bus users and passwords in {bus_dir}")
-        self.progress(f"nats-server starting on port {self.ports['nats']}")
-        self.nats = start_nats(self.data_dir / "nats", self.ports["nats"], config_file=nats_conf, admin=nats_admin)
-        self.progress(f"nats-server ready (pid {self.nats.proc.pid})")
+        size = self.config.nats_cluster
+        what = "nats-server" if size == 1 else f"a cluster of {size} nats-servers"
+        self.progress(f"{what} starting on port {self.ports['nats']} (sync_interval {self.nats_sync})")
+        self.nats_nodes = start_stack_nats(self.data_dir, size, self.ports, self.nats_sync, nats_conf, nats_admin)
+        self.nats = self.nats_nodes[0]
+        self.progress(f"{what} ready (pid {', '.join(str(n.proc.pid) for n in self.nats_nodes)})")
         self._record_children()
-        _declare_streams(self.nats.admin_url)
+        declare_streams(self.nats_admin_url, self.nats_replicas)
         if self.stopping.is_set():
             return
         self.progress(f"redis-server starting on port {self.ports['redis']}")
@@ -194,10 +231,11 @@ class LocalStack:
         self._create_ledger()
         from trainyard.auth import ensure_admin_token_at
 
-        _, self.admin_token_created = ensure_admin_token_at(self.nats.admin_url, self.data_dir)
+        _, self.admin_token_created = ensure_admin_token_at(self.nats_admin_url, self.data_dir, self.nats_replicas)
         self.env = {
             **{k: v for k, v in os.environ.items() if k not in _CREDENTIAL_SETTINGS},  # each service gets its own
-            "TRAINYARD_NATS_URL": self.nats.url,
+            "TRAINYARD_NATS_URL": self.nats_url,
+            "TRAINYARD_STREAM_REPLICAS": str(self.nats_replicas),
             "TRAINYARD_REDIS_URL": self.redis.url,
             "TRAINYARD_CLUSTER": self.config.cluster,
             "TRAINYARD_DATA_DIR": str(self.data_dir),
@@ -309,7 +347,7 @@ class LocalStack:
         if not self.lock.held:
             return
         procs = {name: proc.pid for name, proc in self.procs.items() if proc.poll() is None}
-        for server in (self.nats, self.redis):
+        for server in (*self.nats_nodes, self.redis):
             if server is not None and server.proc.poll() is None:
                 procs[f"{server.name}-server"] = server.proc.pid
         self.lock.update(children={name: Child(pid, process_cmdline(pid)) for name, pid in procs.items()})
@@ -317,7 +355,7 @@ class LocalStack:
     def write_state(self) -> None:
         assert self.nats and self.redis
         state = StackState(
-            api_url=self.api_url, grpc_target=f"127.0.0.1:{self.grpc_port}", nats_url=self.nats.url,
+            api_url=self.api_url, grpc_target=f"127.0.0.1:{self.grpc_port}", nats_url=self.nats_url,
             redis_url=self.redis.url, ledger_url=self.ledger_url, pid=os.getpid(),
             locked_bus=self.credentials is not None,
         )
@@ -352,8 +390,11 @@ class LocalStack:
     def stop(self) -> None:
         """Stop every service, then NATS and Redis; release the data directory."""
         self._stop_procs(list(reversed(list(self.procs))), STOP_TIMEOUT_S)
-        if self.nats:
-            self.nats.stop()
+        for node in self.nats_nodes:
+            if node.proc.poll() is None:
+                node.proc.terminate()  # together: a cluster's nodes need not wait out each other's shutdown
+        for node in self.nats_nodes:
+            node.stop()
         if self.redis:
             self.redis.stop()
         if self.lock.held:
@@ -369,25 +410,6 @@ class LocalStack:
 
 def _pair(user: BusUser) -> tuple[str, str]:
     return user.name, user.password
-
-
-def _declare_streams(admin_url: str) -> None:
-    """Create the streams, or bring their settings up to date, as admin (on a
-    locked bus no service may update a stream).  In a thread of its own, so a
-    caller inside an event loop may start a stack too."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from trainyard.bus import Bus, ensure_streams
-
-    async def declare() -> None:
-        bus = await Bus.connect(admin_url, "trainyard-up")
-        try:
-            await ensure_streams(bus.js)
-        finally:
-            await bus.close()
-
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(asyncio.run, declare()).result()
 
 
 def _listening(port: int) -> bool:

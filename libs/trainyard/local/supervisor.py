@@ -5,7 +5,9 @@ A process that exits is started again after a backoff that doubles with each
 exit in a row (1 s, 2 s, 4 s ... at most 30 s) and resets once the process has
 stayed up for a healthy period (60 s).  Each process has its own backoff: one
 process waiting to restart holds none of the others back.  nats-server and
-Redis restart with the same command line, data directory and port.
+Redis restart with the same command line, data directory and port; each node
+of a NATS cluster (``nats-1``, ``nats-2``, ...) is a process of its own, and
+rejoins the cluster when it restarts.
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ from dataclasses import dataclass, field
 
 from trainyard.testing.servers import Server, wait_port
 
-SERVERS = ("nats", "redis")
+
+def servers(stack) -> dict[str, Server]:  # type: ignore[no-untyped-def]
+    """The stack's servers by name: ``nats`` (or each node of a NATS
+    cluster, ``nats-1``...) and ``redis``."""
+    nodes = list(getattr(stack, "nats_nodes", None) or ([stack.nats] if stack.nats is not None else []))
+    found = {node.name: node for node in nodes}
+    if stack.redis is not None:
+        found["redis"] = stack.redis
+    return found
 
 
 @dataclass
@@ -53,7 +63,7 @@ def restart_server(server: Server, timeout: float = 30.0) -> None:
 
 class Supervisor:
     """Watches a :class:`~trainyard.local.stack.LocalStack` (duck-typed: its
-    ``procs``, ``nats``, ``redis`` and ``start_service``)."""
+    ``procs``, ``nats`` or ``nats_nodes``, ``redis`` and ``start_service``)."""
 
     def __init__(self, stack, say: Callable[[str], None] = lambda line: None,  # type: ignore[no-untyped-def]
                  clock: Callable[[], float] = time.monotonic, backoff: Callable[[], Backoff] = Backoff) -> None:
@@ -69,13 +79,14 @@ class Supervisor:
             self._backoff(name).started(now)
 
     def names(self) -> list[str]:
-        return [*self.stack.procs, *(s for s in SERVERS if getattr(self.stack, s, None) is not None)]
+        return [*self.stack.procs, *servers(self.stack)]
 
     def _backoff(self, name: str) -> Backoff:
         return self.backoffs.setdefault(name, self._new_backoff())
 
     def _exit_code(self, name: str) -> int | None:
-        proc = getattr(self.stack, name).proc if name in SERVERS else self.stack.procs[name]
+        found = servers(self.stack)
+        proc = found[name].proc if name in found else self.stack.procs[name]
         return proc.poll()
 
     def check(self) -> None:
@@ -95,8 +106,9 @@ class Supervisor:
     def _restart(self, name: str) -> None:
         del self.due[name]
         try:
-            if name in SERVERS:
-                restart_server(getattr(self.stack, name))
+            found = servers(self.stack)
+            if name in found:
+                restart_server(found[name])
             else:
                 self.stack.start_service(name)
         except Exception as err:  # noqa: BLE001 - tried again after the next backoff

@@ -22,13 +22,14 @@ async def main(rt: Runtime) -> None:
     jobs = Projector(rt.bus, rt.store, "JOBS")
     nodes = Projector(rt.bus, rt.store, "NODES")
     tenancy = TenancyHolder()
-    config = await ConfigStore.open(rt.bus)
+    config = await ConfigStore.open(rt.bus, replicas=rt.settings.stream_replicas)
     intake = IntakeHandler(rt.bus, rt.store, time.time, tenancy)
     cycle = AdmissionCycle(
         rt.bus, rt.store, jobs, AdmissionPolicy(), time.time, node_projector=(nodes,), tenancy=tenancy,
         placement_timeout_s=rt.settings.placement_timeout_s, cluster=rt.settings.cluster,
     )
-    lease = await Lease.open(rt.bus, f"admission.{rt.settings.cluster}", holder=f"{os.getpid()}")
+    lease = await Lease.open(rt.bus, f"admission.{rt.settings.cluster}", holder=f"{os.getpid()}",
+                             replicas=rt.settings.stream_replicas)
     spec = ConsumerSpec(stream="INTAKE", durable="admission-intake", filter_subject=subjects.INTAKE_ALL)
     try:
         await run_tasks(
