@@ -39,6 +39,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--stall-s", type=float, default=defaults.stall_s)
     p.add_argument("--seed", type=int, default=defaults.seed)
     p.add_argument("--nodes", type=int, default=32)
+    p.add_argument("--nats-cluster", type=int, default=1, help="NATS nodes (3: a cluster with R3 streams)")
     p.add_argument("--drain-timeout-s", type=float, default=defaults.drain_timeout_s)
     p.add_argument("--keep", metavar="DIR", help="run the stack in DIR and keep it (logs, ledger) afterwards")
     p.add_argument("--json", action="store_true")
@@ -71,11 +72,12 @@ async def main(args: argparse.Namespace) -> int:
                      stall_s=args.stall_s, seed=args.seed, drain_timeout_s=args.drain_timeout_s)
     with contextlib.ExitStack() as cleanup:
         tmp = args.keep or cleanup.enter_context(tempfile.TemporaryDirectory(prefix="trainyard-chaos-"))
-        stack = LocalStack(StackConfig(data_dir=tmp, nodes=args.nodes, racks=4, log_level="WARNING"))
+        stack = LocalStack(StackConfig(data_dir=tmp, nodes=args.nodes, racks=4, log_level="WARNING",
+                                         nats_cluster=args.nats_cluster))
         t0 = time.monotonic()
         await asyncio.to_thread(stack.start)
         print(f"stack up in {time.monotonic() - t0:.0f}s ({args.nodes} nodes); seed {args.seed}", file=sys.stderr)
-        bus = await Bus.connect(stack.nats.admin_url, "chaos")
+        bus = await Bus.connect(stack.nats_admin_url, "chaos")
         store = Store.from_url(stack.redis.admin_url)
         try:
             report = await Chaos(stack, plan, bus, store, lambda line: print(line, file=sys.stderr)).run()

@@ -43,12 +43,11 @@ from trainyard.events import (
 )
 from trainyard.ledger import Ledger
 from trainyard.local import LocalStack
-from trainyard.local.supervisor import Backoff, Supervisor, restart_server
+from trainyard.local.supervisor import Backoff, Supervisor, restart_server, servers
 from trainyard.store import Store, views
 from trainyard.testing.streams import read_job_events
 
 TERMINAL = ("succeeded", "failed", "cancelled", "rejected")
-SERVERS = ("nats", "redis")
 
 
 class ChaosPlan(msgspec.Struct, frozen=True):
@@ -123,20 +122,23 @@ class Chaos:
     # --- processes -------------------------------------------------------------
 
     def victims(self) -> list[str]:
-        every = [*self.stack.procs, *SERVERS]
+        """Every service, and nats-server (each node of a NATS cluster: ``nats-1``...) and Redis."""
+        every = [*self.stack.procs, *servers(self.stack)]
         return [v for v in (self.plan.victims or every) if v not in self.stalled]
 
     def _proc(self, name: str) -> subprocess.Popen:
-        return getattr(self.stack, name).proc if name in SERVERS else self.stack.procs[name]
+        found = servers(self.stack)
+        return found[name].proc if name in found else self.stack.procs[name]
 
     def kill(self, name: str) -> None:
         """SIGKILL ``name`` and start it again, as a crash and a supervisor would."""
-        if name not in SERVERS:
+        found = servers(self.stack)
+        if name not in found:
             if self.stack.procs[name].poll() is None:
                 self.stack.kill(name)
             self.stack.start_service(name)
             return
-        restart_server(getattr(self.stack, name))
+        restart_server(found[name])
 
     async def stall(self, name: str) -> None:
         proc = self._proc(name)
