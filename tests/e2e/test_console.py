@@ -212,6 +212,11 @@ def test_an_operator_reads_the_cluster_map_and_cordons_and_uncordons_a_node(cons
     expect(page).to_have_url(f"{stack.api_url}/cluster")
     expect(page.locator("a.node")).to_have_count(16)
     assert page.locator(".rack").count() == 2
+    admin = api(stack, callers.tokens["admin"])
+    spec = {"tenant": "acme", "queue": "default", "simulated_duration_s": 20, "job_id": "map-1",
+            "roles": [{"name": "trainer", "replicas": 2, "gpus_per_replica": 8}]}
+    assert admin.post("/v1/jobs", json=spec).status_code == 202
+    expect(page.locator(".gpu.held")).to_have_count(16, timeout=WAIT_MS)  # the map follows placements live
     shot(page, "operator-cluster-by-tenant")
 
     page.click("#node-n03")
@@ -223,8 +228,8 @@ def test_an_operator_reads_the_cluster_map_and_cordons_and_uncordons_a_node(cons
 
     page.goto("/cluster?colour=health")
     expect(page.locator("#node-n03")).to_have_attribute("data-state", "cordoned", timeout=WAIT_MS)
-    admin = api(stack, callers.tokens["operator"])
-    assert admin.post("/v1/nodes/n03/uncordon", json={"reason": "fan replaced"}).status_code == 202
+    operator = api(stack, callers.tokens["operator"])
+    assert operator.post("/v1/nodes/n03/uncordon", json={"reason": "fan replaced"}).status_code == 202
     expect(page.locator("#node-n03")).to_have_attribute("data-state", "healthy", timeout=WAIT_MS)  # live, no reload
     shot(page, "operator-cluster-by-health")
     page.goto("/nodes/n03")
