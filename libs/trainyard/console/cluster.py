@@ -55,8 +55,9 @@ class FleetReader:
         self.store = store
         self.placements: dict[str, tuple[str, list[ReplicaPlacement]]] = {}  # run id -> (tenant, replicas)
 
-    async def tiles(self) -> list[NodeTile]:
-        nodes = await views.node_views(self.store)
+    async def tiles(self, only: str | None = None) -> list[NodeTile]:
+        """Every node's tile, or only the tile of node ``only``."""
+        nodes = [n for n in await views.node_views(self.store) if only is None or n[0].node_id == only]
         pipe = self.store.redis.pipeline(transaction=False)
         for info, _, _ in nodes:
             pipe.smembers(self.store.key("noderuns", info.node_id))
@@ -177,7 +178,7 @@ def build_router(bus: Bus, store: Store) -> APIRouter:
         record = await health_record(store, node_id) if NODE_ID_RE.fullmatch(node_id) else None
         if record is None:
             return page(request, "error.html", who, status_code=404, message=f"no node {node_id!r}")
-        tile = next((t for t in await FleetReader(store).tiles() if t.info.node_id == node_id), None)
+        tile = next(iter(await FleetReader(store).tiles(only=node_id)), None)
         runs = await views.jobs_on_node(store, node_id)
         return page(
             request, "node.html", who, node_id=node_id, record=record, tile=tile, runs=runs, done=done[:300],
