@@ -18,7 +18,7 @@ from trainyard.auth import Action, PermissionDenied, authorize
 from trainyard.bus import Bus
 from trainyard.console.live import Baselines, Events, stream
 from trainyard.console.render import fragment, page
-from trainyard.console.session import Forbidden, principal, read_form
+from trainyard.console.session import Forbidden, principal, read_form, refusal
 from trainyard.domain.node import NodeInfo
 from trainyard.events.jobs import ReplicaPlacement
 from trainyard.store import Store, views
@@ -130,10 +130,8 @@ def build_router(bus: Bus, store: Store) -> APIRouter:
     @router.get("/cluster")
     async def cluster_page(request: Request, colour: str = "tenant") -> Response:
         who = principal(request)
-        try:
-            authorize(who, Action.NODE_LIST)
-        except PermissionDenied as err:
-            return page(request, "error.html", who, status_code=403, message=str(err))
+        if (refused := refusal(request, who, Action.NODE_LIST)) is not None:
+            return refused
         tiles = await FleetReader(store).tiles()
         view = baselines.keep({t.info.node_id: t.signature() for t in tiles})
         return page(
@@ -144,10 +142,8 @@ def build_router(bus: Bus, store: Store) -> APIRouter:
     @router.get("/cluster/stream")
     async def cluster_stream(request: Request, view: str = "") -> Response:
         who = principal(request)
-        try:
-            authorize(who, Action.NODE_LIST)
-        except PermissionDenied as err:
-            return page(request, "error.html", who, status_code=403, message=str(err))
+        if (refused := refusal(request, who, Action.NODE_LIST)) is not None:
+            return refused
         shown = baselines.take(view)
         reader = FleetReader(store)
 
@@ -171,10 +167,8 @@ def build_router(bus: Bus, store: Store) -> APIRouter:
     @router.get("/nodes/{node_id}")
     async def node_page(request: Request, node_id: str, done: str = "", error: str = "") -> Response:
         who = principal(request)
-        try:
-            authorize(who, Action.NODE_HISTORY)
-        except PermissionDenied as err:
-            return page(request, "error.html", who, status_code=403, message=str(err))
+        if (refused := refusal(request, who, Action.NODE_HISTORY)) is not None:
+            return refused
         record = await health_record(store, node_id) if NODE_ID_RE.fullmatch(node_id) else None
         if record is None:
             return page(request, "error.html", who, status_code=404, message=f"no node {node_id!r}")

@@ -22,9 +22,9 @@ from trainyard.api.finance_api import (
     parse_instant,
 )
 from trainyard.api.jobs import InvalidRequest, check_tenant_name
-from trainyard.auth import Action, PermissionDenied, authorize, tenant_filter
+from trainyard.auth import Action, PermissionDenied, tenant_filter
 from trainyard.console.render import page, tenant_colour
-from trainyard.console.session import principal
+from trainyard.console.session import principal, refusal
 from trainyard.ledger import Ledger, RateCardError, period_bounds
 from trainyard.ledger.records import LedgerRun
 from trainyard.reports import capacity_from_nodes
@@ -105,10 +105,8 @@ def build_router(store: Store, ledger: Callable[[], Ledger] | None) -> APIRouter
     @router.get("/finance/chargeback")
     async def chargeback(request: Request, period: str = "", format: str = "csv", tenant: str = "") -> Response:
         who = principal(request)
-        try:
-            authorize(who, Action.CHARGEBACK_EXPORT)
-        except PermissionDenied as err:
-            return page(request, "error.html", who, status_code=403, message=str(err))
+        if (refused := refusal(request, who, Action.CHARGEBACK_EXPORT)) is not None:
+            return refused
         period = period or dt.datetime.now(dt.UTC).strftime("%Y-%m")
         problems = [e.message for e in check_tenant_name(tenant or None)]
         if format not in FORMATS:
@@ -137,10 +135,8 @@ def build_router(store: Store, ledger: Callable[[], Ledger] | None) -> APIRouter
     @router.get("/finance/capacity")
     async def capacity(request: Request, start: str = "", end: str = "") -> Response:
         who = principal(request)
-        try:
-            authorize(who, Action.CAPACITY_READ)
-        except PermissionDenied as err:
-            return page(request, "error.html", who, status_code=403, message=str(err))
+        if (refused := refusal(request, who, Action.CAPACITY_READ)) is not None:
+            return refused
         today = dt.datetime.now(dt.UTC).date()
         start, end = start or month_start(today).isoformat(), end or today.isoformat()
         try:

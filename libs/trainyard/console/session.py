@@ -20,7 +20,7 @@ from fastapi.responses import RedirectResponse, Response
 
 from trainyard.api.errors import UNAVAILABLE
 from trainyard.api.security import SESSION_COOKIE, read_body
-from trainyard.auth import Authenticator, Principal, Unauthenticated
+from trainyard.auth import Action, Authenticator, PermissionDenied, Principal, Unauthenticated, authorize
 from trainyard.console.render import page
 
 MAX_FORM_BYTES = 256 * 1024
@@ -60,6 +60,15 @@ def principal(request: Request) -> Principal:
     if not isinstance(who, Principal):
         raise Unauthenticated("no session")
     return who
+
+
+def refusal(request: Request, who: Principal, action: Action) -> Response | None:
+    """The 403 page when ``who``'s role may not do ``action``; None when it may."""
+    try:
+        authorize(who, action)
+    except PermissionDenied as err:
+        return page(request, "error.html", who, status_code=403, message=str(err))
+    return None
 
 
 def build_router(auth: Authenticator) -> APIRouter:
