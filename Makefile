@@ -12,7 +12,7 @@ STAMP := $(VENV)/.trainyard-installed
 endif
 PYTEST_ARGS ?=
 
-.PHONY: install up test test-fast bench proto lint clean
+.PHONY: install chromium up test test-fast bench proto lint clean
 
 $(VENV)/bin/python:
 	@echo "Creating a virtualenv in $(VENV)..."
@@ -25,7 +25,14 @@ $(STAMP): pyproject.toml $(if $(VIRTUAL_ENV),,$(VENV)/bin/python)
 	@touch $(STAMP)
 	@echo "Installed."
 
-install: $(STAMP)
+install: $(STAMP) chromium
+
+# The console's browser tests drive Debian's chromium (Playwright never downloads a browser).
+chromium:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then echo "Installing chromium for the console's browser tests..."; \
+	    apt-get install -y chromium || { apt-get update && apt-get install -y chromium; }; \
+	  else echo "chromium is missing: the console's browser tests will fail until you run 'sudo apt-get install -y chromium'"; fi; }
 
 up: install
 	$(PYTHON) -m trainyard.cli.main up $(UP_ARGS)

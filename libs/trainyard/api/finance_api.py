@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -80,8 +81,8 @@ def usage_query(start: str | None, end: str | None, group_by: str | None) -> dic
     return query
 
 
-def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
-    router = APIRouter(prefix="/v1", tags=["finance"])
+def ledger_opener(settings: Settings) -> Callable[[], Ledger]:
+    """The ledger at ``settings.ledger_url``, opened on first use."""
     ledgers: list[Ledger] = []
 
     def ledger() -> Ledger:
@@ -91,13 +92,41 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
             ledgers.append(opened)
         return ledgers[0]
 
+    return ledger
+
+
+def chargeback_export(
+    ledger: Ledger, period: str, fmt: str, tenant: str | None, as_of: float | None
+) -> tuple[bytes, int, Decimal, str]:
+    """One month's chargeback rows encoded as ``fmt``, their count, the billed
+    total and the currency (blocking: run it in a thread)."""
+    card = read_rate_card()
+    rows = chargeback_rows(ledger, period, card, cost_centres=read_cost_centres(), now=as_of)
+    if tenant is not None:
+        rows = [row for row in rows if row["SubAccountId"] == tenant]
+    total = sum((row["BilledCost"] for row in rows), Decimal("0.00"))
+    return encode_rows(rows, fmt), len(rows), total, card.currency  # type: ignore[arg-type]
+
+
+def chargeback_filename(period: str, fmt: str, tenant: str | None) -> str:
+    return f"chargeback-{period}{'-' + tenant if tenant else ''}.{fmt}"
+
+
+def build_capacity_report(
+    ledger: Ledger, gpus: dict[str, int], lo: float, hi: float, now: float, bucket_s: float, horizon: int
+) -> CapacityReport:
+    """The capacity report over [lo, hi) from the ledger (blocking: run it in a thread)."""
+    jobs = ledger.jobs(end=hi)
+    runs = [r for r in ledger.runs() if (r.placed_at if r.placed_at is not None else r.started_at or hi) < hi]
+    return capacity_report(runs, jobs, gpus, lo, hi, now, bucket_s=bucket_s, horizon_days=horizon)  # type: ignore[arg-type]
+
+
+def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
+    router = APIRouter(prefix="/v1", tags=["finance"])
+    ledger = ledger_opener(settings)
+
     def export(period: str, fmt: str, tenant: str | None, as_of: float | None) -> tuple[bytes, int, Decimal, str]:
-        card = read_rate_card()
-        rows = chargeback_rows(ledger(), period, card, cost_centres=read_cost_centres(), now=as_of)
-        if tenant is not None:
-            rows = [row for row in rows if row["SubAccountId"] == tenant]
-        total = sum((row["BilledCost"] for row in rows), Decimal("0.00"))
-        return encode_rows(rows, fmt), len(rows), total, card.currency  # type: ignore[arg-type]
+        return chargeback_export(ledger(), period, fmt, tenant, as_of)
 
     @router.get(
         "/exports/chargeback",
@@ -129,7 +158,7 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
             body, count, total, currency = await asyncio.to_thread(export, period, format, tenant, as_of)
         except RateCardError as err:
             return error_response(500, "configuration_error", f"the chargeback cannot be priced: {err}")
-        name = f"chargeback-{period}{'-' + tenant if tenant else ''}.{format}"
+        name = chargeback_filename(period, format, tenant)
         headers = {
             "Content-Disposition": f'attachment; filename="{name}"',
             "X-Trainyard-Rows": str(count),
@@ -176,9 +205,7 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
         bucket_s = 86_400.0 if bucket == "day" else 3_600.0
 
         def build() -> CapacityReport:
-            jobs = ledger().jobs(end=hi)
-            runs = [r for r in ledger().runs() if (r.placed_at if r.placed_at is not None else r.started_at or hi) < hi]
-            return capacity_report(runs, jobs, gpus, lo, hi, now, bucket_s=bucket_s, horizon_days=horizon)  # type: ignore[arg-type]
+            return build_capacity_report(ledger(), gpus, lo, hi, now, bucket_s, horizon)
 
         return json_response(await asyncio.to_thread(build))
 

@@ -110,6 +110,39 @@ def check_node_id(node_id: str) -> None:
         raise InvalidRequest([ValidationError("node_id", message)])
 
 
+class NodeCommandRefused(Exception):
+    """The command does not apply: ``status`` 404 (no such node) or 409 (the
+    state machine refuses it), with the reason as the message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def node_command(bus: Bus, store: Store, op: str, node_id: str, reason: str, who: Principal) -> NodeCommandAccepted:
+    """Cordon, drain or uncordon ``node_id`` for ``who`` (REST and the console):
+    checked against health's record, published for health, audited."""
+    by = f"operator:{who.actor}"  # health takes "operator:" as a person's command
+    record = await health_record(store, node_id)
+    if record is None:
+        raise NodeCommandRefused(404, f"no node {node_id!r}")
+    info_raw = await store.redis.hget(store.key("nodeinfo"), node_id)
+    cluster = msgspec.json.decode(info_raw)["cluster"]
+    core_command, event_type = _OPS[op]
+    now = time.time()
+    # 1. Refuse what the state machine would refuse, with its reason.
+    after, actions = transition(record, core_command(node_id=node_id, by=by, reason=reason), now)
+    rejected = [a for a in actions if isinstance(a, TransitionRejected)]
+    if rejected:
+        raise NodeCommandRefused(409, f"cannot {op} {node_id}: {rejected[0].reason}")
+    # 2. Publish the command for health, and audit it.
+    command_id = uuid.uuid4().hex
+    event = event_type(at=now, node_id=node_id, cluster=cluster, by=by, reason=reason)
+    await bus.publish(subjects.node(cluster, node_id), event, msg_id=f"cmd:{op}:{node_id}:{command_id}")
+    await audit(bus, who.actor, f"node.{op}", node_id, reason, at=now, record_id=f"audit:cmd:{command_id}")
+    return NodeCommandAccepted(node_id=node_id, command=op, state=record.state.value, expected_state=after.state.value)
+
+
 def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
     router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
 
@@ -124,25 +157,10 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
         reason = body.reason.strip()
         if not 0 < len(reason) <= MAX_REASON_CHARS:
             return error_response(422, "invalid_argument", f"reason: give 1-{MAX_REASON_CHARS} characters")
-        by = f"operator:{who.actor}"  # health takes "operator:" as a person's command
-        record = await health_record(store, node_id)
-        if record is None:
-            return error_response(404, "not_found", f"no node {node_id!r}")
-        info_raw = await store.redis.hget(store.key("nodeinfo"), node_id)
-        cluster = msgspec.json.decode(info_raw)["cluster"]
-        core_command, event_type = _OPS[op]
-        now = time.time()
-        # 1. Refuse what the state machine would refuse, with its reason.
-        after, actions = transition(record, core_command(node_id=node_id, by=by, reason=reason), now)
-        rejected = [a for a in actions if isinstance(a, TransitionRejected)]
-        if rejected:
-            return error_response(409, "conflict", f"cannot {op} {node_id}: {rejected[0].reason}")
-        # 2. Publish the command for health, and audit it.
-        command_id = uuid.uuid4().hex
-        event = event_type(at=now, node_id=node_id, cluster=cluster, by=by, reason=reason)
-        await bus.publish(subjects.node(cluster, node_id), event, msg_id=f"cmd:{op}:{node_id}:{command_id}")
-        await audit(bus, who.actor, f"node.{op}", node_id, reason, at=now, record_id=f"audit:cmd:{command_id}")
-        accepted = NodeCommandAccepted(node_id=node_id, command=op, state=record.state.value, expected_state=after.state.value)
+        try:
+            accepted = await node_command(bus, store, op, node_id, reason, who)
+        except NodeCommandRefused as err:
+            return error_response(err.status, "not_found" if err.status == 404 else "conflict", str(err))
         return json_response(accepted, 202)
 
     @router.post("/{node_id}/cordon", status_code=202, summary="Stop placing new work on a node")

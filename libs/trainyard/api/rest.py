@@ -32,6 +32,7 @@ from trainyard.api.jobs import InvalidRequest, JobOperations, check_job_id, chec
 from trainyard.api.metrics import CONTENT_TYPE, JOB_STATUSES, GatewayMetrics
 from trainyard.api.security import Authentication, allow, declare_security, read_body
 from trainyard.auth import Action, Authenticator, Principal, tenant_filter
+from trainyard.console import assets
 from trainyard.domain.job import JobSpec, TopologyLevel, ValidationError
 from trainyard.store import Store, views
 from trainyard.store.views import JobView, NodeRecord
@@ -171,11 +172,22 @@ def create_app(
         version="1",
         description="Submit, watch and cancel training jobs; read the fleet. "
         "Send `Authorization: Bearer <API token or JWT>`; see docs/security.md for the roles.",
+        docs_url=None,  # served below from the package's own Swagger UI assets, never a CDN
+        redoc_url=None,
     )
     app.add_middleware(Authentication, auth=auth)
     app.add_middleware(RequestCounter, metrics=metrics)  # outermost: counts the 401s too
     install_error_handlers(app)
     _install_schemas(app)
+    app.mount(assets.STATIC_URL, assets.static_files(), name="static")
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger_ui() -> Response:
+        return assets.swagger_page("/openapi.json", f"{app.title} API")
+
+    @app.get("/docs/oauth2-redirect", include_in_schema=False)
+    async def swagger_ui_redirect() -> Response:
+        return assets.swagger_oauth2_redirect()
 
     @app.post(
         "/v1/jobs",

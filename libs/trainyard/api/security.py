@@ -15,14 +15,45 @@ from typing import Any
 
 from fastapi import Depends, Request
 from starlette.datastructures import Headers
+from starlette.requests import HTTPConnection
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from trainyard.api.errors import UNAVAILABLE, PayloadTooLarge, unauthenticated_response, unavailable_response
 from trainyard.auth import Action, Authenticator, Principal, Unauthenticated, authorize
 
-#: Pages anyone may read: liveness and the API's own description.
-PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+#: Pages anyone may read: liveness, the API's own description and the console's login page.
+PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/login"})
+#: Path prefixes anyone may read: the console's and the API docs' vendored assets.
+PUBLIC_PREFIXES = ("/static/",)
 SCHEME = "bearer"
+
+#: The web console keeps the caller's API token in this cookie (HttpOnly,
+#: SameSite=Strict); it is accepted on console pages only, never on the API.
+SESSION_COOKIE = "trainyard_session"
+#: The console's pages (trainyard.console) besides its home, "/".
+CONSOLE_PREFIXES = ("/jobs", "/cluster", "/nodes", "/usage", "/finance", "/admin", "/logout")
+
+
+def is_public(path: str) -> bool:
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
+
+
+def is_console_page(path: str) -> bool:
+    return path == "/" or any(path == p or path.startswith(p + "/") for p in CONSOLE_PREFIXES)
+
+
+def session_authorization(scope: Scope) -> str | None:
+    """``Bearer <token>`` from the console's session cookie, for a console page
+    asked for by the console itself: never on an API path, never when the
+    browser says the request comes from another site (``Sec-Fetch-Site``; the
+    cookie is SameSite=Strict as well)."""
+    if not is_console_page(scope["path"]):
+        return None
+    if Headers(scope=scope).get("sec-fetch-site", "same-origin") == "cross-site":
+        return None
+    token = HTTPConnection(scope).cookies.get(SESSION_COOKIE)
+    return f"Bearer {token}" if token else None
 
 
 class Authentication:
@@ -31,13 +62,17 @@ class Authentication:
         self.auth = auth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+        if scope["type"] != "http" or is_public(scope["path"]):
             await self.app(scope, receive, send)
             return
-        authorization = Headers(scope=scope).get("authorization")
+        sent = Headers(scope=scope).get("authorization")
+        authorization = sent if sent is not None else session_authorization(scope)
         try:
             who = await self.auth.authenticate(authorization)
         except Unauthenticated as err:
+            if sent is None and is_console_page(scope["path"]):  # a person without a session: log in
+                await to_login(scope, expired=authorization is not None)(scope, receive, send)
+                return
             await unauthenticated_response(str(err), bool(authorization))(scope, receive, send)
             return
         except UNAVAILABLE as err:
@@ -45,6 +80,23 @@ class Authentication:
             return
         scope.setdefault("state", {})["principal"] = who
         await self.app(scope, receive, send)
+
+
+def to_login(scope: Scope, expired: bool) -> Response:
+    """A console page without a session that verifies: back to the login page
+    (htmx follows ``HX-Redirect``; a live-update stream just ends with 401)."""
+    headers = Headers(scope=scope)
+    target = "/login" + ("?expired=1" if expired else "")
+    response: Response
+    if "text/event-stream" in headers.get("accept", ""):
+        response = PlainTextResponse("log in again", status_code=401)
+    elif headers.get("hx-request"):
+        response = PlainTextResponse("log in again", status_code=401, headers={"HX-Redirect": target})
+    else:
+        response = RedirectResponse(target, status_code=303)
+    if expired:
+        response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
 
 
 def principal_of(request: Request) -> Principal:
@@ -95,7 +147,7 @@ def declare_security(schema: dict[str, Any]) -> None:
     error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
     for path, operations in schema.get("paths", {}).items():
         for operation in operations.values():
-            if path in PUBLIC_PATHS:
+            if is_public(path):
                 operation["security"] = []
                 continue
             responses = operation.setdefault("responses", {})

@@ -88,6 +88,7 @@ def _say(text: str, err: bool = False, markup: bool = True) -> None:
 def _print_banner(stack, nodes: int, gpus: int, racks: int) -> None:  # type: ignore[no-untyped-def]
     assert stack.nats and stack.redis
     _say("[bold green]Trainyard is up[/bold green]")
+    _say(f"  console          {stack.api_url}/  (log in with the admin token below)")
     _say(f"  REST API + docs  {stack.api_url}  ({stack.api_url}/docs)")
     _say(f"  gRPC             127.0.0.1:{stack.grpc_port}")
     _say(f"  NATS JetStream   {stack.nats_admin_url}")

@@ -19,6 +19,7 @@ from trainyard.api.jobs import JobOperations
 from trainyard.api.metrics import GatewayMetrics
 from trainyard.api.rest import UsageSource, create_app
 from trainyard.auth import Authenticator, JwtVerifier, TokenStore, jwt_config
+from trainyard.console import app as console_app
 from trainyard.ledger import Ledger
 from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard.settings import ConfigurationError, Settings
@@ -107,6 +108,7 @@ async def main(rt: Runtime) -> None:
     routers = [
         nodes_api.build_router(rt.bus, rt.store, rt.settings),
         finance_api.build_router(rt.bus, rt.store, rt.settings),
+        console_app.build_router(ops, rt.store, auth, rt.settings),  # the web console at /
     ]
     app = create_app(
         ops, rt.store, auth, usage_source=build_usage_source(rt.settings), metrics=metrics, routers=routers
@@ -128,7 +130,7 @@ async def main(rt: Runtime) -> None:
         sock.close()
         raise SystemExit(f"trainyard-gateway: {err} (set TRAINYARD_GATEWAY_GRPC_PORT)") from err
     http_task = asyncio.create_task(http.serve(sockets=[sock]))
-    log.info("REST API on http://%s:%d (OpenAPI at /docs, metrics at /metrics)", gw.host, http_port)
+    log.info("REST API and console on http://%s:%d (OpenAPI at /docs, metrics at /metrics)", gw.host, http_port)
     try:
         await run_tasks(
             rt.stop,

@@ -1,0 +1,37 @@
+"""The console's routes, mounted on the gateway's app (see
+``trainyard_gateway.main``): login and logout, home, jobs, the cluster map and
+nodes, usage, chargeback and capacity.  None is part of the OpenAPI document:
+they are pages for people, not the API."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import RedirectResponse, Response
+
+from trainyard.api.finance_api import ledger_opener
+from trainyard.api.jobs import JobOperations
+from trainyard.auth import Authenticator, Role
+from trainyard.console import cluster, finance, jobs, session
+from trainyard.settings import Settings
+from trainyard.store import Store
+
+#: Where each role lands after logging in: the page it came for.
+HOME = {
+    Role.RESEARCHER: "/jobs", Role.TENANT_ADMIN: "/jobs", Role.OPERATOR: "/cluster", Role.FINANCE: "/usage",
+    Role.ADMIN: "/jobs",
+}
+
+
+def build_router(ops: JobOperations, store: Store, auth: Authenticator, settings: Settings) -> APIRouter:
+    router = APIRouter(include_in_schema=False)
+    ledger = ledger_opener(settings) if settings.ledger_url else None
+
+    @router.get("/")
+    async def home(request: Request) -> Response:
+        return RedirectResponse(HOME[session.principal(request).role], status_code=303)
+
+    router.include_router(session.build_router(auth))
+    router.include_router(jobs.build_router(ops, ledger))
+    router.include_router(cluster.build_router(ops.bus, store))
+    router.include_router(finance.build_router(store, ledger))
+    return router
