@@ -124,11 +124,12 @@ def main() -> None:
     parser.add_argument("--rates", type=int, nargs="+", default=[250, 500, 1000])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--nodes", type=int, default=128, help="emulated 8-GPU nodes (default 1,024 GPUs)")
+    parser.add_argument("--nats-sync", default="", help="always, default or a duration (default: the stack's)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="trainyard-bench-") as tmp:
         config = StackConfig(
             data_dir=tmp, nodes=args.nodes, racks=max(1, args.nodes // 16), log_level="WARNING",
-            heartbeat_interval_s=2.0, heartbeat_timeout_s=30.0,
+            heartbeat_interval_s=2.0, heartbeat_timeout_s=30.0, nats_sync=args.nats_sync,
         )
         stack = LocalStack(config)
         stack.start()
