@@ -8,6 +8,7 @@ page is saved under tests/e2e/artifacts/ (git-ignored)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import csv
 import io
 import os
@@ -20,6 +21,8 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
+from trainyard.bus import Bus
+from trainyard.config.store import ConfigStore
 from trainyard.local import LocalStack, StackConfig
 from trainyard.testing.auth import Callers, issue_at
 
@@ -272,7 +275,7 @@ def test_an_admin_sees_every_page_and_logging_out_ends_the_session(console_stack
 
     stack, callers = console_stack
     page = log_in(site, callers.tokens["admin"])
-    assert page.locator("header nav a").all_inner_texts() == ["Jobs", "Submit", "Cluster", "Usage", "Capacity"]
+    assert page.locator("header nav a").all_inner_texts() == ["Jobs", "Submit", "Cluster", "Usage", "Capacity", "Tenancy"]
     cookie = next(c for c in site.cookies() if c["name"] == "trainyard_session")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
     assert page.request.get("/v1/jobs").status == 401, "the session cookie is for console pages, not the API"
@@ -291,3 +294,51 @@ def test_an_admin_sees_every_page_and_logging_out_ends_the_session(console_stack
     page.goto("/docs")  # Swagger UI from the package: every request off the machine is refused (see `site`)
     expect(page.locator(".swagger-ui .info .title")).to_contain_text("Trainyard", timeout=WAIT_MS)
     shot(page, "api-docs")
+
+
+TENANCY = """
+flavors: [{{name: H100, node_pool: emulated, gpus_per_node: 8}}]
+priority_classes: [{{name: standard, priority: 500}}]
+organisations:
+  - name: lab
+    quota: {{H100: {{nominal: 128}}}}
+    teams:
+      - name: acme
+        quota: {{H100: {{nominal: {acme}, lending_limit: 8}}}}
+        queues: [{{name: default, quota: {{H100: {{nominal: {acme}}}}}}}]
+      - name: globex
+        quota: {{H100: {{nominal: 32}}}}
+        queues: [{{name: default, quota: {{H100: {{nominal: 32}}}}}}]
+"""
+
+
+def test_an_admin_reads_the_quota_tree_fair_share_and_the_tenancy_history(console_stack, site) -> None:  # type: ignore[no-untyped-def]
+    from playwright.sync_api import expect
+
+    stack, callers = console_stack
+
+    async def apply_twice() -> None:
+        bus = await Bus.connect(stack.nats_admin_url, "e2e-console")
+        try:
+            config = await ConfigStore.open(bus)
+            await config.apply(TENANCY.format(acme=16), actor="test:e2e", reason="first quota")
+            await config.apply(TENANCY.format(acme=24), actor="test:e2e", reason="more for acme")
+        finally:
+            await bus.close()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # Playwright's sync API holds this thread's loop
+        pool.submit(asyncio.run, apply_twice()).result()
+    page = log_in(site, callers.tokens["admin"])
+    page.goto("/admin/tenancy")
+
+    expect(page.locator("#quota-tree tr[data-name=acme]")).to_contain_text("24")
+    expect(page.locator("#quota-tree tr[data-name=globex]")).to_contain_text("32")
+    expect(page.locator("#fair-share")).to_contain_text("acme/default")
+    history = page.locator("details.revision")
+    expect(history).to_have_count(2)
+    expect(history.first).to_contain_text("nominal: 16 -> 24")
+    shot(page, "admin-tenancy")
+
+    researcher = log_in(site, callers.tokens["acme"])
+    researcher.goto("/admin/tenancy")
+    expect(researcher.locator("main")).to_contain_text("may not read the quota tree")

@@ -27,6 +27,7 @@ class Action(StrEnum):
     CAPACITY_READ = "capacity.read"
     METRICS_READ = "metrics.read"
     TOKEN_ADMIN = "token.admin"  # create, list and revoke API tokens
+    TENANCY_READ = "tenancy.read"  # the quota tree, fair-share standing and tenancy revisions
 
 
 class Scope(StrEnum):
@@ -48,6 +49,7 @@ DESCRIPTIONS: dict[Action, str] = {
     Action.CAPACITY_READ: "read the capacity report",
     Action.METRICS_READ: "read metrics",
     Action.TOKEN_ADMIN: "manage API tokens",
+    Action.TENANCY_READ: "read the quota tree and tenancy history",
 }
 
 _OWN, _ALL = Scope.OWN, Scope.ALL

@@ -145,6 +145,7 @@ def _service(role: str, cluster: str) -> tuple[list[str], list[str], bool]:
         auth = _kv(AUTH_BUCKET)
         publish = [f"{_J}.intake.*", subjects.NODES_ALL, subjects.AUDIT_ALL, *_reads("JOBS"),
                    *_reads("NODES", ordered=True), f"$KV.{AUTH_BUCKET}.>", *_reads(auth, ordered=True),
+                   *_reads(_kv(CONFIG_BUCKET), ordered=True),  # the console's tenancy page: read only
                    *_declares([auth])]
         return publish, [], False
     # emulator: the node agents of one cluster (or of every cluster with "*")

@@ -11,7 +11,7 @@ from fastapi.responses import RedirectResponse, Response
 from trainyard.api.finance_api import ledger_opener
 from trainyard.api.jobs import JobOperations
 from trainyard.auth import Authenticator, Role
-from trainyard.console import cluster, finance, jobs, session
+from trainyard.console import admin, cluster, finance, jobs, session
 from trainyard.settings import Settings
 from trainyard.store import Store
 
@@ -34,4 +34,5 @@ def build_router(ops: JobOperations, store: Store, auth: Authenticator, settings
     router.include_router(jobs.build_router(ops, ledger))
     router.include_router(cluster.build_router(ops.bus, store))
     router.include_router(finance.build_router(store, ledger))
+    router.include_router(admin.build_router(ops.bus, store))
     return router

@@ -26,6 +26,7 @@ NAV: tuple[tuple[str, str, Action], ...] = (
     ("Cluster", "/cluster", Action.NODE_LIST),
     ("Usage", "/usage", Action.USAGE_READ),
     ("Capacity", "/finance/capacity", Action.CAPACITY_READ),
+    ("Tenancy", "/admin/tenancy", Action.TENANCY_READ),
 )
 
 
