@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from trainyard.api import finance_api, nodes_api
+from trainyard.api import dlq_api, finance_api, nodes_api
 from trainyard.api.grpc_server import start_grpc
 from trainyard.api.jobs import JobOperations
 from trainyard.api.metrics import GatewayMetrics
@@ -107,6 +107,7 @@ async def main(rt: Runtime) -> None:
     routers = [
         nodes_api.build_router(rt.bus, rt.store, rt.settings),
         finance_api.build_router(rt.bus, rt.store, rt.settings),
+        dlq_api.build_router(rt.bus, rt.store, rt.settings),
     ]
     app = create_app(
         ops, rt.store, auth, usage_source=build_usage_source(rt.settings), metrics=metrics, routers=routers
