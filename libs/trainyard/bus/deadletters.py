@@ -37,6 +37,9 @@ NOT_REPLAYABLE = {
     "TELEMETRY": "telemetry is only worth anything fresh; the node's next sample replaces it",
 }
 
+#: The streams whose consumers dead-letter messages.
+SOURCES = ("INTAKE", "JOBS", "NODES", "TELEMETRY")
+
 _PREFIX = subjects.deadletter("x")[: -len("x")]  # "trainyard.deadletter."
 
 
@@ -163,3 +166,12 @@ async def replay(bus: Bus, seq: int) -> Replayed:
     headers = {"Nats-Msg-Id": msg_id, "Trainyard-Replay-Of": header_value(f"{STREAM}:{seq}")}
     ack = await bus.publish_raw(letter.subject, raw.data or b"", headers)
     return Replayed(seq=seq, stream=letter.stream, subject=letter.subject, replayed_seq=ack.seq, msg_id=msg_id)
+
+
+async def counts(bus: Bus) -> dict[str, int]:
+    """Dead letters in the stream now, per stream they came from (every stream, zero or not)."""
+    info = await bus.js.stream_info(STREAM, subjects_filter=subjects.DEADLETTER_ALL)
+    out = dict.fromkeys(SOURCES, 0)
+    for subject, n in (info.state.subjects or {}).items():
+        out[source_stream(subject)] = out.get(source_stream(subject), 0) + n
+    return out

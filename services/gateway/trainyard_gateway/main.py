@@ -19,6 +19,7 @@ from trainyard.api.jobs import JobOperations
 from trainyard.api.metrics import GatewayMetrics
 from trainyard.api.rest import UsageSource, create_app
 from trainyard.auth import Authenticator, JwtVerifier, TokenStore, jwt_config
+from trainyard.bus import deadletters
 from trainyard.ledger import Ledger
 from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard.settings import ConfigurationError, Settings
@@ -103,7 +104,7 @@ async def main(rt: Runtime) -> None:
     loaded = asyncio.ensure_future(auth.tokens.ready.wait())
     await asyncio.wait([following, loaded], return_when=asyncio.FIRST_COMPLETED)  # serve once tokens are known
     loaded.cancel()
-    metrics = GatewayMetrics()
+    metrics = GatewayMetrics(deadletters=lambda: deadletters.counts(rt.bus))
     routers = [
         nodes_api.build_router(rt.bus, rt.store, rt.settings),
         finance_api.build_router(rt.bus, rt.store, rt.settings),
