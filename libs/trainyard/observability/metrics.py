@@ -2,7 +2,7 @@
 
 ``TRAINYARD_<SERVICE>_METRICS_PORT`` names the port of a service's metrics
 (unset or 0: not served) and ``TRAINYARD_<SERVICE>_METRICS_ADDR`` the address
-(default 127.0.0.1), as health has always done.  The gateway serves its own
+(default 127.0.0.1; empty: every interface), as health has always done.  The gateway serves its own
 on the REST API's ``/metrics``.  Each metrics object has its own registry, so
 tests and an embedded stack can build several in one process.
 
@@ -49,7 +49,7 @@ def serve_metrics(service: str, registry: CollectorRegistry, environ: dict[str, 
     except ValueError as err:
         raise ValueError(f"{name} must be a port number, not {raw!r}") from err
     if port:
-        addr = env.get(f"TRAINYARD_{service.upper()}_METRICS_ADDR") or "127.0.0.1"
+        addr = env.get(f"TRAINYARD_{service.upper()}_METRICS_ADDR", "127.0.0.1")  # "": every interface
         start_http_server(port, addr=addr, registry=registry)
         log.info("%s metrics on %s:%d/metrics", service, addr, port)
     return port
