@@ -7,6 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from trainyard.bus.lease import Lease
+from trainyard.observability.metrics import DeciderMetrics
 from trainyard.runtime import Runtime
 from trainyard.store import Projector
 
@@ -14,7 +15,8 @@ log = logging.getLogger(__name__)
 
 
 async def decision_loop(
-    rt: Runtime, run_once: Callable[[], Awaitable[int]], lease: Lease, triggers: list[Projector], name: str
+    rt: Runtime, run_once: Callable[[], Awaitable[int]], lease: Lease, triggers: list[Projector], name: str,
+    metrics: DeciderMetrics | None = None,
 ) -> None:
     """Run a cycle whenever a projection changes (or every cycle interval) while we lead.
 
@@ -38,6 +40,8 @@ async def decision_loop(
             if lease.held != leading:
                 leading = lease.held
                 log.info("%s: %s", name, "leading" if leading else "standing by (another process leads)")
+                if metrics is not None:
+                    metrics.leader.set(1 if leading else 0)
             if not leading:
                 continue
             try:

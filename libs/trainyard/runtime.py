@@ -17,6 +17,7 @@ import redis.exceptions
 
 from trainyard.bus import Bus, ensure_streams
 from trainyard.bus.permissions import inbox_prefix
+from trainyard.observability import logs
 from trainyard.settings import ConfigurationError, Settings, load_settings
 from trainyard.store import Store
 
@@ -126,9 +127,11 @@ def serve(name: str, main: Callable[[Runtime], Awaitable[None]]) -> None:
     except ConfigurationError as err:
         print(f"trainyard-{name}: {err}", file=sys.stderr)
         raise SystemExit(2) from err
-    logging.basicConfig(
-        level=settings.log_level.upper(), format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s"
-    )
+    try:
+        logs.configure(name, settings.log_level, settings.log_format)
+    except ValueError as err:
+        print(f"trainyard-{name}: {err}", file=sys.stderr)
+        raise SystemExit(2) from err
 
     async def _run() -> None:
         stop = asyncio.Event()

@@ -34,6 +34,7 @@ class Settings(msgspec.Struct, frozen=True):
     gateway_http_port: int = 8080
     gateway_grpc_port: int = 50051
     log_level: str = "INFO"
+    log_format: str = "text"  # "text": the line, then key=value fields; "json": one object per line
     # Bearer JWTs (docs/security.md); no issuer: only API tokens are accepted.
     auth_jwt_issuer: str = ""  # the "iss" to trust, e.g. https://login.example.com/realms/ml
     auth_jwt_audience: str = ""  # must appear in "aud"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
@@ -14,12 +15,13 @@ import pytest
 import redis.exceptions
 from redis.asyncio import Redis
 
-from trainyard.bus import Bus, ConsumerSpec, PublishDenied, ensure_streams, run_consumer
+from trainyard.bus import Bus, ConsumerSpec, PublishDenied, deadletters, ensure_streams, run_consumer
 from trainyard.bus.permissions import SERVICES, inbox_prefix
 from trainyard.config.store import ConfigStore
 from trainyard.events import subjects
 from trainyard.events.jobs import CancelJob
 from trainyard.local.credentials import ADMIN, Credentials, new_credentials, write_server_files
+from trainyard.observability.metrics import LedgerMetrics
 from trainyard.testing.servers import Server, start_nats, start_redis
 from trainyard.testing.tenancy import one_team
 
@@ -271,3 +273,21 @@ async def test_a_consumer_whose_publish_is_refused_keeps_consuming(connect: Conn
     finally:
         stop.set()
         await loop
+
+
+async def test_the_gateway_reads_and_replays_dead_letters_and_accounting_reads_its_lag(connect: Connect) -> None:
+    admin = await connect(ADMIN)
+    headers = {"Trainyard-Reason": "gave up", "Trainyard-Subject": subjects.intake("acme"),
+               "Trainyard-Stream-Seq": "1", "Trainyard-Size": "2", "Nats-Msg-Id": "dl-1"}
+    await admin.publish_raw(subjects.deadletter("INTAKE"), b"{}", headers)
+    gateway = await connect("gateway")
+    [letter] = await deadletters.listing(gateway)
+    assert (await deadletters.counts(gateway))["INTAKE"] == 1
+    replayed = await deadletters.replay(gateway, letter.seq)
+    assert replayed.subject == subjects.intake("acme")
+    await admin.publish_raw(job("admission"), b"{}", {"Nats-Msg-Id": "e-1"})
+    accounting = await connect("accounting")
+    lag = LedgerMetrics()
+    await lag.refresh(accounting, now=lambda: time.time() + 60)
+    assert lag.registry.get_sample_value("trainyard_ledger_lag_events") == 1
+    assert lag.registry.get_sample_value("trainyard_ledger_lag_seconds") > 0

@@ -8,7 +8,7 @@ process (tests, an embedded stack) never share or clash on metrics.
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import msgspec
 from prometheus_client import CollectorRegistry, Counter, generate_latest
@@ -31,6 +31,7 @@ class FleetSnapshot(msgspec.Struct):
     gpus_capacity: dict[str, int] = {}  # schedulable GPUs per GPU type
     gpus_in_use: dict[str, int] = {}  # GPUs held by active runs per GPU type
     nodes_by_state: dict[str, int] = {}
+    deadletters: dict[str, int] = {}  # dead letters in the DEADLETTER stream, by the stream they came from
 
 
 async def read_snapshot(store: Store) -> FleetSnapshot:
@@ -70,10 +71,22 @@ class _SnapshotCollector(Collector):
         for state, n in sorted(s.nodes_by_state.items()):
             nodes.add_metric([state], n)
         yield from (jobs, capacity, in_use, nodes)
+        if s.deadletters:
+            dead = GaugeMetricFamily(
+                "trainyard_deadletters", "Dead letters kept in the DEADLETTER stream, by the stream they came from.",
+                labels=["stream"],
+            )
+            for stream, n in sorted(s.deadletters.items()):
+                dead.add_metric([stream], n)
+            yield dead
 
 
 class GatewayMetrics:
-    def __init__(self) -> None:
+    """``deadletters``: reads how many dead letters each stream has (the
+    gateway passes :func:`trainyard.bus.deadletters.counts`); None: not exported."""
+
+    def __init__(self, deadletters: Callable[[], Awaitable[dict[str, int]]] | None = None) -> None:
+        self.deadletters = deadletters
         self.registry = CollectorRegistry(auto_describe=False)
         self._fleet = _SnapshotCollector()
         self.registry.register(self._fleet)
@@ -92,5 +105,7 @@ class GatewayMetrics:
 
     async def render(self, store: Store) -> bytes:
         snapshot = await read_snapshot(store)
+        if self.deadletters is not None:
+            snapshot.deadletters = await self.deadletters()
         self._fleet.snapshot = snapshot
         return generate_latest(self.registry)

@@ -26,6 +26,8 @@ class Action(StrEnum):
     CHARGEBACK_EXPORT = "chargeback.export"
     CAPACITY_READ = "capacity.read"
     METRICS_READ = "metrics.read"
+    DLQ_READ = "dlq.read"  # list and show dead letters
+    DLQ_REPLAY = "dlq.replay"  # publish a dead letter's message again
     TOKEN_ADMIN = "token.admin"  # create, list and revoke API tokens
     TENANCY_READ = "tenancy.read"  # the quota tree, fair-share standing and tenancy revisions
 
@@ -48,6 +50,8 @@ DESCRIPTIONS: dict[Action, str] = {
     Action.CHARGEBACK_EXPORT: "export chargeback",
     Action.CAPACITY_READ: "read the capacity report",
     Action.METRICS_READ: "read metrics",
+    Action.DLQ_READ: "read dead letters",
+    Action.DLQ_REPLAY: "replay dead letters",
     Action.TOKEN_ADMIN: "manage API tokens",
     Action.TENANCY_READ: "read the quota tree and tenancy history",
 }
@@ -62,6 +66,7 @@ POLICY: dict[Role, dict[Action, Scope]] = {
     Role.OPERATOR: {
         Action.JOB_READ: _ALL, Action.JOB_LIST: _ALL, Action.JOB_CANCEL: _ALL,
         Action.NODE_LIST: _ALL, Action.NODE_HISTORY: _ALL, Action.NODE_OPERATE: _ALL, Action.METRICS_READ: _ALL,
+        Action.DLQ_READ: _ALL, Action.DLQ_REPLAY: _ALL,
     },
     Role.FINANCE: {
         Action.NODE_LIST: _ALL, Action.USAGE_READ: _ALL, Action.CHARGEBACK_EXPORT: _ALL, Action.CAPACITY_READ: _ALL,

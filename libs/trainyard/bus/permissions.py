@@ -143,7 +143,8 @@ def _service(role: str, cluster: str) -> tuple[list[str], list[str], bool]:
     if role == "gateway":
         # API tokens: created and revoked through the gateway, followed with a watch.
         auth = _kv(AUTH_BUCKET)
-        publish = [f"{_J}.intake.*", subjects.NODES_ALL, subjects.AUDIT_ALL, *_reads("JOBS"),
+        # Dead letters: read, and replayed on intake and node subjects (trainyard.bus.deadletters).
+        publish = [f"{_J}.intake.*", subjects.NODES_ALL, subjects.AUDIT_ALL, *_reads("JOBS"), *_reads("DEADLETTER"),
                    *_reads("NODES", ordered=True), f"$KV.{AUTH_BUCKET}.>", *_reads(auth, ordered=True),
                    *_reads(_kv(CONFIG_BUCKET), ordered=True),  # the console's tenancy page: read only
                    *_declares([auth])]

@@ -16,6 +16,7 @@ from rich.table import Table
 from trainyard.cli.auth import auth_app
 from trainyard.cli.client import ApiError, Client, use_token
 from trainyard.cli.config import config_app
+from trainyard.cli.dlq import dlq_app
 from trainyard.cli.finance import export_app, report_app
 from trainyard.cli.nodes import agent_command, emulate_inject, node_app
 from trainyard.cli.sim import sim_app
@@ -34,6 +35,7 @@ app.add_typer(report_app, name="report")
 app.add_typer(sim_app, name="sim")
 app.add_typer(config_app, name="config")
 app.add_typer(auth_app, name="auth")
+app.add_typer(dlq_app, name="dlq")
 app.command("agent")(agent_command)
 app.command("up")(up)
 emulate_app.command("inject")(emulate_inject)

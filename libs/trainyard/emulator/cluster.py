@@ -53,6 +53,7 @@ from trainyard.events import (
     subjects,
 )
 from trainyard.gpu.fake import FakeGpuBackend
+from trainyard.observability.logs import kv
 from trainyard.store import Store, views
 from trainyard.store.projector import wait_until_projected
 
@@ -165,7 +166,9 @@ class EmulatedCluster:
     def _mine(self, event: JobPlaced) -> bool:
         return any(r.node_id in self.nodes for r in event.replicas)
 
-    async def _start(self, job_id: str, tenant: str, run_id: str, duration: float, started_at: float | None) -> None:
+    async def _start(
+        self, job_id: str, tenant: str, run_id: str, duration: float, started_at: float | None, nodes: Sequence[str] = (),
+    ) -> None:
         if run_id in self.running:
             return
         if started_at is None:
@@ -175,6 +178,8 @@ class EmulatedCluster:
                 msg_id=f"{run_id}:started",
             )
             started_at = self.clock()
+            log.info("run started", extra=kv(decision="started", job_id=job_id, run_id=run_id, tenant=tenant,
+                                              nodes=nodes, duration_s=duration))
         # A run resumed from a checkpoint only has the rest of the work to do.
         base = min(self.progress.get(job_id, 0), int(duration))
         delay = max(0.0, started_at + duration - base - self.clock())
@@ -220,6 +225,8 @@ class EmulatedCluster:
                       message="stopped at a checkpoint after a preemption notice"),
             msg_id=f"{run_id}:failed",
         )
+        log.info("run failed", extra=kv(decision="failed", job_id=job_id, run_id=run_id, tenant=tenant,
+                                         reason="preempted"))
 
     def _finish_soon(self, job_id: str, tenant: str, run_id: str) -> None:
         task = asyncio.ensure_future(self._finish(job_id, tenant, run_id))
@@ -234,6 +241,7 @@ class EmulatedCluster:
                     RunSucceeded(at=self.clock(), job_id=job_id, tenant=tenant, run_id=run_id),
                     msg_id=f"{run_id}:succeeded",
                 )
+                log.info("run succeeded", extra=kv(decision="succeeded", job_id=job_id, run_id=run_id, tenant=tenant))
                 break
             except Exception as err:  # noqa: BLE001 - NATS briefly away; keep the result
                 log.warning("reporting %s failed (%r); retrying", run_id, err)
@@ -316,7 +324,8 @@ class EmulatedCluster:
                 duration = (job.spec.simulated_duration_s if job.spec else None) or DEFAULT_DURATION_S
                 started_at = job.started_at
             try:
-                await self._start(event.job_id, event.tenant, event.run_id, duration, started_at)
+                nodes = sorted({r.node_id for r in event.replicas})
+                await self._start(event.job_id, event.tenant, event.run_id, duration, started_at, nodes)
             except Exception as err:  # noqa: BLE001 - settled by the consumer loop
                 outcomes[i] = err
 

@@ -251,11 +251,12 @@ class ActiveJob(msgspec.Struct):
     preemptible: bool = False
     priority: int = 0
     last_checkpoint_at: float | None = None
+    admitted_at: float | None = None  # when its current run was admitted (decision latency)
 
 
 _ACTIVE_FIELDS = (
     "status", "tenant", "order", "run_id", "last_seq", "started_at", "placed_at",
-    "preemptible", "priority", "last_checkpoint_at",
+    "preemptible", "priority", "last_checkpoint_at", "admitted_at",
 )
 
 
@@ -287,9 +288,10 @@ async def placement_state(
             job_id=job_id, status=status, tenant=tenant or "", order=int(order or 0), run_id=run_id or None,
             last_seq=int(last_seq or 0), started_at=_float(started), placed_at=_float(placed),
             preemptible=(preemptible or "").lower() in ("1", "true", "yes"), priority=int(priority or 0),
-            last_checkpoint_at=_float(checkpoint),
+            last_checkpoint_at=_float(checkpoint), admitted_at=_float(admitted),
         )
-        for job_id, (status, tenant, order, run_id, last_seq, started, placed, preemptible, priority, checkpoint) in zip(
+        for job_id, (status, tenant, order, run_id, last_seq, started, placed, preemptible, priority, checkpoint,
+                     admitted) in zip(
             job_ids, rows, strict=True
         )
         if status is not None

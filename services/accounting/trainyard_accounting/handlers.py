@@ -16,6 +16,7 @@ Database outages are not bad data: they fail the batch, which is retried.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 
 import msgspec
@@ -23,16 +24,40 @@ from nats.aio.msg import Msg
 from sqlalchemy.exc import DataError, IntegrityError
 
 from trainyard.bus import PoisonMessage
-from trainyard.events import CheckpointSaved, JobEvent, decode_job_event, subject_disagrees
+from trainyard.events import (
+    CheckpointSaved,
+    JobCancelled,
+    JobEvent,
+    RunFailed,
+    RunSucceeded,
+    decode_job_event,
+    subject_disagrees,
+)
 from trainyard.ledger import Ledger
+from trainyard.observability.logs import kv
+from trainyard.observability.metrics import LedgerMetrics
+
+log = logging.getLogger(__name__)
 
 #: Errors that mean "this event cannot be stored", not "the database is down".
 BAD_DATA = (ValueError, TypeError, OverflowError, UnicodeError, DataError, IntegrityError)
 
 
+def run_outcome(event: JobEvent) -> str | None:
+    """How a run ended, for an event that ends one (None otherwise)."""
+    if isinstance(event, RunSucceeded):
+        return "succeeded"
+    if isinstance(event, RunFailed):
+        return f"failed:{event.reason}"
+    if isinstance(event, JobCancelled) and event.run_id:
+        return "cancelled"
+    return None
+
+
 class LedgerHandler:
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: Ledger, metrics: LedgerMetrics | None = None) -> None:
         self.ledger = ledger
+        self.metrics = metrics
 
     async def __call__(self, msgs: Sequence[Msg]) -> list[BaseException | None]:
         outcomes: list[BaseException | None] = [None] * len(msgs)
@@ -59,7 +84,19 @@ class LedgerHandler:
                 checkpoints.setdefault(event.run_id, []).append(event.at)
         for run_id, times in checkpoints.items():  # idempotent: a checkpoint time is recorded once
             await asyncio.to_thread(self.ledger.record_checkpoints, run_id, times)
+        for _, event_id, event in events:
+            self._metered(event_id, event)
         return outcomes
+
+    def _metered(self, event_id: str, event: JobEvent) -> None:
+        outcome = run_outcome(event)
+        if outcome is None:
+            return
+        run_id = getattr(event, "run_id", None)
+        log.info("run metered", extra=kv(decision="metered", job_id=event.job_id, run_id=run_id,
+                                          tenant=event.tenant, outcome=outcome, seq=event_id))
+        if self.metrics is not None:
+            self.metrics.metered.labels(outcome.split(":", 1)[0]).inc()
 
     async def _one_at_a_time(
         self, events: list[tuple[int, str, JobEvent]], outcomes: list[BaseException | None]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from trainyard.bus import ConsumerSpec, run_consumer
 from trainyard.events import subjects
 from trainyard.ledger import Ledger
+from trainyard.observability.metrics import LedgerMetrics, refresh_every, serve_metrics
 from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard_accounting.handlers import LedgerHandler
 
@@ -13,8 +14,14 @@ async def main(rt: Runtime) -> None:
     ledger = Ledger(rt.settings.ledger_url)
     ledger.create_schema()
     spec = ConsumerSpec(stream="JOBS", durable="accounting", filter_subject=subjects.JOBS_ALL, batch=1000)
+    metrics = LedgerMetrics(durable=spec.durable, stream=spec.stream)
+    serve_metrics("accounting", metrics.registry)
     try:
-        await run_tasks(rt.stop, run_consumer(rt.bus, spec, LedgerHandler(ledger), rt.stop))
+        await run_tasks(
+            rt.stop,
+            run_consumer(rt.bus, spec, LedgerHandler(ledger, metrics), rt.stop),
+            refresh_every(rt.stop, lambda: metrics.refresh(rt.bus)),
+        )
     finally:
         ledger.close()
 

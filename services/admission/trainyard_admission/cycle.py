@@ -40,6 +40,8 @@ from trainyard.core.lifecycle import gpus_by_type
 from trainyard.core.placement import ClusterSnapshot
 from trainyard.domain.job import JobSpec
 from trainyard.events import JobAdmitted, PreemptionNotice, RunFailed, subjects
+from trainyard.observability.logs import kv
+from trainyard.observability.metrics import AdmissionMetrics
 from trainyard.store import Projector, Store, views
 from trainyard_admission.tenancy import TenancyHolder
 
@@ -61,11 +63,20 @@ def _float(value: str | None) -> float | None:
     return float(value) if value else None
 
 
+def queue_depth(pending: list[PendingJob]) -> dict[tuple[str, str], tuple[int, int]]:
+    """Pending (jobs, GPUs) per (tenant, queue)."""
+    depth: dict[tuple[str, str], tuple[int, int]] = {}
+    for job in pending:
+        jobs, gpus = depth.get((job.tenant, job.queue), (0, 0))
+        depth[(job.tenant, job.queue)] = (jobs + 1, gpus + sum(job.gpus_by_type.values()))
+    return depth
+
+
 class AdmissionCycle:
     def __init__(
         self, bus: Bus, store: Store, projector: Projector, policy: AdmissionPolicy, clock: Callable[[], float],
         window: int = 20_000, node_projector: tuple[Projector, ...] = (), tenancy: TenancyHolder | None = None,
-        placement_timeout_s: float = 60.0, cluster: str | None = None,
+        placement_timeout_s: float = 60.0, cluster: str | None = None, metrics: AdmissionMetrics | None = None,
     ) -> None:
         self.bus = bus
         self.store = store
@@ -84,6 +95,7 @@ class AdmissionCycle:
         self._lost_seen = 0
         self.last_timings: dict[str, float] = {}  # seconds per step of the last cycle
         self._reasons: dict[str, tuple[str, int]] = {}  # reasons last written, to write only changes
+        self.metrics = metrics  # None: not exported (tests that do not look)
 
     async def _rows(self, ids: list[str]) -> dict[str, dict[str, str | None]]:
         """The job fields for ``ids``, re-reading from Redis only jobs that had
@@ -202,9 +214,12 @@ class AdmissionCycle:
         # 3. Publish the decisions, each fenced by the job's last subject sequence.
         requests = self._admissions(result, rows, now) + self._notices(result, rows, now) + self._stops(rows, now)
         results = await self.bus.publish_many(requests)
-        for r in results:
-            if isinstance(r, Exception) and not isinstance(r, WrongLastSequence):
-                log.warning("admission publish failed: %r", r)
+        for req, r in zip(requests, results, strict=True):
+            if isinstance(r, Exception):
+                if not isinstance(r, WrongLastSequence):
+                    log.warning("admission publish failed: %r", r)
+            elif not r.duplicate:
+                self._decided(req, rows, now)
         fair_share = [p for p in result.preemptions if p.reason.value == "fair_share"]
         if fair_share:
             await self.store.redis.zadd(self.store.key("preemptions"), {f"{p.job_id}@{now}": now for p in fair_share})
@@ -221,7 +236,36 @@ class AdmissionCycle:
         t.append(clock())
         self.last_timings = dict(zip(("snapshot", "decide", "publish", "reasons", "read_back"),
                                      (b - a for a, b in pairwise(t)), strict=True))
+        if self.metrics is not None:
+            self.metrics.cycle_done(t[-1] - t[0])
+            admitted = {d.job_id for d in result.admitted}
+            self.metrics.set_queues(queue_depth([p for p in snapshot.pending if p.job_id not in admitted]))
         return len(seqs)
+
+    def _decided(self, req: PublishRequest, rows: dict, now: float) -> None:
+        """Log one published decision, and count it."""
+        event = req.message
+        r = rows.get(event.job_id, {})
+        queue = self._demand.get(event.job_id, ("", {}))[0]
+        if isinstance(event, JobAdmitted):
+            decision = "admitted"
+            log.info("job admitted", extra=kv(decision=decision, job_id=event.job_id, run_id=event.run_id,
+                                               tenant=event.tenant, queue=queue, attempt=event.attempt))
+            submitted = _float(r.get("submitted_at"))
+            if self.metrics is not None and event.attempt == 1 and submitted is not None:
+                self.metrics.waited([now - submitted])
+        elif isinstance(event, PreemptionNotice):
+            decision = "preempted"
+            log.info("run to be preempted", extra=kv(
+                decision=decision, job_id=event.job_id, run_id=event.run_id, tenant=event.tenant, queue=queue,
+                preemptor=event.preemptor, reason=event.reason, grace_period_s=event.grace_period_s))
+        else:
+            decision = "stopped"
+            log.info("run stopped", extra=kv(decision=f"stopped:{event.reason}", job_id=event.job_id,
+                                              run_id=event.run_id, tenant=event.tenant, queue=queue,
+                                              reason=event.message))
+        if self.metrics is not None:
+            self.metrics.decided(decision)
 
     def _admissions(self, result: AdmissionResult, rows: dict, now: float) -> list[PublishRequest]:
         out = []

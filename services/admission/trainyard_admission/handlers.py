@@ -36,6 +36,8 @@ from trainyard.events import (
     decode_intake,
     subjects,
 )
+from trainyard.observability.logs import kv
+from trainyard.observability.metrics import AdmissionMetrics
 from trainyard.store import Store, views
 from trainyard.store.fleet import FleetCache
 from trainyard.store.views import TERMINAL
@@ -72,8 +74,10 @@ class IntakeHandler:
     """SubmitJob -> JobAccepted | JobRejected;  CancelJob -> JobCancelled."""
 
     def __init__(
-        self, bus: Bus, store: Store, clock: Callable[[], float], tenancy: TenancyHolder | None = None
+        self, bus: Bus, store: Store, clock: Callable[[], float], tenancy: TenancyHolder | None = None,
+        metrics: AdmissionMetrics | None = None,
     ) -> None:
+        self.metrics = metrics
         self.bus = bus
         self.store = store
         self.clock = clock
@@ -164,4 +168,24 @@ class IntakeHandler:
                     outcomes[i] = await self._id_taken(req.message)
             elif isinstance(result, Exception):
                 outcomes[i] = result
+            elif not result.duplicate:
+                self._decided(req.message)
         return outcomes
+
+    def _decided(self, event: JobAccepted | JobRejected | JobCancelled) -> None:
+        """Log one published decision, and count it."""
+        if isinstance(event, JobAccepted):
+            decision = "accepted"
+            log.info("job accepted", extra=kv(decision=decision, job_id=event.job_id, tenant=event.spec.tenant,
+                                               queue=event.spec.queue, gpus=event.spec.total_gpus))
+        elif isinstance(event, JobRejected):
+            decision = "rejected"
+            problems = "; ".join(f"{e.field}: {e.message}" for e in event.errors)
+            log.info("job rejected", extra=kv(decision=decision, job_id=event.job_id, tenant=event.tenant,
+                                               reason=problems[:500]))
+        else:
+            decision = "cancelled"
+            log.info("job cancelled", extra=kv(decision=decision, job_id=event.job_id, run_id=event.run_id,
+                                                tenant=event.tenant, reason=event.reason))
+        if self.metrics is not None:
+            self.metrics.decided(decision)

@@ -11,6 +11,7 @@ from trainyard.config.store import ConfigStore
 from trainyard.core.admission import AdmissionPolicy
 from trainyard.cycles import decision_loop
 from trainyard.events import subjects
+from trainyard.observability.metrics import AdmissionMetrics, ProjectionMetrics, refresh_every, serve_metrics
 from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard.store import Projector
 from trainyard_admission.cycle import AdmissionCycle
@@ -23,10 +24,13 @@ async def main(rt: Runtime) -> None:
     nodes = Projector(rt.bus, rt.store, "NODES")
     tenancy = TenancyHolder()
     config = await ConfigStore.open(rt.bus, replicas=rt.settings.stream_replicas)
-    intake = IntakeHandler(rt.bus, rt.store, time.time, tenancy)
+    metrics = AdmissionMetrics()
+    projections = ProjectionMetrics(metrics.registry, [jobs, nodes])
+    serve_metrics("admission", metrics.registry)
+    intake = IntakeHandler(rt.bus, rt.store, time.time, tenancy, metrics=metrics)
     cycle = AdmissionCycle(
         rt.bus, rt.store, jobs, AdmissionPolicy(), time.time, node_projector=(nodes,), tenancy=tenancy,
-        placement_timeout_s=rt.settings.placement_timeout_s, cluster=rt.settings.cluster,
+        placement_timeout_s=rt.settings.placement_timeout_s, cluster=rt.settings.cluster, metrics=metrics,
     )
     lease = await Lease.open(rt.bus, f"admission.{rt.settings.cluster}", holder=f"{os.getpid()}",
                              replicas=rt.settings.stream_replicas)
@@ -39,7 +43,8 @@ async def main(rt: Runtime) -> None:
             lease.keep(rt.stop),
             config.follow(tenancy.use, rt.stop),
             run_consumer(rt.bus, spec, intake, rt.stop),
-            decision_loop(rt, cycle.run_once, lease, [jobs, nodes], "admission"),
+            decision_loop(rt, cycle.run_once, lease, [jobs, nodes], "admission", metrics),
+            refresh_every(rt.stop, lambda: projections.refresh(rt.bus)),
         )
     finally:
         await lease.release()

@@ -13,12 +13,13 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from trainyard.api import finance_api, nodes_api
+from trainyard.api import dlq_api, finance_api, nodes_api
 from trainyard.api.grpc_server import start_grpc
 from trainyard.api.jobs import JobOperations
 from trainyard.api.metrics import GatewayMetrics
 from trainyard.api.rest import UsageSource, create_app
 from trainyard.auth import Authenticator, JwtVerifier, TokenStore, jwt_config
+from trainyard.bus import deadletters
 from trainyard.console import app as console_app
 from trainyard.ledger import Ledger
 from trainyard.runtime import Runtime, run_tasks, serve
@@ -104,11 +105,12 @@ async def main(rt: Runtime) -> None:
     loaded = asyncio.ensure_future(auth.tokens.ready.wait())
     await asyncio.wait([following, loaded], return_when=asyncio.FIRST_COMPLETED)  # serve once tokens are known
     loaded.cancel()
-    metrics = GatewayMetrics()
+    metrics = GatewayMetrics(deadletters=lambda: deadletters.counts(rt.bus))
     routers = [
         nodes_api.build_router(rt.bus, rt.store, rt.settings),
         finance_api.build_router(rt.bus, rt.store, rt.settings),
         console_app.build_router(ops, rt.store, auth, rt.settings),  # the web console at /
+        dlq_api.build_router(rt.bus, rt.store, rt.settings),
     ]
     app = create_app(
         ops, rt.store, auth, usage_source=build_usage_source(rt.settings), metrics=metrics, routers=routers

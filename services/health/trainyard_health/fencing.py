@@ -18,15 +18,19 @@ the JOBS stream held), exactly as admission fences its decisions:
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 
 from trainyard.bus import Bus, PublishRequest, WrongLastSequence
 from trainyard.events import RunFailed, subjects
+from trainyard.observability.logs import kv
 from trainyard.store import Store, views
 
 ACTIVE = ("placed", "running")
 ATTEMPTS = 5  # re-reads after a refused publish before the caller retries the whole step
+
+log = logging.getLogger(__name__)
 
 
 class ProjectionBehind(Exception):
@@ -78,8 +82,10 @@ async def publish_failures(
             refused.append(job.job_id)
         elif isinstance(result, Exception):
             raise result
-        else:
-            failed += 0 if result.duplicate else 1
+        elif not result.duplicate:
+            failed += 1
+            log.info("run failed", extra=kv(decision="failed", job_id=job.job_id, run_id=job.run_id,
+                                             tenant=job.tenant, node=node_id, reason=reason))
     return failed, refused
 
 

@@ -6,13 +6,12 @@ Each ``HealthMetrics`` has its own registry, so tests can build several.
 
 from __future__ import annotations
 
-import os
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from trainyard.domain.node import NodeState
+from trainyard.observability.metrics import port_variable, serve_metrics
 
-PORT_VARIABLE = "TRAINYARD_HEALTH_METRICS_PORT"
+PORT_VARIABLE = port_variable("health")
 
 
 class HealthMetrics:
@@ -46,14 +45,5 @@ class HealthMetrics:
             self.nodes.labels(state.value).set(counts.get(state.value, 0))
 
     def serve(self, environ: dict[str, str] | None = None) -> int:
-        """Serve on the configured port; returns it (0: not served)."""
-        env = os.environ if environ is None else environ
-        raw = env.get(PORT_VARIABLE, "0") or "0"
-        try:
-            port = int(raw)
-        except ValueError as err:
-            raise ValueError(f"{PORT_VARIABLE} must be a port number, not {raw!r}") from err
-        if port:
-            start_http_server(port, addr="127.0.0.1" if env.get("TRAINYARD_HEALTH_METRICS_ADDR") is None
-                              else env["TRAINYARD_HEALTH_METRICS_ADDR"], registry=self.registry)
-        return port
+        """Serve on ``TRAINYARD_HEALTH_METRICS_PORT``; returns it (0: not served)."""
+        return serve_metrics("health", self.registry, environ)

@@ -53,6 +53,7 @@ from trainyard.core.health.state import Command
 from trainyard.domain.node import SCHEDULABLE_STATES, NodeInfo
 from trainyard.events import subjects
 from trainyard.events.nodes import NodeStateChanged
+from trainyard.observability.logs import kv
 from trainyard.store import Projector, Store, views
 from trainyard_health.agents import reset_gpu
 from trainyard_health.fencing import ACTIVE, fail_runs_fenced
@@ -197,7 +198,10 @@ class Monitor:
         self.metrics.transitions.labels(after.state.value, "operator" if by.startswith("operator:") else "automation").inc()
         if before.state in SCHEDULABLE_STATES and after.state not in SCHEDULABLE_STATES and observed_at is not None:
             self.metrics.time_to_isolate.observe(max(0.0, self.clock() - observed_at))
-        log.warning("node %s: %s -> %s (%s)", info.node_id, before.state.value, after.state.value, after.reason)
+        level = logging.WARNING if after.state not in SCHEDULABLE_STATES else logging.INFO
+        log.log(level, "node %s: %s -> %s (%s)", info.node_id, before.state.value, after.state.value, after.reason,
+                extra=kv(decision=f"node_{after.state.value}", node=info.node_id, state=after.state.value,
+                         previous=before.state.value, reason=after.reason, cause=event.cause, by=by))
         actor = by if by.startswith("operator:") else "service:health"
         await audit(
             self.bus, actor, f"node.{after.state.value}", info.node_id, after.reason,

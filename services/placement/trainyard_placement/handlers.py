@@ -15,6 +15,7 @@ why the cycle checks it before deciding and again right before publishing.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -31,6 +32,8 @@ from trainyard.core.placement import (
 )
 from trainyard.domain.job import JobSpec
 from trainyard.events import JobPlaced, subjects
+from trainyard.observability.logs import kv
+from trainyard.observability.metrics import PlacementMetrics
 from trainyard.store import Projector, Store, views
 
 log = logging.getLogger(__name__)
@@ -79,7 +82,9 @@ class PlacementCycle:
         self, bus: Bus, store: Store, projector: Projector, cluster: str, clock: Callable[[], float],
         node_projector: tuple[Projector, ...] = (), lease: Leadership | None = None,
         policy: PlacementPolicy = PlacementPolicy(), binding: Binding | None = None,
+        metrics: PlacementMetrics | None = None,
     ) -> None:
+        self.metrics = metrics  # None: not exported
         self.bus = bus
         self.store = store
         self.projector = projector
@@ -116,6 +121,14 @@ class PlacementCycle:
         # 0. Only the leader decides.
         if not self.leading:
             return 0
+        started = time.perf_counter()
+        try:
+            return await self._cycle()
+        finally:
+            if self.metrics is not None:
+                self.metrics.cycle_done(time.perf_counter() - started)
+
+    async def _cycle(self) -> int:
         # 1. Snapshot the projection, once it holds everything the log holds.
         for projector in self.projections:
             await projector.caught_up()
@@ -123,6 +136,10 @@ class PlacementCycle:
         # 1b. Carry earlier placements to where jobs run, when a binder is set.
         if self.binding is not None and snap.placed:
             await self.binding.reconcile([(p, self._specs[p.job_id]) for p in snap.placed])
+        if self.metrics is not None:
+            self.metrics.waiting.set(len(snap.requests))
+            if not snap.requests:
+                self.metrics.reservations.set(0)
         if not snap.requests:
             return 0
         # 2. Decide (pure).
@@ -151,6 +168,8 @@ class PlacementCycle:
         # 3b. The lease may have lapsed while we decided, and another process may lead now.
         if requests and not self.leading:
             self.stats.dropped += len(requests)
+            if self.metrics is not None:
+                self.metrics.decided("dropped", len(requests))
             log.warning("placement: lease lost before publishing; dropping %d placements", len(requests))
             return 0
         results = await self.bus.publish_many(requests) if requests else []
@@ -158,6 +177,8 @@ class PlacementCycle:
         for p, r in zip(result.placements, results, strict=True):
             if isinstance(r, WrongLastSequence):
                 self.stats.conflicts += 1
+                if self.metrics is not None:
+                    self.metrics.decided("conflict")
             elif isinstance(r, Exception):
                 log.warning("placement publish failed: %r", r)
             elif not r.duplicate:
@@ -165,6 +186,7 @@ class PlacementCycle:
                 self.stats.placed += 1
                 self.stats.backfilled += p.backfilled
                 self.stats.placed_jobs.append(p.job_id)
+                self._placed(p, snap.waiting[p.job_id])
             else:
                 seqs.append(r.seq)
         # 4. Read our own writes before the next cycle.
@@ -172,9 +194,25 @@ class PlacementCycle:
             await self.projector.wait_for(max(seqs))
         return len(seqs)
 
+    def _placed(self, p: Placement, job: views.ActiveJob) -> None:
+        """Log one published placement, and count it."""
+        nodes = sorted({r.node_id for r in p.replicas})
+        log.info("run placed", extra=kv(
+            decision="placed", job_id=p.job_id, run_id=p.run_id, tenant=job.tenant, nodes=nodes,
+            gpus=sum(len(r.gpus) for r in p.replicas), backfilled=p.backfilled or None,
+        ))
+        if self.metrics is not None:
+            self.metrics.decided("placed")
+            if p.backfilled:
+                self.metrics.decided("backfilled")
+            if job.admitted_at is not None:
+                self.metrics.waited([self.clock() - job.admitted_at])
+
     def _note_reservations(self, result: PlacementResult) -> None:
         """Reservations are not published (each cycle recomputes them): count and log them."""
         self.stats.reservations = len(result.reservations)
+        if self.metrics is not None:
+            self.metrics.reservations.set(len(result.reservations))
         self.stats.reserved_cycles += bool(result.reservations)
         for r in result.reservations:
             gpus = sum(len(x.gpus) for x in r.replicas)

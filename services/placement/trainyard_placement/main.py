@@ -16,6 +16,7 @@ import time
 
 from trainyard.bus.lease import Lease
 from trainyard.cycles import decision_loop
+from trainyard.observability.metrics import PlacementMetrics, ProjectionMetrics, refresh_every, serve_metrics
 from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard.settings import ConfigurationError
 from trainyard.store import Projector
@@ -44,15 +45,19 @@ async def main(rt: Runtime, binder: str = "none") -> None:
     nodes = Projector(rt.bus, rt.store, "NODES")
     lease = await Lease.open(rt.bus, lease_key(rt.settings.cluster), holder=f"{os.getpid()}",
                              replicas=rt.settings.stream_replicas)
+    metrics = PlacementMetrics()
+    projections = ProjectionMetrics(metrics.registry, [jobs, nodes])
+    serve_metrics("placement", metrics.registry)
     cycle = PlacementCycle(rt.bus, rt.store, jobs, rt.settings.cluster, time.time, node_projector=(nodes,), lease=lease,
-                           binding=binding)
+                           binding=binding, metrics=metrics)
     try:
         await run_tasks(
             rt.stop,
             jobs.run(rt.stop),
             nodes.run(rt.stop),
             lease.keep(rt.stop),
-            decision_loop(rt, cycle.run_once, lease, [jobs, nodes], "placement"),
+            decision_loop(rt, cycle.run_once, lease, [jobs, nodes], "placement", metrics),
+            refresh_every(rt.stop, lambda: projections.refresh(rt.bus)),
         )
     finally:
         await lease.release()

@@ -1,0 +1,84 @@
+"""REST routes for dead letters: list, show, replay.
+
+``GET /v1/deadletters`` lists them newest first (reason, original stream,
+subject and sequence, time, size); ``GET /v1/deadletters/{seq}`` shows one
+with the data it kept; ``POST /v1/deadletters/{seq}/replay`` publishes its
+message again on the original subject with a new message id (409 with the
+reason when the copy was cut short or the stream's messages are not
+replayed, see :mod:`trainyard.bus.deadletters`) and records the replay in the
+audit stream under the verified caller.
+
+For the operator and admin roles (403 for the others).
+"""
+
+from __future__ import annotations
+
+import msgspec
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+
+from trainyard.api.errors import error_response, json_response
+from trainyard.api.security import allow, read_body
+from trainyard.auth import Action, Principal
+from trainyard.bus import Bus
+from trainyard.bus import deadletters as dlq
+from trainyard.bus.audit import audit
+from trainyard.bus.permissions import STREAMS
+from trainyard.settings import Settings
+from trainyard.store import Store
+
+MAX_BODY_BYTES = 4096
+MAX_REASON_CHARS = 256
+
+
+class DeadLetterList(msgspec.Struct):
+    deadletters: list[dlq.DeadLetter]
+
+
+class ReplayBody(msgspec.Struct, frozen=True):
+    reason: str = ""  # why (recorded in the audit stream); who is the verified caller
+
+
+def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
+    router = APIRouter(prefix="/v1/deadletters", tags=["dead letters"])
+
+    @router.get("", summary="Dead letters, newest first")
+    async def list_deadletters(
+        limit: int = Query(50, ge=1, le=1000, description="At most this many"),
+        stream: str | None = Query(None, description=f"Only those from this stream ({', '.join(STREAMS[:-1])})"),
+        before: int | None = Query(None, ge=1, description="Only those below this sequence (the next page)"),
+        who: Principal = allow(Action.DLQ_READ),
+    ) -> Response:
+        if stream is not None and stream.upper() not in STREAMS:
+            return error_response(422, "invalid_argument", f"stream: one of {', '.join(STREAMS)}, not {stream!r}")
+        letters = await dlq.listing(bus, limit, stream.upper() if stream else None, before)
+        return json_response(DeadLetterList(letters))
+
+    @router.get("/{seq}", summary="One dead letter with the data it kept")
+    async def show_deadletter(seq: int, who: Principal = allow(Action.DLQ_READ)) -> Response:
+        try:
+            return json_response(await dlq.read(bus, seq))
+        except dlq.DeadLetterNotFound as err:
+            return error_response(404, "not_found", str(err))
+
+    @router.post("/{seq}/replay", status_code=202, summary="Publish a dead letter's message again")
+    async def replay_deadletter(seq: int, request: Request, who: Principal = allow(Action.DLQ_REPLAY)) -> Response:
+        try:
+            body = msgspec.json.decode(await read_body(request, MAX_BODY_BYTES) or b"{}", type=ReplayBody)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as err:
+            return error_response(422, "invalid_argument", f"the body is not a JSON object with a reason: {err}")
+        if len(body.reason) > MAX_REASON_CHARS:
+            return error_response(422, "invalid_argument", f"reason: at most {MAX_REASON_CHARS} characters")
+        try:
+            done = await dlq.replay(bus, seq)
+        except dlq.DeadLetterNotFound as err:
+            return error_response(404, "not_found", str(err))
+        except dlq.NotReplayable as err:
+            return error_response(409, "conflict", str(err))
+        details = {"stream": done.stream, "subject": done.subject, "replayed_seq": str(done.replayed_seq),
+                   "msg_id": done.msg_id}
+        await audit(bus, who.actor, "deadletter.replay", str(seq), body.reason.strip(), details=details,
+                    record_id=f"audit:{done.msg_id}")
+        return json_response(done, 202)
+
+    return router

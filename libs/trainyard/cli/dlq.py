@@ -1,0 +1,104 @@
+"""``trainyard dlq list|show|replay``: the dead letters, through the gateway
+(``/v1/deadletters``), as the caller's token (operator or admin)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from trainyard.cli.client import ApiError, Client
+
+dlq_app = typer.Typer(help="Dead letters: messages a service could never handle, with the reason.",
+                      no_args_is_help=True)
+
+console = Console()
+err_console = Console(stderr=True)
+
+DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR", help="Where `up` keeps its state.")
+ApiUrl = typer.Option(None, "--api-url", help="Gateway URL (default: the running `trainyard up`, else :8080).")
+AsJson = typer.Option(False, "--json", help="Print the API's JSON.")
+
+
+def _request(api_url: str | None, data_dir: str, method: str, path: str, **kwargs: Any) -> Any:
+    try:
+        return Client.for_cli(api_url, data_dir).request(method, path, **kwargs)
+    except ApiError as err:
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(1) from err
+
+
+def _ts(value: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value)) if value else "-"
+
+
+def _size(letter: dict[str, Any]) -> str:
+    return f"{letter['size']} B" + (f" (kept {letter['kept']})" if letter["truncated"] else "")
+
+
+@dlq_app.command("list")
+def list_command(
+    stream: str | None = typer.Option(None, "--stream", help="Only those from INTAKE, JOBS, NODES or TELEMETRY."),
+    limit: int = typer.Option(50, "--limit", help="At most this many (1-1000)."),
+    before: int | None = typer.Option(None, "--before", help="Only those below this sequence (the next page)."),
+    as_json: bool = AsJson,
+    api_url: str | None = ApiUrl,
+    data_dir: str = DataDir,
+) -> None:
+    """Dead letters, newest first: reason, original stream, subject and sequence, time and size."""
+    params: dict[str, Any] = {"limit": limit}
+    if stream:
+        params["stream"] = stream
+    if before:
+        params["before"] = before
+    letters = _request(api_url, data_dir, "GET", "/v1/deadletters", params=params)["deadletters"]
+    if as_json:
+        console.print_json(data=letters)
+        return
+    if not letters:
+        console.print("no dead letters")
+        return
+    table = Table("seq", "at", "stream", "subject", "stream seq", "size", "replay", "reason")
+    for d in letters:
+        table.add_row(
+            str(d["seq"]), _ts(d["at"]), d["stream"], escape(d["subject"]), str(d["stream_seq"] or "-"), _size(d),
+            "yes" if d["replayable"] else "no", escape(d["reason"]),
+        )
+    console.print(table)
+    if len(letters) == limit:
+        console.print(f"more may follow: trainyard dlq list --before {letters[-1]['seq']}")
+
+
+@dlq_app.command("show")
+def show_command(seq: int, as_json: bool = AsJson, api_url: str | None = ApiUrl, data_dir: str = DataDir) -> None:
+    """One dead letter in full, with the data it kept."""
+    d = _request(api_url, data_dir, "GET", f"/v1/deadletters/{seq}")
+    if as_json:
+        console.print_json(data=d)
+        return
+    rows = [
+        ("seq", d["seq"]), ("at", _ts(d["at"])), ("stream", d["stream"]), ("subject", d["subject"]),
+        ("stream seq", d["stream_seq"] if d["stream_seq"] is not None else "-"), ("reason", d["reason"]),
+        ("size", _size(d)), ("truncated", "yes" if d["truncated"] else "no"),
+        ("replayable", "yes" if d["replayable"] else "no"),
+    ]
+    for name, value in rows:
+        console.print(f"[bold]{name:>11}[/bold]  {escape(str(value))}")
+    console.print("[bold]       data[/bold]")
+    console.out(d["data"], highlight=False)
+
+
+@dlq_app.command("replay")
+def replay_command(
+    seq: int,
+    reason: str = typer.Option("", "--reason", help="Why (recorded in the audit stream)."),
+    api_url: str | None = ApiUrl,
+    data_dir: str = DataDir,
+) -> None:
+    """Publish a dead letter's message again on its original subject (with a new message id)."""
+    r = _request(api_url, data_dir, "POST", f"/v1/deadletters/{seq}/replay", json={"reason": reason})
+    console.print(f"replayed dead letter {r['seq']} on {escape(r['subject'])} as {r['stream']} seq {r['replayed_seq']}")
