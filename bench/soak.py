@@ -4,9 +4,11 @@ process's memory sampled, to show that nothing grows without bound.
     .venv/bin/python bench/soak.py                                  # 100,000 queued, 10 minutes at 20 jobs/s
     .venv/bin/python bench/soak.py --queued 20000 --minutes 5 --rate 20
 
-It starts a whole local stack, submits ``--queued`` long jobs on intake (they
-wait: the cluster is full), then offers short jobs at ``--rate`` per second for
-``--minutes`` while sampling the resident memory (RSS) of every process every
+It starts a whole local stack with a tenancy that gives tenant ``deep`` half
+the GPUs and tenant ``stream`` the other half (neither may borrow), submits
+``--queued`` hour-long 8-GPU jobs for ``deep`` (a few run, the rest wait on
+quota), then offers 1-second 1-GPU jobs for ``stream`` at ``--rate`` per second
+for ``--minutes``, which run on the other half, while sampling the resident memory (RSS) of every process every
 ``--sample-s`` seconds.  It prints, per process, the RSS after the queue was
 submitted, at the end, and the least-squares slope over the second half of
 the stream in MiB per minute (flat memory: a slope near zero).  ``--json``
@@ -26,6 +28,7 @@ from pathlib import Path
 import msgspec
 
 from trainyard.bus import Bus
+from trainyard.config.store import ConfigStore
 from trainyard.domain import JobSpec, Role
 from trainyard.local import LocalStack, StackConfig
 from trainyard.store import Store, views
@@ -62,6 +65,24 @@ def pids(stack: LocalStack) -> dict[str, int]:
     return out
 
 
+def tenancy(gpus: int) -> str:
+    half = gpus // 2
+    return f"""
+flavors: [{{name: H100, node_pool: emulated, gpus_per_node: 8}}]
+priority_classes: [{{name: standard, priority: 500}}]
+organisations:
+  - name: soak
+    quota: {{H100: {{nominal: {gpus}}}}}
+    teams:
+      - name: deep
+        quota: {{H100: {{nominal: {half}, borrowing_limit: 0}}}}
+        queues: [{{name: default, quota: {{H100: {{nominal: {half}, borrowing_limit: 0}}}}}}]
+      - name: stream
+        quota: {{H100: {{nominal: {half}, borrowing_limit: 0}}}}
+        queues: [{{name: default, quota: {{H100: {{nominal: {half}, borrowing_limit: 0}}}}}}]
+"""
+
+
 def spec(tenant: str, gpus: int, seconds: float) -> JobSpec:
     return JobSpec(tenant=tenant, queue="default", roles=[Role(name="trainer", gpus_per_replica=gpus)],
                    simulated_duration_s=seconds)
@@ -88,9 +109,10 @@ async def main(args: argparse.Namespace) -> int:
         samples: dict[str, list[tuple[float, float]]] = {}
         try:
             t0 = time.monotonic()
-            # The deep queue: 8-GPU jobs of an hour; the cluster holds only a few at a time.
-            queued = [(f"soak-q-{i:06d}", spec(("acme", "globex", "initech")[i % 3], 8, 3600.0))
-                      for i in range(args.queued)]
+            config = await ConfigStore.open(bus)
+            await config.apply(tenancy(args.nodes * 8), actor="bench:soak", reason="half deep queue, half stream")
+            # The deep queue: 8-GPU jobs of an hour; its half of the cluster holds only a few at a time.
+            queued = [(f"soak-q-{i:06d}", spec("deep", 8, 3600.0)) for i in range(args.queued)]
             await submit_many(bus, queued)
             print(f"{args.queued} jobs queued in {time.monotonic() - t0:.0f}s", file=sys.stderr)
             while (await views.status_counts(store)).get("pending", 0) < args.queued * 0.9:
@@ -109,7 +131,7 @@ async def main(args: argparse.Namespace) -> int:
                             samples.setdefault(name, []).append(((now - start) / 60, mib))
                     next_sample += args.sample_s
                 # The steady stream: short 1-GPU jobs, which backfill around the queue.
-                await submit_event(bus, f"soak-s-{i:07d}", spec("acme", 1, 1.0))
+                await submit_event(bus, f"soak-s-{i:07d}", spec("stream", 1, 1.0))
                 i += 1
                 await asyncio.sleep(max(0.0, start + i / args.rate - time.monotonic()))
             counts = await views.status_counts(store)
