@@ -210,6 +210,13 @@ async def check_equal(store: Store, table: JobTable) -> None:
     counts = {k: int(v) for k, v in (await r.hgetall(store.key("counts"))).items() if int(v)}
     assert counts == dict(Counter(rec.status for rec in jobs.values()))
     assert await zset(store, "pending") == {j: rec.order for j, rec in jobs.items() if rec.status == "pending"}
+    by_queue: dict[str, dict[str, int]] = {}
+    for j, rec in jobs.items():
+        if rec.status == "pending":
+            by_queue.setdefault(f"{rec.tenant}/{rec.queue}", {})[j] = rec.order
+    assert set(await r.smembers(store.key("pendingqueues"))) == set(by_queue)
+    for queue, members in by_queue.items():
+        assert await zset(store, f"pendingq:{queue}") == members
     assert await zset(store, "admitted") == {j: rec.order for j, rec in jobs.items() if rec.status == "admitted"}
     assert await zset(store, "active") == {j: rec.order for j, rec in jobs.items() if rec.status in ACTIVE}
     assert set(await zset(store, "jobs")) == set(jobs)

@@ -250,3 +250,21 @@ def test_subject_checks_name_the_disagreement() -> None:
     assert "not a job subject" in (subject_disagrees("trainyard.jobs.acme.j1", ok) or "")
     failed = RunFailed(at=1.0, job_id="j1", tenant="acme", run_id="r1", reason="node_failure")
     assert all(subject_disagrees(subjects.job("acme", "j1", w), failed) is None for w in ("agent", "health", "admission"))
+
+
+async def test_a_deep_backlog_in_one_queue_does_not_hide_another_queues_jobs_from_admission(
+    bus: Bus, store: Store
+) -> None:
+    for i in range(30):
+        await publish_event(bus, JobAccepted(at=1.0, job_id=f"deep-{i:02d}", spec=spec(tenant="deep"), submitted_at=0.5),
+                            msg_id=f"deep-{i}")
+    for i in range(2):
+        await publish_event(bus, JobAccepted(at=2.0, job_id=f"late-{i}", spec=spec(tenant="stream"), submitted_at=1.5),
+                            msg_id=f"late-{i}")
+    await project(bus, store, "JOBS")
+
+    everything = await views.pending_window(store, 100)
+    shared = await views.pending_window(store, 10)
+
+    assert everything == [f"deep-{i:02d}" for i in range(30)] + ["late-0", "late-1"]  # all of them, oldest first
+    assert shared == [f"deep-{i:02d}" for i in range(5)] + ["late-0", "late-1"]  # each queue's oldest, in order

@@ -166,6 +166,22 @@ async def ids_in(store: Store, index: str, limit: int = -1) -> list[str]:
     return await store.redis.zrange(store.key(index), 0, limit)
 
 
+async def pending_window(store: Store, window: int) -> list[str]:
+    """The pending jobs one admission cycle considers, oldest (lowest order) first: every
+    pending job when there are at most ``window``; otherwise the oldest of every queue,
+    ``window`` shared equally among the queues with pending jobs, so that one queue's deep
+    backlog never hides another queue's jobs."""
+    if await store.redis.zcard(store.key("pending")) <= window:
+        return await ids_in(store, "pending", window - 1)
+    queues = sorted(await store.redis.smembers(store.key("pendingqueues")))
+    per_queue = max(1, window // max(1, len(queues)))
+    pipe = store.redis.pipeline(transaction=False)
+    for queue in queues:
+        pipe.zrange(store.key("pendingq", queue), 0, per_queue - 1, withscores=True)
+    oldest = sorted((score, job_id) for rows in await pipe.execute() for job_id, score in rows)
+    return [job_id for _, job_id in oldest]
+
+
 async def status_counts(store: Store) -> dict[str, int]:
     raw = await store.redis.hgetall(store.key("counts"))
     return {k: int(v) for k, v in raw.items() if int(v)}

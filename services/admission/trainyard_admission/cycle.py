@@ -126,7 +126,7 @@ class AdmissionCycle:
         return {j: self._cache[j] for j in ids if j in self._cache and j in self._demand}
 
     async def snapshot(self) -> tuple[AdmissionSnapshot, dict[str, dict[str, str | None]]]:
-        pending_ids = await views.ids_in(self.store, "pending", self.window - 1)
+        pending_ids = await views.pending_window(self.store, self.window)
         active_ids = await views.ids_in(self.store, "active")
         rows = await self._rows(pending_ids + active_ids)
         for job_id in [j for j in self._demand if j not in rows]:

@@ -34,6 +34,26 @@ local function exact(x)
   return string.format('%.17g', x)
 end
 
+-- The pending index, overall and per queue (pendingq:<tenant>/<queue>, with the
+-- set pendingqueues naming the queues that have pending jobs), so a cycle can
+-- read the oldest jobs of every queue however deep one queue's backlog is.
+local function queue_of()
+  local h = redis.call('HMGET', jk, 'tenant', 'queue')
+  return (h[1] or '') .. '/' .. (h[2] or '')
+end
+local function add_pending(order)
+  redis.call('ZADD', p .. 'pending', order, jid)
+  local q = queue_of()
+  redis.call('ZADD', p .. 'pendingq:' .. q, order, jid)
+  redis.call('SADD', p .. 'pendingqueues', q)
+end
+local function remove_pending()
+  redis.call('ZREM', p .. 'pending', jid)
+  local q = queue_of()
+  redis.call('ZREM', p .. 'pendingq:' .. q, jid)
+  if redis.call('ZCARD', p .. 'pendingq:' .. q) == 0 then redis.call('SREM', p .. 'pendingqueues', q) end
+end
+
 local function set_status(new)
   if status then redis.call('HINCRBY', p .. 'counts', status, -1) end
   redis.call('HINCRBY', p .. 'counts', new, 1)
@@ -83,7 +103,7 @@ if kind == 'JobAccepted' then
     'priority_class', ARGV[11], 'name', ARGV[12], 'gpus', ARGV[13], 'max_retries', ARGV[14],
     'accepted_at', at, 'attempt', 0, 'requeues', 0, 'failures', 0, 'timeouts', 0, 'last_seq', seq)
   set_status('pending')
-  redis.call('ZADD', p .. 'pending', order, jid)
+  add_pending(order)
   redis.call('ZADD', p .. 'jobs', order, jid)
   redis.call('ZADD', p .. 'tenant:' .. ARGV[5], order, jid)
 elseif kind == 'JobRejected' then
@@ -102,7 +122,7 @@ elseif kind == 'JobAdmitted' then
   redis.call('HDEL', jk, 'reason', 'position', 'started_at', 'placed_at', 'not_before', 'expected_start')
   set_status('admitted')
   local order = redis.call('HGET', jk, 'order')
-  redis.call('ZREM', p .. 'pending', jid)
+  remove_pending()
   redis.call('ZADD', p .. 'admitted', order, jid)
   redis.call('ZADD', p .. 'active', order, jid)
 elseif kind == 'JobPlaced' then
@@ -157,7 +177,7 @@ elseif kind == 'RunFailed' then
   local function requeue(not_before)
     if not_before then redis.call('HSET', jk, 'not_before', exact(not_before)) end
     set_status('pending')
-    redis.call('ZADD', p .. 'pending', order, jid)
+    add_pending(order)
   end
   if category == 'head' then
     if order >= 0 then order = order - tonumber(ARGV[11]) end  -- ahead of every job never run
@@ -189,7 +209,7 @@ elseif kind == 'JobCancelled' then
     return 0
   end
   release()
-  redis.call('ZREM', p .. 'pending', jid)
+  remove_pending()
   redis.call('HSET', jk, 'finished_at', at, 'reason', ARGV[6])
   set_status('cancelled')
 end
