@@ -10,17 +10,17 @@ import random
 import time
 
 import httpx
-import msgspec
 import pytest
 
 from trainyard.bus import Bus
 from trainyard.core.invariants import check_job_log
 from trainyard.domain import JobSpec, Role
-from trainyard.events import JobPlaced, RunStarted, RunSucceeded, SubmitJob, subjects
+from trainyard.events import JobPlaced, RunStarted, RunSucceeded
 from trainyard.ledger import Ledger
 from trainyard.local import LocalStack
 from trainyard.store import Store, views
 from trainyard.testing.auth import issue
+from trainyard.testing.chaos import submit_event, submit_rest
 from trainyard.testing.streams import read_job_events
 
 pytestmark = pytest.mark.e2e
@@ -46,23 +46,6 @@ def workload(n: int, seed: int = 7) -> list[tuple[str, JobSpec]]:
     return out
 
 
-async def submit_rest(client: httpx.AsyncClient, job_id: str, spec: JobSpec) -> None:
-    body = {**msgspec.to_builtins(spec), "job_id": job_id}
-    for _attempt in range(100):  # the gateway may be restarting: retry with the same id
-        try:
-            response = await client.post("/v1/jobs", json=body)
-            if response.status_code == 202:
-                return
-            assert response.status_code >= 500, response.text
-        except httpx.HTTPError:
-            pass
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"could not submit {job_id} through REST")
-
-
-async def submit_event(bus: Bus, job_id: str, spec: JobSpec) -> None:
-    command = SubmitJob(at=time.time(), spec=spec, job_id=job_id)
-    await bus.publish(subjects.intake(spec.tenant), command, msg_id=f"portal:{job_id}")
 
 
 async def wait_all_succeeded(store: Store, n: int, timeout: float) -> dict[str, int]:
