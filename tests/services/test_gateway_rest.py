@@ -470,3 +470,16 @@ async def test_oversized_or_odd_bodies_get_a_clear_answer_publish_nothing_and_th
     assert says in response.text
     assert await intake_count(bus) == 0
     assert (await client.post("/v1/jobs", json=spec_body(job_id="after"))).status_code == 202
+
+
+async def test_a_retried_submission_is_not_refused_because_redis_holds_only_a_pending_reason_for_it(
+    client: httpx.AsyncClient, bus: Bus, store: Store
+) -> None:
+    # After a wipe, admission may write a pending reason before the projection has folded the job again.
+    await views.set_pending_reasons(store, {"retried": ("quota_exhausted", 3)})
+
+    response = await client.post("/v1/jobs", json=spec_body(job_id="retried"))
+    read = await client.get("/v1/jobs/retried")
+
+    assert response.status_code == 202, response.text
+    assert read.status_code == 404  # not a job until the projection folds its acceptance

@@ -100,8 +100,11 @@ class NodeRecord(msgspec.Struct):
 
 
 async def get_job(store: Store, job_id: str) -> JobView | None:
+    """The job as the projection holds it; None when the projection has not folded it.  A hash
+    without a status is not a job: only admission's pending reasons, written just as Redis was
+    wiped and not yet rebuilt."""
     h = await store.redis.hgetall(store.key("job", job_id))
-    return JobView.from_hash(job_id, h) if h else None
+    return JobView.from_hash(job_id, h) if h.get("status") else None
 
 
 async def get_jobs(store: Store, job_ids: list[str], with_spec: bool = True) -> list[JobView]:
@@ -109,7 +112,7 @@ async def get_jobs(store: Store, job_ids: list[str], with_spec: bool = True) -> 
     for job_id in job_ids:
         pipe.hgetall(store.key("job", job_id))
     hashes = await pipe.execute()
-    return [JobView.from_hash(j, h, with_spec) for j, h in zip(job_ids, hashes, strict=True) if h]
+    return [JobView.from_hash(j, h, with_spec) for j, h in zip(job_ids, hashes, strict=True) if h.get("status")]
 
 
 class JobHead(msgspec.Struct):
