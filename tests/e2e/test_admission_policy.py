@@ -27,6 +27,7 @@ from trainyard.ledger import Ledger
 from trainyard.local import LocalStack
 from trainyard.store import Store, views
 from trainyard.testing.streams import read_job_events
+from trainyard.testing.waiting import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -67,15 +68,6 @@ async def submit(bus: Bus, job_id: str, spec: JobSpec) -> None:
     await bus.publish(subjects.intake(spec.tenant), SubmitJob(at=time.time(), spec=spec, job_id=job_id), msg_id=job_id)
 
 
-async def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = await predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
 
 async def status(store: Store, job_id: str) -> str | None:
     job = await views.get_job(store, job_id)
@@ -100,7 +92,7 @@ async def test_a_tenancy_change_takes_effect_while_the_system_runs(clients) -> N
     await submit(bus, "stranger", job(tenant="globex"))
     for i in range(3):
         await submit(bus, f"q{i}", job())
-    await wait_for(lambda: status(store, "stranger"), what="the stranger's job to be answered")
+    await eventually(lambda: status(store, "stranger"), what="the stranger's job to be answered")
     rejected = next(e for e in await read_job_events(bus) if isinstance(e, JobRejected))
     assert rejected.job_id == "stranger"
     assert any(e.field == "tenant" and "unknown tenant 'globex'" in e.message for e in rejected.errors)
@@ -109,12 +101,12 @@ async def test_a_tenancy_change_takes_effect_while_the_system_runs(clients) -> N
         jobs = {j: await views.get_job(store, j) for j in ("q0", "q1", "q2")}
         statuses = [j.status if j else None for j in jobs.values()]
         return statuses == ["running", "running", "pending"] and jobs["q2"].reason is not None and jobs["q2"]
-    waiting = await wait_for(two_running_one_waiting, what="a 16-GPU quota to hold two 8-GPU jobs")
+    waiting = await eventually(two_running_one_waiting, what="a 16-GPU quota to hold two 8-GPU jobs")
     assert waiting.reason in ("quota", "cohort_exhausted")
 
     new_revision, changes = await config.apply(tenancy(acme_h100=24), actor="test:e2e", reason="more quota")
     assert new_revision > revision and any("24" in c for c in changes)
-    await wait_for(lambda: _is(store, "q2", "running"), what="the third job to start under the new quota")
+    await eventually(lambda: _is(store, "q2", "running"), what="the third job to start under the new quota")
     audit = await bus.js.get_last_msg("AUDIT", "trainyard.audit.config")
     assert b"more quota" in audit.data
 
@@ -136,11 +128,11 @@ async def test_a_higher_priority_job_preempts_with_notice_and_the_victim_resumes
 
     async def all_running():  # type: ignore[no-untyped-def]
         return all([await _is(store, j, "running") for j in fillers])
-    await wait_for(all_running, what="the fillers to run")
+    await eventually(all_running, what="the fillers to run")
     await asyncio.sleep(2.5)  # a couple of checkpoints each
 
     await submit(bus, "urgent", job(duration=2.0, priority_class="production"))
-    await wait_for(lambda: _is(store, "urgent", "succeeded"), timeout=40, what="the production job to run")
+    await eventually(lambda: _is(store, "urgent", "succeeded"), timeout=40, what="the production job to run")
 
     events = await read_job_events(bus)
     [notice] = [e for e in events if isinstance(e, PreemptionNotice)]
@@ -153,7 +145,7 @@ async def test_a_higher_priority_job_preempts_with_notice_and_the_victim_resumes
 
     # The victim kept its place: it is the first job admitted when room frees up,
     # and its new run resumes from the checkpoint it wrote on notice.
-    await wait_for(lambda: _is(store, victim, "running"), timeout=30, what="the victim to run again")
+    await eventually(lambda: _is(store, victim, "running"), timeout=30, what="the victim to run again")
     events = await read_job_events(bus)
     resumed = [e for e in events if isinstance(e, JobAdmitted) and e.job_id == victim]
     assert [e.attempt for e in resumed] == [1, 2]
@@ -166,7 +158,7 @@ async def test_a_higher_priority_job_preempts_with_notice_and_the_victim_resumes
         async def first_run_metered():  # type: ignore[no-untyped-def]
             rows = await asyncio.to_thread(ledger.runs, job_id=victim)
             return next((r for r in rows if r.run_id == notice.run_id and r.ended_at is not None), None)
-        first = await wait_for(first_run_metered, what="the preempted run in the ledger")
+        first = await eventually(first_run_metered, what="the preempted run in the ledger")
     finally:
         ledger.close()
     assert first.outcome == "failed:preempted"

@@ -4,7 +4,7 @@ dead-letter stream, and leader leases."""
 
 from trainyard.bus.client import PayloadTooLarge, PublishDenied
 from trainyard.bus.connection import Bus, PublishRequest, WrongLastSequence
-from trainyard.bus.consumer import ConsumerSpec, PoisonMessage, RetryLater, run_consumer
+from trainyard.bus.consumer import ConsumerSpec, PoisonMessage, RetryLater, job_event_of, run_consumer
 from trainyard.bus.streams import STREAMS, ensure_streams
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "ConsumerSpec",
     "PayloadTooLarge",
     "PoisonMessage",
+    "job_event_of",
     "PublishDenied",
     "PublishRequest",
     "RetryLater",

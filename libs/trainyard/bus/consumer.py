@@ -35,13 +35,27 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from trainyard.bus.client import PayloadTooLarge, header_value
 from trainyard.bus.connection import Bus
-from trainyard.events import subjects
+from trainyard.events import JobEvent, decode_job_event, subject_disagrees, subjects
 
 log = logging.getLogger(__name__)
 
 
 class PoisonMessage(Exception):
     """The message can never be handled (bad encoding, impossible content)."""
+
+
+def job_event_of(msg: Msg) -> JobEvent:
+    """The job event in ``msg``; :class:`PoisonMessage` when it is not one, or when its
+    subject disagrees with its body (another writer's subject, another tenant's job), which
+    no reader of JOBS acts on."""
+    try:
+        event = decode_job_event(msg.data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as err:
+        raise PoisonMessage(f"not a job event: {err}") from None
+    problem = subject_disagrees(msg.subject, event)
+    if problem:
+        raise PoisonMessage(problem)
+    return event
 
 
 #: Exceptions that mean "this message can never be handled", wherever raised.

@@ -24,14 +24,13 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
-import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 from redis.exceptions import RedisError
 
 from trainyard.agent.control import agent_control_wildcard, emulator_control_subject
 from trainyard.agent.node import NodeAgent
-from trainyard.bus import Bus, ConsumerSpec, PoisonMessage, PublishRequest, run_consumer
+from trainyard.bus import Bus, ConsumerSpec, PoisonMessage, PublishRequest, job_event_of, run_consumer
 from trainyard.bus.consumer import NotCaughtUp
 from trainyard.domain.node import NodeInfo
 from trainyard.emulator.control import EmulatorControl
@@ -47,9 +46,7 @@ from trainyard.events import (
     RunFailed,
     RunStarted,
     RunSucceeded,
-    decode_job_event,
     encode,
-    subject_disagrees,
     subjects,
 )
 from trainyard.gpu.fake import FakeGpuBackend
@@ -272,13 +269,9 @@ class EmulatedCluster:
         starts: list[tuple[int, JobPlaced]] = []
         for i, msg in enumerate(msgs):
             try:
-                event = decode_job_event(msg.data)
-            except (msgspec.DecodeError, msgspec.ValidationError) as err:
-                outcomes[i] = PoisonMessage(f"not a job event: {err}")
-                continue
-            problem = subject_disagrees(msg.subject, event)
-            if problem:  # a placement, say, that placement did not write: never acted on
-                outcomes[i] = PoisonMessage(problem)
+                event = job_event_of(msg)  # a placement that placement did not write is never acted on
+            except PoisonMessage as err:
+                outcomes[i] = err
                 continue
             if isinstance(event, JobAccepted):
                 self.durations[event.job_id] = event.spec.simulated_duration_s or DEFAULT_DURATION_S

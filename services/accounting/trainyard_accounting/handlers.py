@@ -19,19 +19,16 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-import msgspec
 from nats.aio.msg import Msg
 from sqlalchemy.exc import DataError, IntegrityError
 
-from trainyard.bus import PoisonMessage
+from trainyard.bus import PoisonMessage, job_event_of
 from trainyard.events import (
     CheckpointSaved,
     JobCancelled,
     JobEvent,
     RunFailed,
     RunSucceeded,
-    decode_job_event,
-    subject_disagrees,
 )
 from trainyard.ledger import Ledger
 from trainyard.observability.logs import kv
@@ -64,13 +61,9 @@ class LedgerHandler:
         events: list[tuple[int, str, JobEvent]] = []
         for i, msg in enumerate(msgs):
             try:
-                event = decode_job_event(msg.data)
-            except (msgspec.DecodeError, msgspec.ValidationError) as err:
-                outcomes[i] = PoisonMessage(f"not a job event: {err}")
-                continue
-            problem = subject_disagrees(msg.subject, event)
-            if problem:  # never billed: the log's projection ignores it too
-                outcomes[i] = PoisonMessage(problem)
+                event = job_event_of(msg)  # a forged writer's event is never billed
+            except PoisonMessage as err:
+                outcomes[i] = err
                 continue
             events.append((i, str(msg.metadata.sequence.stream), event))
         # The database calls block; keep the event loop (and acks) moving.
