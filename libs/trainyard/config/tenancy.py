@@ -111,6 +111,8 @@ class PreemptionConfig(_Config):
     max_fair_share_preemptions: int = 10  # per rate window
     rate_window_s: float = 600.0
     restart_cost_s: float = 300.0  # per GPU: what a stopped run spends getting back; added to its lost work
+    attained_service: bool = True  # with order las: a job stops a run that has had more service levels
+    attained_service_min_runtime_s: float = 3600.0  # ... once that run has lasted this long
 
 
 class SchedulingConfig(_Config):
@@ -216,6 +218,8 @@ def compile_tenancy(cfg: TenancyConfig) -> Tenancy:
             fair_share_limit=p.max_fair_share_preemptions,
             fair_share_window_s=p.rate_window_s,
             restart_cost_s=p.restart_cost_s,
+            attained_service=p.attained_service,
+            attained_service_min_runtime_s=p.attained_service_min_runtime_s,
         ),
         scheduling=Scheduling(
             backfill=cfg.scheduling.backfill,

@@ -46,7 +46,8 @@ def validate_tenancy(cfg: TenancyConfig) -> list[ConfigError]:
     if cfg.fair_share.half_life_s <= 0:
         err("fair_share.half_life_s", f"must be greater than 0, got {cfg.fair_share.half_life_s}")
     p = cfg.preemption
-    for field in ("min_runtime_s", "grace_period_s", "max_fair_share_preemptions", "restart_cost_s"):
+    for field in ("min_runtime_s", "grace_period_s", "max_fair_share_preemptions", "restart_cost_s",
+                  "attained_service_min_runtime_s"):
         if getattr(p, field) < 0:
             err(f"preemption.{field}", f"must not be negative, got {getattr(p, field)}")
     if p.rate_window_s <= 0:

@@ -53,10 +53,12 @@ class PreemptionReason(str, enum.Enum):
     PRIORITY = "priority"  # a higher-priority job in the same queue needs the room
     RECLAIM = "reclaim"  # the owner of borrowed quota needs it back
     FAIR_SHARE = "fair_share"  # the victim's tenant is above its fair share, the preemptor's below
+    SERVICE = "service"  # the victim has received more GPU time than the waiting job (least attained service)
 
 
 PREEMPTION_TEXT: dict[PreemptionReason, str] = {
     PreemptionReason.PRIORITY: "preempted for a higher-priority job in the same queue",
     PreemptionReason.RECLAIM: "preempted because the queue that lent the quota needs it back",
     PreemptionReason.FAIR_SHARE: "preempted because the tenant is above its fair share and another is below",
+    PreemptionReason.SERVICE: "preempted for a job that has received less GPU time so far (least attained service)",
 }

@@ -20,7 +20,7 @@ from heapq import heappop, heappush
 
 from msgspec.structs import replace
 
-from trainyard.core.admission import AdmissionPolicy, RunningJob, admit, queue_key
+from trainyard.core.admission import AdmissionPolicy, AdmissionSnapshot, RunningJob, admit, queue_key
 from trainyard.core.admission.tree import TreeIndex
 from trainyard.core.lifecycle import HEAD_OF_QUEUE_OFFSET, JobRecord, JobTable
 from trainyard.core.placement import PlacementRequest, RunningAlloc
@@ -54,6 +54,8 @@ class Simulator(AdmissionView, Samples):
         several_queues = any(len(qs) > 1 or qs != [QUEUE] for qs in workload.queues.values())
         tenancy = tenancy_for(workload.quotas, borrowing=scenario.borrowing, preemption=policy.preemption,
                               fair_share_preemption=policy.fair_share_preemption, min_runtime_s=policy.min_runtime_s,
+                              service_preemption=policy.service_preemption,
+                              service_min_runtime_s=policy.service_min_runtime_s,
                               capacity=dict(types) if list(types) != [GPU_TYPE] else None,
                               queues=workload.queues if several_queues else None)
         self.tenancy = replace(tenancy, scheduling=policy.scheduling)
@@ -315,13 +317,14 @@ class Simulator(AdmissionView, Samples):
         self._decay_history()
         # 1. Admission: the jobs that could fit, the holders, the capacity in service.
         snapshot = self._admission_snapshot()
+        if self.policy.service_preemption and snapshot.pending and self.allocs:
+            # preemption by attained service is frequent: decide once, with the cluster
+            snapshot = self._with_cluster(snapshot)
         result = admit(snapshot, self.admission, now)
-        if result.preemptions:
+        if result.preemptions and snapshot.cluster is None:
             # victims are chosen on the topology, as the live service does: decide again with the cluster
             # (built only when someone would preempt, since it costs O(nodes))
-            cluster = self.cluster.snapshot(list(self.allocs.values()), self.policy.placement)
-            specs = {p.job_id: self._spec(self.jobs[int(p.job_id[1:])]) for p in snapshot.pending}
-            snapshot = replace(snapshot, cluster=cluster, specs=specs)
+            snapshot = self._with_cluster(snapshot)
             result = admit(snapshot, self.admission, now)
         if self.scenario.trace_decisions:
             self.decisions.append(("admit", snapshot, now, result))
@@ -351,6 +354,11 @@ class Simulator(AdmissionView, Samples):
         every = self.scenario.check_every
         if every and self.cycles % every == 0:
             self.violations.extend(check_state(self))
+
+    def _with_cluster(self, snapshot: AdmissionSnapshot) -> AdmissionSnapshot:
+        cluster = self.cluster.snapshot(list(self.allocs.values()), self.policy.placement)
+        specs = {p.job_id: self._spec(self.jobs[int(p.job_id[1:])]) for p in snapshot.pending}
+        return replace(snapshot, cluster=cluster, specs=specs)
 
     def _admitted(self, i: int) -> None:
         st = self.jobs[i]

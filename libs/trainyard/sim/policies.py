@@ -35,6 +35,8 @@ class Policy(msgspec.Struct, frozen=True):
     preemption: bool = False  # admission may preempt (reclaim, priority)
     fair_share_preemption: bool = True  # with preemption: also for fair share
     min_runtime_s: float = 1800.0  # fair-share victims have run at least this long
+    service_preemption: bool = False  # with preemption: least attained service preempts (PreemptionSettings.attained_service)
+    service_min_runtime_s: float = 3600.0  # such victims' current runs have lasted at least this long
     placement: PlacementPolicy = PlacementPolicy(backfill=False, max_reservations=0)
     order_by: str = "submit"  # "submit", "duration" (oracle) or "multifactor"
     age_weight: float = 1000.0  # multifactor: full weight after age_cap_s waiting
@@ -50,8 +52,8 @@ POLICIES: dict[str, Policy] = {
     # the default: least attained service with aging, backfill on run-time limits in admission and placement
     # with a reservation for a job once it has waited 6 hours, preemption for priority and to reclaim lent quota
     # by that job only (victims checkpoint during their notice)
-    "trainyard": Policy("trainyard", preemption=True, fair_share_preemption=False, scheduling=Scheduling(),
-                        placement=BACKFILL),
+    "trainyard": Policy("trainyard", preemption=True, fair_share_preemption=False, service_preemption=True,
+                        scheduling=Scheduling(), placement=BACKFILL),
     "fifo": Policy("fifo"),
     # oracles: shortest true run time first, strictly in order / with EASY backfill
     "sjf": Policy("sjf", order_by="duration"),

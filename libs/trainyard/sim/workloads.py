@@ -131,7 +131,8 @@ def split(total: int, weights: dict[str, float]) -> dict[str, int]:
 def tenancy_for(
     quotas: dict[str, int], borrowing: bool = True, preemption: bool = True, half_life_s: float = 7 * 86400.0,
     fair_share_preemption: bool = True, min_runtime_s: float = 1800.0, capacity: dict[str, int] | None = None,
-    queues: dict[str, list[str]] | None = None,
+    queues: dict[str, list[str]] | None = None, service_preemption: bool = False,
+    service_min_runtime_s: float = 3600.0,
 ) -> Tenancy:
     """The quota tree: organisation ``org`` -> tenants -> queues, ``quotas[tenant]`` nominal GPUs each.
 
@@ -165,7 +166,9 @@ def tenancy_for(
                                      quota={f: FlavorQuota(nominal=shares[f][q]) for f in per_type[t]}))
     totals = {f: sum(per_type[t][f] for t in quotas) for f in types}
     settings = PreemptionSettings(within_queue=preemption, reclaim=preemption,
-                                  fair_share=preemption and fair_share_preemption, min_runtime_s=min_runtime_s)
+                                  fair_share=preemption and fair_share_preemption, min_runtime_s=min_runtime_s,
+                                  attained_service=preemption and service_preemption,
+                                  attained_service_min_runtime_s=service_min_runtime_s)
     return Tenancy(
         queues=leaves, cohorts=[Cohort(name="org", quota={f: FlavorQuota(nominal=g) for f, g in totals.items()}),
                                 *teams],

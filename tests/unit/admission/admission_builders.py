@@ -107,9 +107,10 @@ def running(
     best_effort: bool = False,
     notice: float | None = None,
     ends: float | None = None,
+    attained: float = 0.0,
 ) -> RunningJob:
     return RunningJob(job_id, tenant, queue, {gpu: gpus}, started, checkpoint, priority, preemptible, best_effort,
-                      notice, expected_end=ends)
+                      notice, expected_end=ends, attained_gpu_s=attained)
 
 
 def cycle(

@@ -111,6 +111,10 @@ def _admit_with_tenancy(
     root_limit, root_claim = index.limit[0], state.claim[0]
     reserve_after = scheduling.reserve_after_s
     claimed = [False] * nf  # types a blocked job may already preempt for this cycle
+    # least attained service: besides the first blocked job of each type, any job short of GPUs may stop a run
+    # that has received more service (preemption.py checks whose and how long it ran)
+    levels = ([h * 3600.0 for h in scheduling.service_levels_gpu_h]
+              if tenancy.preemption.attained_service and scheduling.order == "las" else None)
 
     # 2. Queues in priority, then service (or submission) order.
     waiting: list[Waiting] = []
@@ -220,6 +224,8 @@ def _admit_with_tenancy(
                     for t, _ in demand:
                         claimed[t] = True
                     blocked.append(Blocked(job, q, demand, cls, len(waiting), may_reclaim=start is not None))
+                elif levels is not None and not borrow_only:
+                    blocked.append(Blocked(job, q, demand, cls, len(waiting), may_reclaim=False, service_only=True))
                 add_waiting(Waiting(job.job_id, reason, i))
                 continue
             if reason is None and shadows is not None:
@@ -256,11 +262,12 @@ def _admit_with_tenancy(
     preemptions: list[Preemption] = []
     if not noticed:
         # only jobs that could make room now: for priority, or (reservation held) for quota or fair share
-        blocked = [b for b in blocked if b.may_reclaim or b.job.priority > lowest.get(b.queue, b.job.priority)]
+        blocked = [b for b in blocked if b.may_reclaim or levels is not None
+                   or b.job.priority > lowest.get(b.queue, b.job.priority)]
     if blocked:
         preemptions, preemptors = preempt(
             tenancy.preemption, state, shares, free, holders, blocked[: policy.max_preemptors_per_cycle],
-            snapshot.recent_preemptions, now, snapshot.cluster, snapshot.specs,
+            snapshot.recent_preemptions, now, snapshot.cluster, snapshot.specs, levels,
         )
         for at in preemptors:
             old = waiting[at]

@@ -7,7 +7,13 @@ blocked its queue (in the order the cycle met them):
 2. **reclaim** — when the waiting gang fits its queue's own nominal quota:
    best-effort jobs anywhere, then preemptible jobs of other queues that hold
    more than their nominal quota (they borrowed);
-3. **fair share** — preemptible jobs that ran at least the minimum runtime, in
+3. **service** (least attained service, when on) — preemptible runs that have
+   received more service levels (GPU-hours, earlier runs and this one) than
+   the waiting job: of its own queue at the same or lower priority, or, for a
+   gang inside its queue's nominal quota, of queues that borrow; each victim's
+   current run has lasted at least ``attained_service_min_runtime_s`` (so a long job is
+   not stopped again as soon as it restarts), the most served first;
+4. **fair share** — preemptible jobs that ran at least the minimum runtime, in
    queues that borrow and whose share stays above the waiting queue's share
    after it starts; the most over-served queues first, and no more than the
    rate limit allows.  Nominal quota is a guarantee: a job inside its queue's
@@ -33,7 +39,8 @@ GPUs.  A waiting job whose spec is not given does not preempt.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from bisect import bisect_right
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from trainyard.core.admission.fairshare import FairShare
@@ -66,15 +73,19 @@ class Blocked(NamedTuple):
     # it may also reclaim lent quota and preempt for fair share (with backfill: once it holds a reservation,
     # that is once it has waited; priority preemption never waits)
     may_reclaim: bool = True
+    # it blocked only where it could make room by least attained service (not the first of its type to block)
+    service_only: bool = False
 
 
 class _Candidate:
-    __slots__ = ("holder", "lost_per_gpu", "lost", "cost", "ran", "types", "taken")
+    __slots__ = ("holder", "lost_per_gpu", "lost", "cost", "ran", "types", "taken", "level")
 
-    def __init__(self, holder: Holder, now: float, restart_cost_s: float) -> None:
+    def __init__(self, holder: Holder, now: float, restart_cost_s: float, levels: Sequence[float] | None) -> None:
         job = holder.job
         since = job.started_at if job.last_checkpoint_at is None else max(job.started_at, job.last_checkpoint_at)
-        gpus = sum(d for _, d in holder.demand)
+        gpus = 0
+        for _, d in holder.demand:
+            gpus += d
         self.holder = holder
         self.lost_per_gpu = max(now - since, 0.0)  # seconds of work lost per GPU if stopped now
         self.lost = self.lost_per_gpu * gpus
@@ -82,6 +93,8 @@ class _Candidate:
         self.ran = now - job.started_at
         self.types = {t for t, _ in holder.demand}
         self.taken = False  # chosen as a victim this cycle
+        # service level reached so far, this run included (least attained service; 0 when off)
+        self.level = 0 if levels is None else service_level(levels, job.attained_gpu_s + max(self.ran, 0.0) * gpus)
 
 
 def preempt(
@@ -95,26 +108,50 @@ def preempt(
     now: float,
     cluster: ClusterSnapshot | None = None,
     specs: Mapping[str, JobSpec] | None = None,
+    levels: Sequence[float] | None = None,
 ) -> tuple[list[Preemption], list[int]]:
     """Victims for the blocked jobs, and the waiting-list entries now waiting on them.
 
     With ``cluster``, victims must free one domain the waiting gang (its spec
     from ``specs``) can be placed in; without it, GPU counts decide.
+    ``levels`` (attained GPU-seconds at which a job moves down a service
+    level) turns on preemption by least attained service.
     """
     where = _Cluster(cluster, specs or {}, now, settings.restart_cost_s) if cluster is not None else None
-    # 1. Jobs already told to stop are as good as gone.
-    candidates: list[_Candidate] = []
+    # 1. Jobs already told to stop are as good as gone; the others are candidates, by queue, made when needed.
+    grouped: dict[int, list[Holder]] = {}
+    lowest: dict[int, int] = {}  # queue -> lowest priority of its candidates
+    lenders: set[int] = set()  # queues with best-effort candidates (reclaimable wherever they run)
     for h in holders:
-        if h.job.notice_at is not None:
+        job = h.job
+        if job.notice_at is not None:
             _release(state, shares, free, h, -1)
             if where is not None:
-                where.stop(h.job.job_id)
-        elif h.job.preemptible:
-            candidates.append(_Candidate(h, now, settings.restart_cost_s))
-    candidates.sort(key=lambda c: (c.lost_per_gpu, c.holder.job.priority, c.holder.job.job_id))
-    by_queue: dict[int, list[_Candidate]] = {}
-    for c in candidates:
-        by_queue.setdefault(c.holder.queue, []).append(c)
+                where.stop(job.job_id)
+        elif job.preemptible:
+            q = h.queue
+            group = grouped.get(q)
+            if group is None:
+                grouped[q] = [h]
+                lowest[q] = job.priority
+            else:
+                group.append(h)
+                if job.priority < lowest[q]:
+                    lowest[q] = job.priority
+            if job.may_only_borrow:
+                lenders.add(q)
+    built: dict[int, list[_Candidate]] = {}
+    restart_cost_s = settings.restart_cost_s
+
+    def pool_of(q: int) -> list[_Candidate]:
+        """Queue ``q``'s candidates, cheapest first."""
+        cs = built.get(q)
+        if cs is None:
+            cs = [_Candidate(h, now, restart_cost_s, levels) for h in grouped.get(q, ())]
+            cs.sort(key=lambda c: (c.lost_per_gpu, c.holder.job.priority, c.holder.job.job_id))
+            built[q] = cs
+        return cs
+
     budget = settings.fair_share_limit - sum(1 for t in recent if now - t < settings.fair_share_window_s)
     preemptions: list[Preemption] = []
     preemptors: list[int] = []
@@ -131,13 +168,31 @@ def preempt(
         victims: list[_Candidate] | None = None
         plan: list[ReplicaPlacement] | None = None  # where the gang goes once its victims stop
         reason = PreemptionReason.PRIORITY
-        if settings.within_queue:
-            pool = [c for c in by_queue.get(b.queue, ()) if c.holder.job.priority < b.job.priority]
+        if settings.within_queue and lowest.get(b.queue, b.job.priority) < b.job.priority:
+            pool = [c for c in pool_of(b.queue) if c.holder.job.priority < b.job.priority]
             victims, plan = _pick(where, state, shares, free, b, spec, pool, lambda c: True)
+        if victims is None and levels is not None:
+            reason = PreemptionReason.SERVICE
+            level = service_level(levels, b.job.attained_gpu_s)
+            least = settings.attained_service_min_runtime_s
+            pool = [c for c in pool_of(b.queue) if c.level > level and c.ran >= least
+                    and c.holder.job.priority <= b.job.priority]
+            if b.cls == WITHIN_NOMINAL:
+                for q in grouped:
+                    if q != b.queue and (q in lenders or _over_nominal(state, q)):
+                        borrowing = _over_nominal(state, q)
+                        pool += [c for c in pool_of(q) if c.level > level and c.ran >= least
+                                 and (borrowing or c.holder.job.may_only_borrow)]
+            if pool:
+                pool.sort(key=lambda c: (-c.level, c.lost_per_gpu, c.holder.job.job_id))
+                victims, plan = _pick(
+                    where, state, shares, free, b, spec, pool,
+                    lambda c: c.holder.queue == b.queue or _reclaimable(state, c, b.demand),  # noqa: B023 - called within _pick
+                )
         if victims is None and settings.reclaim and b.cls == WITHIN_NOMINAL and b.may_reclaim:
             reason = PreemptionReason.RECLAIM
-            pool = [c for q, cs in by_queue.items() if q != b.queue and _over_nominal(state, q) for c in cs]
-            pool += [c for q, cs in by_queue.items() if q != b.queue and not _over_nominal(state, q) for c in cs
+            pool = [c for q in grouped if q != b.queue and _over_nominal(state, q) for c in pool_of(q)]
+            pool += [c for q in lenders if q != b.queue and not _over_nominal(state, q) for c in pool_of(q)
                      if c.holder.job.may_only_borrow]
             pool.sort(key=lambda c: (not c.holder.job.may_only_borrow, c.lost_per_gpu, c.holder.job.priority,
                                      c.holder.job.job_id))
@@ -146,9 +201,9 @@ def preempt(
         if victims is None and settings.fair_share and budget > 0 and not borrow_only and b.may_reclaim:
             reason = PreemptionReason.FAIR_SHARE
             mine = shares.share_with(b.queue, b.demand)
-            over = sorted((q for q in by_queue if q != b.queue and shares.share[q] > mine),
+            over = sorted((q for q in grouped if q != b.queue and shares.share[q] > mine),
                           key=lambda q: (-shares.share[q], q))
-            pool = [c for q in over for c in by_queue[q] if c.ran >= settings.min_runtime_s]
+            pool = [c for q in over for c in pool_of(q) if c.ran >= settings.min_runtime_s]
             victims, plan = _pick(
                 where, state, shares, free, b, spec, pool,
                 lambda c: shares.share[c.holder.queue] > mine and _reclaimable(state, c, b.demand),  # noqa: B023 - called within _pick
@@ -172,6 +227,11 @@ def preempt(
                 Preemption(c.holder.job.job_id, b.job.job_id, reason, settings.grace_period_s, c.lost)
             )
     return preemptions, preemptors
+
+
+def service_level(levels: Sequence[float], attained_gpu_s: float) -> int:
+    """The least-attained-service level of a job that has received ``attained_gpu_s`` (0: the first)."""
+    return bisect_right(levels, attained_gpu_s) if attained_gpu_s > 0 else 0
 
 
 def _pick(

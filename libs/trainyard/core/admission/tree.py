@@ -63,6 +63,11 @@ class PreemptionSettings(msgspec.Struct, frozen=True):
     fair_share_limit: int = 10  # fair-share preemptions allowed per window
     fair_share_window_s: float = 600.0
     restart_cost_s: float = 300.0  # per GPU: what a stopped run spends getting back (added to its lost work)
+    # least attained service (with ``Scheduling.order == "las"``): a waiting job may stop a run of its own queue
+    # (or, inside its nominal quota, a borrower's) that has received more service levels, once that run has run
+    # ``attained_service_min_runtime_s``; no waiting for a reservation
+    attained_service: bool = False
+    attained_service_min_runtime_s: float = 3600.0
 
 
 class Scheduling(msgspec.Struct, frozen=True):
