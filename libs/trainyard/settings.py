@@ -105,8 +105,6 @@ def _check_credentials(settings: Settings) -> None:
 
 
 def default_ledger_url(data_dir: str) -> str:
-    """SQLite at ``<data_dir>/ledger.db``; creates the directory, as SQLite
-    will not."""
-    path = Path(data_dir)
-    path.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path.resolve() / 'ledger.db'}"
+    """SQLite at ``<data_dir>/ledger.db``, an absolute path resolved once, at
+    start (the ledger creates the directory when it opens the file)."""
+    return f"sqlite:///{Path(data_dir).resolve() / 'ledger.db'}"
