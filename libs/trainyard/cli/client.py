@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from trainyard.auth.bootstrap import read_admin_token
-from trainyard.local.stack import read_state
+from trainyard.local.state import read_state
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 TOKEN_ENV = "TRAINYARD_TOKEN"

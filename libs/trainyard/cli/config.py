@@ -23,7 +23,7 @@ DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR")
 
 def nats_url(data_dir: str) -> str:
     """TRAINYARD_NATS_URL, else the running `trainyard up`, else the default."""
-    from trainyard.local.stack import read_state
+    from trainyard.local.state import read_state
     from trainyard.settings import load_settings
 
     if "TRAINYARD_NATS_URL" in os.environ:

@@ -41,7 +41,7 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _ledger_url(ledger_url: str | None, data_dir: str) -> str:
-    from trainyard.local.stack import read_state
+    from trainyard.local.state import read_state
 
     if ledger_url:
         return ledger_url
@@ -157,7 +157,7 @@ async def _stack_capacity(redis_url: str, prefix: str) -> dict[str, int]:
 
 
 def _capacity(capacity: str | None, data_dir: str) -> tuple[dict[str, int], str]:
-    from trainyard.local.stack import read_state
+    from trainyard.local.state import read_state
     from trainyard.reports import parse_capacity
 
     if capacity:

@@ -174,7 +174,7 @@ def emulate_inject(
                              temperature_c=overheat, links=links, by=f"operator:{_operator(None)}")
     url = nats_url
     if url is None:
-        from trainyard.local.stack import read_state
+        from trainyard.local.state import read_state
 
         state = read_state(data_dir)
         url = state.nats_url if state else "nats://127.0.0.1:4222"
