@@ -146,7 +146,7 @@ def serve(name: str, main: Callable[[Runtime], Awaitable[None]]) -> None:
             await close_runtime(rt)
             log.info("%s stopped", name)
 
-    profile_to = os.environ.get("TRAINYARD_PROFILE_DIR")
+    profile_to = settings.profile_dir
     if not profile_to:
         asyncio.run(_run())
         return

@@ -1,10 +1,18 @@
 """Settings shared by every process, read from ``TRAINYARD_*`` environment
 variables.  A bad value stops the process at start with a message saying
-which variable to fix."""
+which variable to fix.
+
+This is the one place that reads the environment: every field ``x`` of
+:class:`Settings` is the variable ``TRAINYARD_X`` (a test keeps other modules
+from reading ``os.environ``).  A variable set to the empty string is the empty
+text for a text setting and unset for a number.
+"""
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import msgspec
@@ -58,21 +66,65 @@ class Settings(msgspec.Struct, frozen=True):
     redis_tls_ca: str = ""
     redis_tls_cert: str = ""
     redis_tls_key: str = ""
+    # Where the gateway and the command line find the finance files (docs/accounting.md).
+    rate_card: str = ""  # JSON, or YAML by its name; "": examples/rate-card.json of the checkout
+    cost_centres: str = ""  # tenant -> cost centre (YAML or JSON); "": examples/cost-centres.yaml, if there
+    # What one service does beyond the shared settings.
+    placement_binder: str = "none"  # "kube": also bind each placed run to its Kubernetes Job or JobSet
+    health_policy: str = ""  # JSON object of HealthPolicy fields to override (docs/health.md)
+    health_kube_taints: str = ""  # "1": health cordons and taints the Kubernetes nodes too
+    # Each service's Prometheus metrics (docs/operations.md): port 0 serves none;
+    # address "" listens on every interface.
+    admission_metrics_port: int = 0
+    admission_metrics_addr: str = "127.0.0.1"
+    placement_metrics_port: int = 0
+    placement_metrics_addr: str = "127.0.0.1"
+    health_metrics_port: int = 0
+    health_metrics_addr: str = "127.0.0.1"
+    accounting_metrics_port: int = 0
+    accounting_metrics_addr: str = "127.0.0.1"
+    profile_dir: str = ""  # a service writes <dir>/<service>.prof (cProfile) when it stops; "": no profile
+    # The command line: these beat the running `trainyard up` stack's state.json.
+    api_url: str = ""  # the gateway; "": the running stack's, else http://127.0.0.1:8080
+    token: str = ""  # API token or JWT the command line presents; "": the local stack's admin token
+    traces: str = ""  # the simulator's traces folder; "": ../shared/traces next to the checkout
+    # Not a variable: the fields the environment set (the others are defaults),
+    # for the command line, which prefers a running stack to a default.
+    from_environment: frozenset[str] = frozenset()
+
+    def given(self, name: str) -> str:
+        """Setting ``name`` as the environment set it; "" where it is unset or empty."""
+        return str(getattr(self, name)) if name in self.from_environment else ""
+
+    def metrics_endpoint(self, service: str) -> tuple[str, int]:
+        """The address and port ``service`` serves its metrics on (port 0: none)."""
+        return getattr(self, f"{service}_metrics_addr"), getattr(self, f"{service}_metrics_port")
 
 
-def load_settings(environ: dict[str, str] | None = None) -> Settings:
+def variable(name: str) -> str:
+    """The environment variable of the setting ``name``."""
+    return f"TRAINYARD_{name.upper()}"
+
+
+_FROM_ENVIRONMENT = tuple(f for f in msgspec.structs.fields(Settings) if f.name != "from_environment")
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """The settings ``environ`` (default: this process's environment) sets; reads
+    and creates no file beyond checking the TLS files are there."""
     env = os.environ if environ is None else environ
     values: dict[str, object] = {}
-    for field in msgspec.structs.fields(Settings):
-        name = f"TRAINYARD_{field.name.upper()}"
-        if name in env:
-            values[field.name] = env[name]
+    for field in _FROM_ENVIRONMENT:
+        raw = env.get(variable(field.name))
+        if raw is not None and (raw or field.type is str):
+            values[field.name] = raw
+    given = frozenset(values)
     if "ledger_url" not in values:
         values["ledger_url"] = default_ledger_url(str(values.get("data_dir") or DEFAULT_DATA_DIR))
     try:
-        settings = msgspec.convert(values, Settings, strict=False)
+        settings = msgspec.convert({**values, "from_environment": given}, Settings, strict=False)
     except msgspec.ValidationError as err:
-        raise ConfigurationError(f"bad setting: {err} (check the TRAINYARD_* environment variables)") from err
+        raise ConfigurationError(_naming_the_variable(str(err))) from err
     if settings.heartbeat_timeout_s <= settings.heartbeat_interval_s:
         raise ConfigurationError(
             "TRAINYARD_HEARTBEAT_TIMEOUT_S must be larger than TRAINYARD_HEARTBEAT_INTERVAL_S"
@@ -104,9 +156,15 @@ def _check_credentials(settings: Settings) -> None:
         raise ConfigurationError("TRAINYARD_REDIS_TLS_* need a rediss:// TRAINYARD_REDIS_URL")
 
 
+def _naming_the_variable(message: str) -> str:
+    """msgspec's "Expected `int`, got `str` - at `$.x`" as "TRAINYARD_X: Expected ..."."""
+    found = re.search(r" - at `\$\.(\w+)`", message)
+    if found is None:
+        return f"bad setting: {message} (check the TRAINYARD_* environment variables)"
+    return f"{variable(found.group(1))}: {message[:found.start()]}"
+
+
 def default_ledger_url(data_dir: str) -> str:
-    """SQLite at ``<data_dir>/ledger.db``; creates the directory, as SQLite
-    will not."""
-    path = Path(data_dir)
-    path.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path.resolve() / 'ledger.db'}"
+    """SQLite at ``<data_dir>/ledger.db``, an absolute path resolved once, at
+    start (the ledger creates the directory when it opens the file)."""
+    return f"sqlite:///{Path(data_dir).resolve() / 'ledger.db'}"

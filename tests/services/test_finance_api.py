@@ -289,9 +289,9 @@ async def test_bad_usage_parameters_are_422(client: httpx.AsyncClient, params: d
 def test_without_settings_the_examples_rate_card_and_cost_centres_are_used() -> None:
     from trainyard.ledger.finance_config import read_cost_centres, read_rate_card
 
-    card = read_rate_card(environ={})
+    card = read_rate_card(settings=Settings())
     assert card.currency == "USD" and card.version_at(T0) is not None and card.version_at(T0).price("H100") > 0
-    assert read_cost_centres(environ={})["acme"].startswith("CC-")
+    assert read_cost_centres(settings=Settings())["acme"].startswith("CC-")
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from trainyard.cli.nodes import emulate_inject
 from trainyard.emulator import EmulatedCluster
+from trainyard.settings import load_settings
 from trainyard.testing.servers import free_port
 from trainyard_health.metrics import HealthMetrics
 
@@ -22,7 +23,7 @@ async def test_the_metrics_endpoint_shows_states_xids_and_time_to_isolate(bus, s
     async with harness(bus, store) as h:
         port = free_port()
         h.monitor.metrics = HealthMetrics()
-        assert h.monitor.metrics.serve({"TRAINYARD_HEALTH_METRICS_PORT": str(port)}) == port
+        assert h.monitor.metrics.serve(load_settings({"TRAINYARD_HEALTH_METRICS_PORT": str(port)})) == port
         stop = asyncio.Event()
         tasks = await consume(h, stop)
         try:

@@ -15,7 +15,7 @@ from trainyard.core.placement import Placement
 from trainyard.domain.job import JobSpec
 from trainyard.events.jobs import ReplicaPlacement
 from trainyard.kube.translate import BindError
-from trainyard.settings import ConfigurationError
+from trainyard.settings import ConfigurationError, load_settings
 from trainyard.store import Store
 from trainyard_placement.binding import KubeBinding
 from trainyard_placement.main import binding_for
@@ -34,9 +34,9 @@ from trainyard_placement.settings import binder_kind
 def test_the_binder_setting(environ: dict[str, str], expected: str | None) -> None:
     if expected is None:
         with pytest.raises(ConfigurationError, match="TRAINYARD_PLACEMENT_BINDER must be one of none, kube"):
-            binder_kind(environ)
+            binder_kind(load_settings(environ))
     else:
-        assert binder_kind(environ) == expected
+        assert binder_kind(load_settings(environ)) == expected
 
 
 def test_without_a_binder_the_service_builds_none() -> None:

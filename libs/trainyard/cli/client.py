@@ -4,13 +4,13 @@ stack's admin token (``<data_dir>/admin-token``, written by ``trainyard up``).""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import httpx
 
 from trainyard.auth.bootstrap import read_admin_token
-from trainyard.local.stack import read_state
+from trainyard.cli.settings import cli_settings
+from trainyard.local.state import read_state
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 TOKEN_ENV = "TRAINYARD_TOKEN"
@@ -26,8 +26,9 @@ class ApiError(Exception):
 def resolve_api_url(api_url: str | None, data_dir: str) -> str:
     if api_url:
         return api_url
-    if os.environ.get("TRAINYARD_API_URL"):
-        return os.environ["TRAINYARD_API_URL"]
+    given = cli_settings().api_url
+    if given:
+        return given
     state = read_state(data_dir)
     return state.api_url if state else DEFAULT_API_URL
 
@@ -42,7 +43,7 @@ def use_token(token: str | None) -> None:
 
 def resolve_token(token: str | None, data_dir: str) -> str | None:
     """``token``, else ``--token``, else ``$TRAINYARD_TOKEN``, else the local stack's admin token."""
-    return token or _chosen.get("token") or os.environ.get(TOKEN_ENV, "").strip() or read_admin_token(data_dir)
+    return token or _chosen.get("token") or cli_settings().token.strip() or read_admin_token(data_dir)
 
 
 def auth_headers(token: str | None) -> dict[str, str]:

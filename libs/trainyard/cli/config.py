@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import os
 from pathlib import Path
 
 import typer
@@ -23,13 +22,14 @@ DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR")
 
 def nats_url(data_dir: str) -> str:
     """TRAINYARD_NATS_URL, else the running `trainyard up`, else the default."""
-    from trainyard.local.stack import read_state
-    from trainyard.settings import load_settings
+    from trainyard.cli.settings import cli_settings
+    from trainyard.local.state import read_state
 
-    if "TRAINYARD_NATS_URL" in os.environ:
-        return os.environ["TRAINYARD_NATS_URL"]
+    settings = cli_settings()
+    if settings.given("nats_url"):
+        return settings.nats_url
     state = read_state(data_dir)
-    return state.nats_url if state else load_settings().nats_url
+    return state.nats_url if state else settings.nats_url
 
 
 def _validated(path: Path):  # type: ignore[no-untyped-def]

@@ -12,7 +12,6 @@ import asyncio
 import csv
 import datetime as dt
 import io
-import os
 import sys
 import time
 from decimal import Decimal
@@ -21,6 +20,8 @@ from pathlib import Path
 import httpx
 import typer
 from rich.console import Console
+
+from trainyard.cli.settings import cli_settings
 
 export_app = typer.Typer(help="Chargeback exports for finance.", no_args_is_help=True)
 report_app = typer.Typer(help="Capacity-planning and usage reports.", no_args_is_help=True)
@@ -41,12 +42,13 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _ledger_url(ledger_url: str | None, data_dir: str) -> str:
-    from trainyard.local.stack import read_state
+    from trainyard.local.state import read_state
 
     if ledger_url:
         return ledger_url
-    if os.environ.get("TRAINYARD_LEDGER_URL"):
-        return os.environ["TRAINYARD_LEDGER_URL"]
+    given = cli_settings().given("ledger_url")
+    if given:
+        return given
     state = read_state(data_dir)
     if state is not None:
         return state.ledger_url
@@ -157,7 +159,7 @@ async def _stack_capacity(redis_url: str, prefix: str) -> dict[str, int]:
 
 
 def _capacity(capacity: str | None, data_dir: str) -> tuple[dict[str, int], str]:
-    from trainyard.local.stack import read_state
+    from trainyard.local.state import read_state
     from trainyard.reports import parse_capacity
 
     if capacity:
@@ -168,7 +170,7 @@ def _capacity(capacity: str | None, data_dir: str) -> tuple[dict[str, int], str]
     state = read_state(data_dir)
     if state is None:
         raise _fail("no capacity: pass --capacity H100=128 (GPUs) or H100=16x8 (nodes x GPUs), or run `trainyard up`")
-    prefix = os.environ.get("TRAINYARD_REDIS_PREFIX", "ty:")
+    prefix = cli_settings().redis_prefix
     import redis.exceptions
 
     try:

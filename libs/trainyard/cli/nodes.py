@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
-import os
 import socket
 import sys
 import time
@@ -17,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainyard.cli.client import ApiError, Client
+from trainyard.cli.settings import cli_settings
 
 node_app = typer.Typer(help="Cordon, drain, uncordon and inspect GPU nodes.", no_args_is_help=True)
 
@@ -149,7 +149,7 @@ def emulate_inject(
     gpu_lost: bool = typer.Option(False, "--gpu-lost", help="The GPU falls off the bus."),
     silent: bool = typer.Option(False, "--silent", help="The node stops heartbeating."),
     clear: bool = typer.Option(False, "--clear", help="Undo every fault on the node."),
-    cluster: str = typer.Option(os.environ.get("TRAINYARD_CLUSTER", "local"), "--cluster"),
+    cluster: str | None = typer.Option(None, "--cluster", help="Its cluster (default: $TRAINYARD_CLUSTER, else local)."),
     nats_url: str | None = typer.Option(None, "--nats-url", envvar="TRAINYARD_NATS_URL"),
     data_dir: str = DataDir,
 ) -> None:
@@ -172,9 +172,10 @@ def emulate_inject(
         raise typer.Exit(2) from err
     request = ControlRequest(op=ops[0], node_id=node, gpu=gpu, xid=xid, count=ecc, uncorrected=uncorrected,
                              temperature_c=overheat, links=links, by=f"operator:{_operator(None)}")
+    cluster = cluster or cli_settings().cluster
     url = nats_url
     if url is None:
-        from trainyard.local.stack import read_state
+        from trainyard.local.state import read_state
 
         state = read_state(data_dir)
         url = state.nats_url if state else "nats://127.0.0.1:4222"

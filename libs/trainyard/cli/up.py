@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 
 import typer
@@ -36,6 +35,7 @@ def up(
 ) -> None:
     """Start NATS, Redis, every service, the emulated cluster and the gateway, until Ctrl-C,
     SIGTERM or SIGHUP (closing the terminal), which stop all of them."""
+    from trainyard.cli.settings import cli_settings
     from trainyard.local import LocalStack, PortError, StackConfig, StackRunning
     from trainyard.local.supervisor import Supervisor
     from trainyard.testing.servers import ServerError
@@ -43,7 +43,7 @@ def up(
     config = StackConfig(
         data_dir=data_dir, nodes=nodes, gpus_per_node=gpus, racks=racks, http_port=http_port,
         grpc_port=grpc_port, nats_port=nats_port, redis_port=redis_port,
-        ledger_url=os.environ.get("TRAINYARD_LEDGER_URL", ""), portals=portal, nats_cluster=nats_cluster,
+        ledger_url=cli_settings().given("ledger_url"), portals=portal, nats_cluster=nats_cluster,
         nats_sync=nats_sync,
     )
     try:

@@ -7,15 +7,13 @@
   or JSON).  Default: ``examples/cost-centres.yaml`` of the checkout; with no
   file at all every tenant is ``unassigned``.
 
-Files are read on every call, so a new rate card version is picked up
-without a restart.
+Both are read with the other settings (:mod:`trainyard.settings`).  Files are
+read on every call, so a new rate card version is picked up without a restart.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +21,8 @@ import msgspec
 
 from trainyard.core.accounting.costcentres import load_cost_centres
 from trainyard.core.accounting.pricing import RateCard, RateCardError, load_rate_card
+from trainyard.settings import Settings, load_settings, variable
 
-RATE_CARD_ENV = "TRAINYARD_RATE_CARD"
-COST_CENTRES_ENV = "TRAINYARD_COST_CENTRES"
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"  # <checkout>/examples
 
 
@@ -42,36 +39,39 @@ def _parse(path: Path) -> Any:
         raise RateCardError(f"{path} is not valid {path.suffix.lstrip('.') or 'JSON'}: {exc}") from exc
 
 
-def rate_card_path(environ: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if environ is None else environ
-    if env.get(RATE_CARD_ENV):
-        return Path(env[RATE_CARD_ENV])
+def rate_card_path(settings: Settings | None = None) -> Path:
+    settings = settings or load_settings()
+    if settings.rate_card:
+        return Path(settings.rate_card)
     default = EXAMPLES / "rate-card.json"
     if default.exists():
         return default
-    raise RateCardError(f"no rate card: set {RATE_CARD_ENV} to the path of a rate card (see docs/accounting.md)")
+    raise RateCardError(
+        f"no rate card: set {variable('rate_card')} to the path of a rate card (see docs/accounting.md)"
+    )
 
 
-def cost_centres_path(environ: Mapping[str, str] | None = None) -> Path | None:
-    env = os.environ if environ is None else environ
-    if env.get(COST_CENTRES_ENV):
-        return Path(env[COST_CENTRES_ENV])
+def cost_centres_path(settings: Settings | None = None) -> Path | None:
+    settings = settings or load_settings()
+    if settings.cost_centres:
+        return Path(settings.cost_centres)
     default = EXAMPLES / "cost-centres.yaml"
     return default if default.exists() else None
 
 
-def read_rate_card(path: Path | None = None, environ: Mapping[str, str] | None = None) -> RateCard:
-    """The rate card at ``path`` (default: from the environment); raises
-    :class:`RateCardError` saying which file and what to fix."""
-    path = path or rate_card_path(environ)
+def read_rate_card(path: Path | None = None, settings: Settings | None = None) -> RateCard:
+    """The rate card at ``path`` (default: where the settings, else this
+    process's environment, say); raises :class:`RateCardError` saying which
+    file and what to fix."""
+    path = path or rate_card_path(settings)
     try:
         return load_rate_card(_parse(path))
     except RateCardError as exc:
         raise RateCardError(f"{path}: {exc}") from exc
 
 
-def read_cost_centres(path: Path | None = None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    path = path or cost_centres_path(environ)
+def read_cost_centres(path: Path | None = None, settings: Settings | None = None) -> dict[str, str]:
+    path = path or cost_centres_path(settings)
     if path is None:
         return {}
     try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -58,6 +59,7 @@ class Ledger:
             )
             if not memory:
                 sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+                _make_directory_of(self.engine.url.database)
         else:
             self.engine = sa.create_engine(url, pool_pre_ping=True, **json)
 
@@ -225,6 +227,12 @@ def _json_text(value: Any) -> str:
 
 def _sqlstate(exc: DBAPIError) -> str | None:
     return getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+
+
+def _make_directory_of(database: str | None) -> None:
+    """SQLite creates the file on first connect, not the directory it is in."""
+    if database:
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

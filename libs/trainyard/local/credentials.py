@@ -25,6 +25,8 @@ CREDENTIALS_FILE = "credentials.json"
 NATS_CONFIG_FILE = "nats.conf"
 REDIS_ACL_FILE = "redis.acl"
 ADMIN = "admin"
+#: Where ``trainyard up`` keeps them, under its data directory.
+BUS_DIR = "bus"
 
 
 class Credentials(msgspec.Struct):

@@ -4,7 +4,9 @@ and the gateway; stop them all cleanly.
 Each process is started with ``sys.executable`` so the stack runs from
 whatever environment ``trainyard`` was installed into.  One stack runs per
 data directory (:mod:`trainyard.local.lock`), and it keeps its ports across
-restarts.
+restarts.  Each process logs to ``<data dir>/logs/`` (:mod:`trainyard.local.logs`);
+once all are up, ``<data dir>/state.json`` tells other commands where the stack
+is (:mod:`trainyard.local.state`).
 
 The bus is locked by default: NATS and Redis start with a user per service
 (and per submission portal named in :attr:`StackConfig.portals`) whose
@@ -32,14 +34,7 @@ from pathlib import Path
 import msgspec
 
 from trainyard.bus.permissions import BusUser
-from trainyard.local.credentials import (
-    ADMIN,
-    Credentials,
-    ensure_credentials,
-    load_credentials,
-    service_env,
-    write_server_files,
-)
+from trainyard.local.credentials import ADMIN, BUS_DIR, Credentials, ensure_credentials, service_env, write_server_files
 from trainyard.local.lock import (
     PORT_NAMES,
     Child,
@@ -49,8 +44,12 @@ from trainyard.local.lock import (
     signal_group,
     stop_leftovers,
 )
+from trainyard.local.logs import log_path, log_size, log_tail, logged_ready
 from trainyard.local.nats_nodes import check_nats, declare_streams, port_names, replicas_for, start_stack_nats, sync_for
-from trainyard.testing.servers import Server, ServerError, start_redis, url_with_user
+from trainyard.local.state import StackState, read_state, state_path, write_state
+from trainyard.testing.servers import Server, ServerError, start_redis
+
+__all__ = ["SERVICES", "LocalStack", "StackConfig", "StackState", "read_state", "state_path"]
 
 #: Process name -> the command after ``python``.
 SERVICES: dict[str, list[str]] = {
@@ -61,12 +60,8 @@ SERVICES: dict[str, list[str]] = {
     "gateway": ["-m", "trainyard_gateway"],
     "emulator": ["-m", "trainyard.cli.main", "emulate", "run"],
 }
-#: Where a stack keeps its bus and Redis credentials, under its data directory.
-BUS_DIR = "bus"
 _CREDENTIAL_SETTINGS = ("TRAINYARD_NATS_USER", "TRAINYARD_NATS_PASSWORD", "TRAINYARD_REDIS_USER",
                         "TRAINYARD_REDIS_PASSWORD")
-#: Every service logs this line once it is connected to NATS and Redis (at INFO).
-READY_MARKER = "{name} started ("
 STOP_TIMEOUT_S = 15.0
 
 
@@ -88,41 +83,6 @@ class StackConfig(msgspec.Struct):
     portals: list[str] = []  # tenants that get a submission portal's NATS user
     nats_cluster: int = 1  # NATS nodes: 1, or a cluster of 3 (or 5) with 3 replicas of every stream
     nats_sync: str = ""  # JetStream sync_interval: always, default or a duration; "": always on 1 node, else default
-
-
-class StackState(msgspec.Struct):
-    """What ``trainyard up`` writes so other commands can find the stack."""
-
-    api_url: str
-    grpc_target: str
-    nats_url: str
-    redis_url: str
-    ledger_url: str
-    pid: int
-    locked_bus: bool = False  # NATS and Redis have users: the admin credential is in <data dir>/bus/
-
-
-def state_path(data_dir: str | Path) -> Path:
-    return Path(data_dir) / "state.json"
-
-
-def read_state(data_dir: str | Path) -> StackState | None:
-    """The running stack's addresses; on a locked bus its NATS and Redis URLs
-    carry the admin credential kept in the data directory, so commands run by
-    the stack's owner reach them."""
-    path = state_path(data_dir)
-    if not path.exists():
-        return None
-    state = msgspec.json.decode(path.read_bytes(), type=StackState)
-    credentials = load_credentials(Path(data_dir) / BUS_DIR) if state.locked_bus else None
-    if credentials is None:
-        return state
-    nats, redis = credentials.nats_user(ADMIN), credentials.redis_user(ADMIN)
-    return msgspec.structs.replace(
-        state,
-        nats_url=url_with_user(state.nats_url, nats.name, nats.password),
-        redis_url=url_with_user(state.redis_url, redis.name, redis.password),
-    )
 
 
 class LocalStack:
@@ -270,9 +230,9 @@ class LocalStack:
         return {**self.env, **service_env(self.credentials, name)}
 
     def start_service(self, name: str) -> subprocess.Popen:
-        logs = self.data_dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        with open(logs / f"{name}.log", "ab") as log:
+        path = log_path(self.data_dir, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, *SERVICES[name]], env=self.service_env(name), stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -290,7 +250,7 @@ class LocalStack:
         for name in names:
             if self.stopping.is_set():
                 return
-            offsets[name] = self._log_size(name)
+            offsets[name] = log_size(self.data_dir, name)
             proc = self.start_service(name)
             self.progress(f"{name} starting (pid {proc.pid})")
         self._wait_ready(names, offsets, wait)
@@ -328,19 +288,7 @@ class LocalStack:
             return False
         if self.config.log_level.upper() not in ("DEBUG", "INFO"):
             return True
-        path = self.data_dir / "logs" / f"{name}.log"
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                return READY_MARKER.format(name=name).encode() in f.read()
-        except OSError:
-            return False
-
-    def _log_size(self, name: str) -> int:
-        try:
-            return (self.data_dir / "logs" / f"{name}.log").stat().st_size
-        except OSError:
-            return 0
+        return logged_ready(self.data_dir, name, offset)
 
     def _record_children(self) -> None:
         """Note every process in the lock, so a start after a crash can stop them."""
@@ -359,7 +307,7 @@ class LocalStack:
             redis_url=self.redis.url, ledger_url=self.ledger_url, pid=os.getpid(),
             locked_bus=self.credentials is not None,
         )
-        state_path(self.data_dir).write_bytes(msgspec.json.format(msgspec.json.encode(state)))
+        write_state(self.data_dir, state)
 
     def kill(self, name: str) -> None:
         """SIGKILL one service, as a crash would."""
@@ -402,10 +350,7 @@ class LocalStack:
             self.lock.release()
 
     def log_tail(self, name: str, lines: int = 30) -> str:
-        path = self.data_dir / "logs" / f"{name}.log"
-        if not path.exists():
-            return ""
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        return log_tail(self.data_dir, name, lines)
 
 
 def _pair(user: BusUser) -> tuple[str, str]:

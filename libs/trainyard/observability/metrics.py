@@ -2,7 +2,8 @@
 
 ``TRAINYARD_<SERVICE>_METRICS_PORT`` names the port of a service's metrics
 (unset or 0: not served) and ``TRAINYARD_<SERVICE>_METRICS_ADDR`` the address
-(default 127.0.0.1; empty: every interface), as health has always done.  The gateway serves its own
+(default 127.0.0.1; empty: every interface), both read with the other
+settings (:meth:`trainyard.settings.Settings.metrics_endpoint`).  The gateway serves its own
 on the REST API's ``/metrics``.  Each metrics object has its own registry, so
 tests and an embedded stack can build several in one process.
 
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 
@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from redis.exceptions import RedisError
 
 from trainyard.bus import Bus
+from trainyard.settings import Settings
 from trainyard.store import Projector
 
 log = logging.getLogger(__name__)
@@ -35,21 +36,10 @@ LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 
 REFRESH_S = 5.0
 
 
-def port_variable(service: str) -> str:
-    return f"TRAINYARD_{service.upper()}_METRICS_PORT"
-
-
-def serve_metrics(service: str, registry: CollectorRegistry, environ: dict[str, str] | None = None) -> int:
+def serve_metrics(service: str, registry: CollectorRegistry, settings: Settings) -> int:
     """Serve ``registry`` on the service's configured port; returns it (0: not served)."""
-    env = os.environ if environ is None else environ
-    name = port_variable(service)
-    raw = env.get(name, "0") or "0"
-    try:
-        port = int(raw)
-    except ValueError as err:
-        raise ValueError(f"{name} must be a port number, not {raw!r}") from err
+    addr, port = settings.metrics_endpoint(service)
     if port:
-        addr = env.get(f"TRAINYARD_{service.upper()}_METRICS_ADDR", "127.0.0.1")  # "": every interface
         start_http_server(port, addr=addr, registry=registry)
         log.info("%s metrics on %s:%d/metrics", service, addr, port)
     return port

@@ -1,4 +1,5 @@
-"""What one simulation is set up with, and what it tracks per job."""
+"""What one simulation is set up with, what it tracks per job, and the kinds
+of event on its clock."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from trainyard.core.admission import RunningJob
 from trainyard.core.placement import RunningAlloc
 from trainyard.sim.failures import NO_FAILURES, FailureModel
 from trainyard.sim.workloads import SimJob
+
+#: The kinds of event on the simulator's heap; events at the same time run in this order.
+ARRIVE, FINISH, FAIL, DETECT, STOP, REPAIR, TICK = range(7)
 
 
 class Scenario(msgspec.Struct, frozen=True):

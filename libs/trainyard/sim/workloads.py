@@ -30,6 +30,7 @@ from pathlib import Path
 
 from trainyard.core.admission import Cohort, FlavorQuota, PreemptionSettings, PriorityClass, QueueQuota, Tenancy
 from trainyard.domain.job import MAX_RUNTIME_S, JobSpec, Role
+from trainyard.settings import load_settings
 
 GPU_TYPE = "H100"
 QUEUE = "default"
@@ -100,9 +101,9 @@ def traces_dir(path: str | os.PathLike[str] | None = None) -> Path:
     """Where the traces are: ``path``, else ``$TRAINYARD_TRACES``, else ``../shared/traces`` of the repo."""
     if path is not None:
         return Path(path)
-    env = os.environ.get("TRAINYARD_TRACES")
-    if env:
-        return Path(env)
+    given = load_settings().traces
+    if given:
+        return Path(given)
     return Path(__file__).resolve().parents[3].parent / "shared" / "traces"
 
 

@@ -15,7 +15,7 @@ async def main(rt: Runtime) -> None:
     ledger.create_schema()
     spec = ConsumerSpec(stream="JOBS", durable="accounting", filter_subject=subjects.JOBS_ALL, batch=1000)
     metrics = LedgerMetrics(durable=spec.durable, stream=spec.stream)
-    serve_metrics("accounting", metrics.registry)
+    serve_metrics("accounting", metrics.registry, rt.settings)
     try:
         await run_tasks(
             rt.stop,

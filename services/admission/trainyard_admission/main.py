@@ -26,7 +26,7 @@ async def main(rt: Runtime) -> None:
     config = await ConfigStore.open(rt.bus, replicas=rt.settings.stream_replicas)
     metrics = AdmissionMetrics()
     projections = ProjectionMetrics(metrics.registry, [jobs, nodes])
-    serve_metrics("admission", metrics.registry)
+    serve_metrics("admission", metrics.registry, rt.settings)
     intake = IntakeHandler(rt.bus, rt.store, time.time, tenancy, metrics=metrics)
     cycle = AdmissionCycle(
         rt.bus, rt.store, jobs, AdmissionPolicy(), time.time, node_projector=(nodes,), tenancy=tenancy,

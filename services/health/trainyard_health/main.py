@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 
 import msgspec
@@ -13,7 +12,7 @@ from trainyard.bus import ConsumerSpec, run_consumer
 from trainyard.core.health import DEFAULT_POLICY, HealthPolicy
 from trainyard.events import subjects
 from trainyard.runtime import Runtime, run_tasks, serve
-from trainyard.settings import ConfigurationError
+from trainyard.settings import ConfigurationError, Settings, variable
 from trainyard.store import Projector
 from trainyard_health.handlers import NodeEventsHandler, TelemetryHandler
 from trainyard_health.liveness import HEARTBEAT_DURABLE, LivenessCheck, liveness_loop
@@ -23,25 +22,20 @@ from trainyard_health.repair import RepairLoop
 
 log = logging.getLogger(__name__)
 
-POLICY_VARIABLE = "TRAINYARD_HEALTH_POLICY"  # JSON object of HealthPolicy fields to override
-KUBE_VARIABLE = "TRAINYARD_HEALTH_KUBE_TAINTS"  # "1": cordon and taint Kubernetes nodes too
-
-
-def load_policy(environ: dict[str, str] | None = None) -> HealthPolicy:
-    env = os.environ if environ is None else environ
-    raw = env.get(POLICY_VARIABLE)
-    if not raw:
+def load_policy(settings: Settings) -> HealthPolicy:
+    """The default policy with the fields ``TRAINYARD_HEALTH_POLICY`` overrides."""
+    if not settings.health_policy:
         return DEFAULT_POLICY
     try:
-        overrides = json.loads(raw)
+        overrides = json.loads(settings.health_policy)
         return msgspec.convert({**msgspec.to_builtins(DEFAULT_POLICY), **overrides}, HealthPolicy)
     except (ValueError, msgspec.ValidationError) as err:
-        raise ConfigurationError(f"{POLICY_VARIABLE} is not a valid health policy: {err}") from err
+        raise ConfigurationError(f"{variable('health_policy')} is not a valid health policy: {err}") from err
 
 
-def kube_hook(environ: dict[str, str] | None = None) -> StateHook | None:
-    env = os.environ if environ is None else environ
-    if env.get(KUBE_VARIABLE) != "1":
+def kube_hook(settings: Settings) -> StateHook | None:
+    """Cordon and taint the Kubernetes nodes too, when ``TRAINYARD_HEALTH_KUBE_TAINTS`` is 1."""
+    if settings.health_kube_taints != "1":
         return None
     from trainyard.kube.taints import KubeNodeTainter
 
@@ -54,13 +48,13 @@ async def liveness_after_nodes(rt: Runtime, check: LivenessCheck, nodes: Project
 
 
 async def main(rt: Runtime) -> None:
-    policy = load_policy()
+    policy = load_policy(rt.settings)
     metrics = HealthMetrics()
-    port = metrics.serve()
+    port = metrics.serve(rt.settings)
     if port:
         log.info("health metrics on :%d/metrics", port)
     nodes = Projector(rt.bus, rt.store, "NODES")
-    monitor = Monitor(rt.bus, rt.store, policy, time.time, metrics=metrics, nodes=nodes, hook=kube_hook())
+    monitor = Monitor(rt.bus, rt.store, policy, time.time, metrics=metrics, nodes=nodes, hook=kube_hook(rt.settings))
     telemetry = ConsumerSpec(
         stream="TELEMETRY", durable=HEARTBEAT_DURABLE, filter_subject=subjects.TELEMETRY_ALL, ack_wait_s=10.0
     )

@@ -9,9 +9,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from trainyard.domain.node import NodeState
-from trainyard.observability.metrics import port_variable, serve_metrics
-
-PORT_VARIABLE = port_variable("health")
+from trainyard.observability.metrics import serve_metrics
+from trainyard.settings import Settings
 
 
 class HealthMetrics:
@@ -44,6 +43,6 @@ class HealthMetrics:
         for state in NodeState:
             self.nodes.labels(state.value).set(counts.get(state.value, 0))
 
-    def serve(self, environ: dict[str, str] | None = None) -> int:
+    def serve(self, settings: Settings) -> int:
         """Serve on ``TRAINYARD_HEALTH_METRICS_PORT``; returns it (0: not served)."""
-        return serve_metrics("health", self.registry, environ)
+        return serve_metrics("health", self.registry, settings)

@@ -21,7 +21,7 @@ from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard.settings import ConfigurationError
 from trainyard.store import Projector
 from trainyard_placement.handlers import Binding, PlacementCycle
-from trainyard_placement.settings import binder_kind
+from trainyard_placement.settings import binder_kind, load_settings
 
 
 def lease_key(cluster: str) -> str:
@@ -47,7 +47,7 @@ async def main(rt: Runtime, binder: str = "none") -> None:
                              replicas=rt.settings.stream_replicas)
     metrics = PlacementMetrics()
     projections = ProjectionMetrics(metrics.registry, [jobs, nodes])
-    serve_metrics("placement", metrics.registry)
+    serve_metrics("placement", metrics.registry, rt.settings)
     cycle = PlacementCycle(rt.bus, rt.store, jobs, rt.settings.cluster, time.time, node_projector=(nodes,), lease=lease,
                            binding=binding, metrics=metrics)
     try:
@@ -65,7 +65,7 @@ async def main(rt: Runtime, binder: str = "none") -> None:
 
 def run() -> None:
     try:
-        binder = binder_kind()
+        binder = binder_kind(load_settings())
     except ConfigurationError as err:
         print(f"trainyard-placement: {err}", file=sys.stderr)
         raise SystemExit(2) from err

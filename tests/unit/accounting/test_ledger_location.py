@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from trainyard.ledger import Ledger
 from trainyard.local.stack import LocalStack, StackConfig
 from trainyard.settings import load_settings
 
@@ -30,7 +31,10 @@ def test_a_service_without_a_ledger_url_keeps_the_ledger_absolute_under_its_data
 
     assert settings.ledger_url == f"sqlite:///{tmp_path / expected}"
     assert Path(settings.ledger_url.removeprefix("sqlite:///")).is_absolute()
-    assert (tmp_path / expected).parent.is_dir()  # SQLite creates the file, not its directory
+    assert not (tmp_path / expected).parent.exists()  # reading the settings writes nothing
+    with Ledger(settings.ledger_url) as ledger:
+        ledger.create_schema()
+    assert (tmp_path / expected).is_file()  # the ledger makes the directory; SQLite makes only the file
 
 
 def test_a_ledger_url_that_is_set_is_used_as_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainyard.settings import ConfigurationError
+from trainyard.settings import ConfigurationError, load_settings
 from trainyard_health.main import load_policy
 from trainyard_health.metrics import HealthMetrics
 
@@ -19,7 +19,7 @@ from trainyard_health.metrics import HealthMetrics
 )
 def test_policy_overrides(raw, field, value) -> None:
     env = {} if raw is None else {"TRAINYARD_HEALTH_POLICY": raw}
-    assert getattr(load_policy(env), field) == value
+    assert getattr(load_policy(load_settings(env)), field) == value
 
 
 @pytest.mark.parametrize(
@@ -32,10 +32,10 @@ def test_policy_overrides(raw, field, value) -> None:
 )
 def test_bad_policies_refuse_to_start(raw) -> None:
     with pytest.raises(ConfigurationError, match="TRAINYARD_HEALTH_POLICY"):
-        load_policy({"TRAINYARD_HEALTH_POLICY": raw})
+        load_policy(load_settings({"TRAINYARD_HEALTH_POLICY": raw}))
 
 
 def test_metrics_are_off_unless_a_port_is_given() -> None:
-    assert HealthMetrics().serve({}) == 0
-    with pytest.raises(ValueError, match="TRAINYARD_HEALTH_METRICS_PORT"):
-        HealthMetrics().serve({"TRAINYARD_HEALTH_METRICS_PORT": "http"})
+    assert HealthMetrics().serve(load_settings({})) == 0
+    with pytest.raises(ConfigurationError, match="TRAINYARD_HEALTH_METRICS_PORT"):
+        load_settings({"TRAINYARD_HEALTH_METRICS_PORT": "http"})

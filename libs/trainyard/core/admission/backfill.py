@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from trainyard.core.admission.quota import Demand
 
 if TYPE_CHECKING:
-    from trainyard.core.admission.preemption import Holder
+    from trainyard.core.admission.candidates import Holder
 
 
 class Shadow:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from heapq import heapify, heappop, heappush
 
 from trainyard.core.admission.backfill import Shadows
+from trainyard.core.admission.candidates import Blocked, Holder
 from trainyard.core.admission.fairshare import FairShare
 from trainyard.core.admission.ordering import (
     BORROW_ONLY,
@@ -33,7 +34,7 @@ from trainyard.core.admission.ordering import (
     never_fits,
     service_order,
 )
-from trainyard.core.admission.preemption import Blocked, Holder, preempt
+from trainyard.core.admission.preemption import preempt
 from trainyard.core.admission.quota import QuotaState
 from trainyard.core.admission.snapshot import (
     AdmissionPolicy,

@@ -39,14 +39,24 @@ GPUs.  A waiting job whose spec is not given does not preempt.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple
 
+from trainyard.core.admission.candidates import (
+    Blocked,
+    Candidate,
+    Holder,
+    choose,
+    fits,
+    over_nominal,
+    reclaimable,
+    release,
+    service_level,
+    take,
+)
 from trainyard.core.admission.fairshare import FairShare
 from trainyard.core.admission.ordering import WITHIN_NOMINAL
-from trainyard.core.admission.quota import Demand, QuotaState
-from trainyard.core.admission.snapshot import PendingJob, Preemption, RunningJob
+from trainyard.core.admission.quota import QuotaState
+from trainyard.core.admission.snapshot import Preemption
 from trainyard.core.admission.tree import PreemptionSettings
 from trainyard.core.placement.cycle import build_topology
 from trainyard.core.placement.gang import fit_gang
@@ -56,45 +66,6 @@ from trainyard.core.placement.topology import Topology
 from trainyard.core.reasons import PreemptionReason
 from trainyard.domain.job import JobSpec
 from trainyard.events.jobs import ReplicaPlacement
-
-
-class Holder(NamedTuple):
-    job: RunningJob
-    queue: int  # node number of its queue
-    demand: Demand
-
-
-class Blocked(NamedTuple):
-    job: PendingJob
-    queue: int
-    demand: Demand
-    cls: int  # ordering class when it blocked
-    at: int  # index of its entry in the cycle's waiting list
-    # it may also reclaim lent quota and preempt for fair share (with backfill: once it holds a reservation,
-    # that is once it has waited; priority preemption never waits)
-    may_reclaim: bool = True
-    # it blocked only where it could make room by least attained service (not the first of its type to block)
-    service_only: bool = False
-
-
-class _Candidate:
-    __slots__ = ("holder", "lost_per_gpu", "lost", "cost", "ran", "types", "taken", "level")
-
-    def __init__(self, holder: Holder, now: float, restart_cost_s: float, levels: Sequence[float] | None) -> None:
-        job = holder.job
-        since = job.started_at if job.last_checkpoint_at is None else max(job.started_at, job.last_checkpoint_at)
-        gpus = 0
-        for _, d in holder.demand:
-            gpus += d
-        self.holder = holder
-        self.lost_per_gpu = max(now - since, 0.0)  # seconds of work lost per GPU if stopped now
-        self.lost = self.lost_per_gpu * gpus
-        self.cost = (self.lost_per_gpu + restart_cost_s) * gpus  # lost work plus getting back to it
-        self.ran = now - job.started_at
-        self.types = {t for t, _ in holder.demand}
-        self.taken = False  # chosen as a victim this cycle
-        # service level reached so far, this run included (least attained service; 0 when off)
-        self.level = 0 if levels is None else service_level(levels, job.attained_gpu_s + max(self.ran, 0.0) * gpus)
 
 
 def preempt(
@@ -125,7 +96,7 @@ def preempt(
     for h in holders:
         job = h.job
         if job.notice_at is not None:
-            _release(state, shares, free, h, -1)
+            release(state, shares, free, h, -1)
             if where is not None:
                 where.stop(job.job_id)
         elif job.preemptible:
@@ -140,14 +111,14 @@ def preempt(
                     lowest[q] = job.priority
             if job.may_only_borrow:
                 lenders.add(q)
-    built: dict[int, list[_Candidate]] = {}
+    built: dict[int, list[Candidate]] = {}
     restart_cost_s = settings.restart_cost_s
 
-    def pool_of(q: int) -> list[_Candidate]:
+    def pool_of(q: int) -> list[Candidate]:
         """Queue ``q``'s candidates, cheapest first."""
         cs = built.get(q)
         if cs is None:
-            cs = [_Candidate(h, now, restart_cost_s, levels) for h in grouped.get(q, ())]
+            cs = [Candidate(h, now, restart_cost_s, levels) for h in grouped.get(q, ())]
             cs.sort(key=lambda c: (c.lost_per_gpu, c.holder.job.priority, c.holder.job.job_id))
             built[q] = cs
         return cs
@@ -159,13 +130,13 @@ def preempt(
     for b in blocked:
         borrow_only = b.job.may_only_borrow
         spec = where.specs.get(b.job.job_id) if where is not None else None
-        if _fits(state, free, b, borrow_only) and (spec is None or (where is not None and where.place(spec))):
-            _take(state, shares, free, b, borrow_only)
+        if fits(state, free, b, borrow_only) and (spec is None or (where is not None and where.place(spec))):
+            take(state, shares, free, b, borrow_only)
             preemptors.append(b.at)
             continue
         if where is not None and spec is None:
             continue  # its shape is unknown: no victims could be shown to make room for it
-        victims: list[_Candidate] | None = None
+        victims: list[Candidate] | None = None
         plan: list[ReplicaPlacement] | None = None  # where the gang goes once its victims stop
         reason = PreemptionReason.PRIORITY
         if settings.within_queue and lowest.get(b.queue, b.job.priority) < b.job.priority:
@@ -179,25 +150,25 @@ def preempt(
                     and c.holder.job.priority <= b.job.priority]
             if b.cls == WITHIN_NOMINAL:
                 for q in grouped:
-                    if q != b.queue and (q in lenders or _over_nominal(state, q)):
-                        borrowing = _over_nominal(state, q)
+                    if q != b.queue and (q in lenders or over_nominal(state, q)):
+                        borrowing = over_nominal(state, q)
                         pool += [c for c in pool_of(q) if c.level > level and c.ran >= least
                                  and (borrowing or c.holder.job.may_only_borrow)]
             if pool:
                 pool.sort(key=lambda c: (-c.level, c.lost_per_gpu, c.holder.job.job_id))
                 victims, plan = _pick(
                     where, state, shares, free, b, spec, pool,
-                    lambda c: c.holder.queue == b.queue or _reclaimable(state, c, b.demand),  # noqa: B023 - called within _pick
+                    lambda c: c.holder.queue == b.queue or reclaimable(state, c, b.demand),  # noqa: B023 - called within _pick
                 )
         if victims is None and settings.reclaim and b.cls == WITHIN_NOMINAL and b.may_reclaim:
             reason = PreemptionReason.RECLAIM
-            pool = [c for q in grouped if q != b.queue and _over_nominal(state, q) for c in pool_of(q)]
-            pool += [c for q in lenders if q != b.queue and not _over_nominal(state, q) for c in pool_of(q)
+            pool = [c for q in grouped if q != b.queue and over_nominal(state, q) for c in pool_of(q)]
+            pool += [c for q in lenders if q != b.queue and not over_nominal(state, q) for c in pool_of(q)
                      if c.holder.job.may_only_borrow]
             pool.sort(key=lambda c: (not c.holder.job.may_only_borrow, c.lost_per_gpu, c.holder.job.priority,
                                      c.holder.job.job_id))
             victims, plan = _pick(where, state, shares, free, b, spec, pool,
-                                   lambda c: _reclaimable(state, c, b.demand))  # noqa: B023 - called within _pick
+                                   lambda c: reclaimable(state, c, b.demand))  # noqa: B023 - called within _pick
         if victims is None and settings.fair_share and budget > 0 and not borrow_only and b.may_reclaim:
             reason = PreemptionReason.FAIR_SHARE
             mine = shares.share_with(b.queue, b.demand)
@@ -206,18 +177,18 @@ def preempt(
             pool = [c for q in over for c in pool_of(q) if c.ran >= settings.min_runtime_s]
             victims, plan = _pick(
                 where, state, shares, free, b, spec, pool,
-                lambda c: shares.share[c.holder.queue] > mine and _reclaimable(state, c, b.demand),  # noqa: B023 - called within _pick
+                lambda c: shares.share[c.holder.queue] > mine and reclaimable(state, c, b.demand),  # noqa: B023 - called within _pick
             )
             if victims is not None and len(victims) > budget:
                 for c in victims:
-                    _release(state, shares, free, c.holder, +1)
+                    release(state, shares, free, c.holder, +1)
                 victims = None
             elif victims is not None:
                 budget -= len(victims)
         if victims is None:
             continue
         # 3. Commit: the victims go, the gang's room is held for it.
-        _take(state, shares, free, b, borrow_only)
+        take(state, shares, free, b, borrow_only)
         if where is not None:
             where.commit(victims, plan)
         preemptors.append(b.at)
@@ -229,82 +200,14 @@ def preempt(
     return preemptions, preemptors
 
 
-def service_level(levels: Sequence[float], attained_gpu_s: float) -> int:
-    """The least-attained-service level of a job that has received ``attained_gpu_s`` (0: the first)."""
-    return bisect_right(levels, attained_gpu_s) if attained_gpu_s > 0 else 0
-
-
 def _pick(
     where: _Cluster | None, state: QuotaState, shares: FairShare, free: list[int], b: Blocked, spec: JobSpec | None,
-    pool: list[_Candidate], still_valid: Callable[[_Candidate], bool],
-) -> tuple[list[_Candidate] | None, list[ReplicaPlacement] | None]:
+    pool: list[Candidate], still_valid: Callable[[Candidate], bool],
+) -> tuple[list[Candidate] | None, list[ReplicaPlacement] | None]:
     """Victims from ``pool``: by GPU counts, or freeing one domain when the cluster is known."""
     if where is None or spec is None:
-        return _choose(state, shares, free, b, pool, still_valid), None
+        return choose(state, shares, free, b, pool, still_valid), None
     return where.choose(state, shares, free, b, spec, pool, still_valid)
-
-
-def _choose(
-    state: QuotaState,
-    shares: FairShare,
-    free: list[int],
-    b: Blocked,
-    pool: list[_Candidate],
-    still_valid: Callable[[_Candidate], bool],
-) -> list[_Candidate] | None:
-    """Remove candidates until the gang fits, then hand back the ones not needed."""
-    needed = {t for t, _ in b.demand}
-    chosen: list[_Candidate] = []
-    fits = False
-    for c in pool:
-        if c.taken or not (c.types & needed) or not still_valid(c):
-            continue
-        _release(state, shares, free, c.holder, -1)
-        chosen.append(c)
-        if _fits(state, free, b, b.job.may_only_borrow):
-            fits = True
-            break
-    if not fits:
-        for c in chosen:
-            _release(state, shares, free, c.holder, +1)
-        return None
-    for c in sorted(chosen, key=lambda c: -c.cost):
-        _release(state, shares, free, c.holder, +1)
-        if _fits(state, free, b, b.job.may_only_borrow):
-            chosen.remove(c)
-        else:
-            _release(state, shares, free, c.holder, -1)
-    return chosen
-
-
-def _fits(state: QuotaState, free: list[int], b: Blocked, borrow_only: bool) -> bool:
-    return state.check(b.queue, b.demand, borrow_only) is None and all(free[t] >= d for t, d in b.demand)
-
-
-def _take(state: QuotaState, shares: FairShare, free: list[int], b: Blocked, borrow_only: bool) -> None:
-    state.take(b.queue, b.demand, borrow_only)
-    for t, d in b.demand:
-        free[t] -= d
-    shares.update(b.queue)
-
-
-def _release(state: QuotaState, shares: FairShare, free: list[int], h: Holder, sign: int) -> None:
-    """Give back (sign -1) or take again (sign +1) a running job's GPUs."""
-    state.take(h.queue, h.demand, h.job.may_only_borrow, sign)
-    for t, d in h.demand:
-        free[t] -= sign * d
-    shares.update(h.queue)
-
-
-def _over_nominal(state: QuotaState, q: int) -> bool:
-    return any(state.borrowing(q, i) for i in range(len(state.index.flavors)))
-
-
-def _reclaimable(state: QuotaState, c: _Candidate, demand: Demand) -> bool:
-    """Best effort, or its queue still holds more than its nominal quota of a type the gang needs."""
-    if c.holder.job.may_only_borrow:
-        return True
-    return any(state.borrowing(c.holder.queue, t) for t, _ in demand if t in c.types)
 
 
 class _Cluster:
@@ -350,7 +253,7 @@ class _Cluster:
         """Hold room for the gang on GPUs free now (or freed by this pass), if it fits."""
         return fit_gang(self.topo, spec, self.snapshot.policy.candidates_per_level) is not None
 
-    def commit(self, victims: list[_Candidate], plan: list[ReplicaPlacement] | None) -> None:
+    def commit(self, victims: list[Candidate], plan: list[ReplicaPlacement] | None) -> None:
         for c in victims:
             self.stop(c.holder.job.job_id)
         for r in plan or ():
@@ -360,8 +263,8 @@ class _Cluster:
 
     def choose(
         self, state: QuotaState, shares: FairShare, free: list[int], b: Blocked, spec: JobSpec,
-        pool: list[_Candidate], still_valid: Callable[[_Candidate], bool],
-    ) -> tuple[list[_Candidate] | None, list[ReplicaPlacement] | None]:
+        pool: list[Candidate], still_valid: Callable[[Candidate], bool],
+    ) -> tuple[list[Candidate] | None, list[ReplicaPlacement] | None]:
         """Whole jobs of ``pool`` that free one domain the gang fits in, plus any more the quota tree needs.
 
         Released from the quota state when found (as ``_choose`` does); the
@@ -369,7 +272,7 @@ class _Cluster:
         """
         needed = {t for t, _ in b.demand}
         usable = [c for c in pool if not c.taken and c.types & needed and still_valid(c)]
-        by_run: dict[str, tuple[RunningAlloc, _Candidate]] = {}
+        by_run: dict[str, tuple[RunningAlloc, Candidate]] = {}
         for c in usable:
             alloc = self.allocs.get(c.holder.job.job_id)
             if alloc is not None:
@@ -381,27 +284,27 @@ class _Cluster:
                                    self.restart_cost_s)
             if found is None:
                 return None, None
-            core: list[_Candidate] = []
+            core: list[Candidate] = []
             invalid = None
             for run_id in found.victims:
                 c = by_run[run_id][1]
                 if not still_valid(c):
                     invalid = run_id
                     break
-                _release(state, shares, free, c.holder, -1)
+                release(state, shares, free, c.holder, -1)
                 core.append(c)
             if invalid is None:
                 break
             for c in core:
-                _release(state, shares, free, c.holder, +1)
+                release(state, shares, free, c.holder, +1)
             del by_run[invalid]
         # 2. The gang fits that domain; the quota tree may need more of the same way's candidates to go.
-        if _fits(state, free, b, b.job.may_only_borrow):
+        if fits(state, free, b, b.job.may_only_borrow):
             return core, found.replicas
         chosen = set(map(id, core))
-        extra = _choose(state, shares, free, b, [c for c in usable if id(c) not in chosen], still_valid)
+        extra = choose(state, shares, free, b, [c for c in usable if id(c) not in chosen], still_valid)
         if extra is None:
             for c in core:
-                _release(state, shares, free, c.holder, +1)
+                release(state, shares, free, c.holder, +1)
             return None, None
         return core + extra, found.replicas

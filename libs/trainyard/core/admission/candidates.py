@@ -1,0 +1,119 @@
+"""What a preemption pass weighs: the holders, the jobs that blocked, each candidate victim's cost and
+service level, and the quota bookkeeping of taking a victim away or a gang in (preemption.py uses them)."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from trainyard.core.admission.fairshare import FairShare
+from trainyard.core.admission.quota import Demand, QuotaState
+from trainyard.core.admission.snapshot import PendingJob, RunningJob
+
+
+class Holder(NamedTuple):
+    job: RunningJob
+    queue: int  # node number of its queue
+    demand: Demand
+
+
+class Blocked(NamedTuple):
+    job: PendingJob
+    queue: int
+    demand: Demand
+    cls: int  # ordering class when it blocked
+    at: int  # index of its entry in the cycle's waiting list
+    # it may also reclaim lent quota and preempt for fair share (with backfill: once it holds a reservation,
+    # that is once it has waited; priority preemption never waits)
+    may_reclaim: bool = True
+    # it blocked only where it could make room by least attained service (not the first of its type to block)
+    service_only: bool = False
+
+
+class Candidate:
+    __slots__ = ("holder", "lost_per_gpu", "lost", "cost", "ran", "types", "taken", "level")
+
+    def __init__(self, holder: Holder, now: float, restart_cost_s: float, levels: Sequence[float] | None) -> None:
+        job = holder.job
+        since = job.started_at if job.last_checkpoint_at is None else max(job.started_at, job.last_checkpoint_at)
+        gpus = 0
+        for _, d in holder.demand:
+            gpus += d
+        self.holder = holder
+        self.lost_per_gpu = max(now - since, 0.0)  # seconds of work lost per GPU if stopped now
+        self.lost = self.lost_per_gpu * gpus
+        self.cost = (self.lost_per_gpu + restart_cost_s) * gpus  # lost work plus getting back to it
+        self.ran = now - job.started_at
+        self.types = {t for t, _ in holder.demand}
+        self.taken = False  # chosen as a victim this cycle
+        # service level reached so far, this run included (least attained service; 0 when off)
+        self.level = 0 if levels is None else service_level(levels, job.attained_gpu_s + max(self.ran, 0.0) * gpus)
+
+
+def service_level(levels: Sequence[float], attained_gpu_s: float) -> int:
+    """The least-attained-service level of a job that has received ``attained_gpu_s`` (0: the first)."""
+    return bisect_right(levels, attained_gpu_s) if attained_gpu_s > 0 else 0
+
+
+def choose(
+    state: QuotaState,
+    shares: FairShare,
+    free: list[int],
+    b: Blocked,
+    pool: list[Candidate],
+    still_valid: Callable[[Candidate], bool],
+) -> list[Candidate] | None:
+    """Remove candidates until the gang fits, then hand back the ones not needed."""
+    needed = {t for t, _ in b.demand}
+    chosen: list[Candidate] = []
+    made_room = False
+    for c in pool:
+        if c.taken or not (c.types & needed) or not still_valid(c):
+            continue
+        release(state, shares, free, c.holder, -1)
+        chosen.append(c)
+        if fits(state, free, b, b.job.may_only_borrow):
+            made_room = True
+            break
+    if not made_room:
+        for c in chosen:
+            release(state, shares, free, c.holder, +1)
+        return None
+    for c in sorted(chosen, key=lambda c: -c.cost):
+        release(state, shares, free, c.holder, +1)
+        if fits(state, free, b, b.job.may_only_borrow):
+            chosen.remove(c)
+        else:
+            release(state, shares, free, c.holder, -1)
+    return chosen
+
+
+def fits(state: QuotaState, free: list[int], b: Blocked, borrow_only: bool) -> bool:
+    return state.check(b.queue, b.demand, borrow_only) is None and all(free[t] >= d for t, d in b.demand)
+
+
+def take(state: QuotaState, shares: FairShare, free: list[int], b: Blocked, borrow_only: bool) -> None:
+    state.take(b.queue, b.demand, borrow_only)
+    for t, d in b.demand:
+        free[t] -= d
+    shares.update(b.queue)
+
+
+def release(state: QuotaState, shares: FairShare, free: list[int], h: Holder, sign: int) -> None:
+    """Give back (sign -1) or take again (sign +1) a running job's GPUs."""
+    state.take(h.queue, h.demand, h.job.may_only_borrow, sign)
+    for t, d in h.demand:
+        free[t] -= sign * d
+    shares.update(h.queue)
+
+
+def over_nominal(state: QuotaState, q: int) -> bool:
+    return any(state.borrowing(q, i) for i in range(len(state.index.flavors)))
+
+
+def reclaimable(state: QuotaState, c: Candidate, demand: Demand) -> bool:
+    """Best effort, or its queue still holds more than its nominal quota of a type the gang needs."""
+    if c.holder.job.may_only_borrow:
+        return True
+    return any(state.borrowing(c.holder.queue, t) for t, _ in demand if t in c.types)

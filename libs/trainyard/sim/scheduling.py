@@ -1,0 +1,117 @@
+"""One scheduling cycle of the simulator: admission, then placement, through
+the same core the services call, and what their decisions change.
+
+A mixin of :class:`trainyard.sim.engine.Simulator`, as the views are; it reads
+and updates the simulator's state and puts the runs' ends and preemptions on
+its event heap.
+"""
+
+from __future__ import annotations
+
+from msgspec.structs import replace
+
+from trainyard.core.admission import AdmissionSnapshot, RunningJob, admit
+from trainyard.core.placement import PlacementRequest, RunningAlloc
+from trainyard.events.jobs import JobAdmitted, JobPlaced, RunStarted
+from trainyard.sim.checks import check_state
+from trainyard.sim.placing import place_live
+from trainyard.sim.state import FINISH, STOP
+
+
+class SchedulingCycle:
+    """Admit, then place, the way the admission and placement services do."""
+
+    def cycle(self) -> None:
+        self.cycles += 1
+        now = self.now
+        self._decay_history()
+        # 1. Admission: the jobs that could fit, the holders, the capacity in service.
+        snapshot = self._admission_snapshot()
+        if self.policy.service_preemption and snapshot.pending and self.allocs:
+            # preemption by attained service is frequent: decide once, with the cluster
+            snapshot = self._with_cluster(snapshot)
+        result = admit(snapshot, self.admission, now)
+        if result.preemptions and snapshot.cluster is None:
+            # victims are chosen on the topology, as the live service does: decide again with the cluster
+            # (built only when someone would preempt, since it costs O(nodes))
+            snapshot = self._with_cluster(snapshot)
+            result = admit(snapshot, self.admission, now)
+        if self.scenario.trace_decisions:
+            self.decisions.append(("admit", snapshot, now, result))
+        for a in result.admitted:
+            self._admitted(int(a.job_id[1:]))
+        for p in result.preemptions:
+            i = int(p.job_id[1:])
+            st = self.jobs[i]
+            if p.reason.value == "fair_share":
+                self.recent_preemptions.append(now)
+            if st.running is not None:
+                st.running = replace(st.running, notice_at=now)
+                self.admitted_running[i] = st.running
+            self.push(now + p.grace_period_s, STOP, (i, st.run_id))
+        # 2. Placement: every admitted gang not yet placed, in admission order, on the live tree.
+        if self.to_place:
+            requests = [PlacementRequest(job_id=self.jobs[i].job.job_id, run_id=self.jobs[i].run_id,
+                                         spec=self._spec(self.jobs[i]), order=seq) for i, seq in self.to_place.items()]
+            running = list(self.allocs.values())
+            before = self.cluster.snapshot(running, self.policy.placement) if self.scenario.trace_decisions else None
+            placed = place_live(self.cluster, running, self.policy.placement, requests, now)
+            if before is not None:
+                self.decisions.append(("place", before, requests, now, placed))
+            for p in placed.placements:
+                self._placed(int(p.job_id[1:]), p)
+        # 3. Invariants.
+        every = self.scenario.check_every
+        if every and self.cycles % every == 0:
+            self.violations.extend(check_state(self))
+
+    def _with_cluster(self, snapshot: AdmissionSnapshot) -> AdmissionSnapshot:
+        """The snapshot with the cluster and the pending jobs' specs: victims are chosen on the topology."""
+        cluster = self.cluster.snapshot(list(self.allocs.values()), self.policy.placement)
+        specs = {p.job_id: self._spec(self.jobs[int(p.job_id[1:])]) for p in snapshot.pending}
+        return replace(snapshot, cluster=cluster, specs=specs)
+
+    def _admitted(self, i: int) -> None:
+        st = self.jobs[i]
+        job = st.job
+        self.pending.remove(i)
+        st.attempt += 1
+        st.status = "admitted"
+        st.run_id = f"{job.job_id}.{st.attempt}"
+        st.running = RunningJob(job_id=job.job_id, tenant=job.tenant, queue=job.queue,
+                                gpus_by_type={job.gpu_type: job.gpus},
+                                started_at=self.now, priority=self.priority[i], preemptible=self.preemptible[i],
+                                may_only_borrow=self.only_borrow[i],
+                                expected_end=self.now + job.limit_s, attained_gpu_s=st.attained)
+        self.admitted_running[i] = st.running
+        self.in_use[job.gpu_type] += job.gpus
+        self.admit_seq += 1
+        self.to_place[i] = self.admit_seq
+        self.emit(JobAdmitted(at=self.now, job_id=job.job_id, tenant=job.tenant, run_id=st.run_id, attempt=st.attempt))
+
+    def _placed(self, i: int, p) -> None:
+        st = self.jobs[i]
+        job = st.job
+        del self.to_place[i]
+        st.status = "running"
+        st.placed_at = self.now
+        st.overhead = self.scenario.failures.restart_overhead_s if st.attempt > 1 else 0.0
+        if st.first_start is None:
+            st.first_start = self.now
+        st.alloc = RunningAlloc(job_id=job.job_id, run_id=st.run_id, replicas=p.replicas, started_at=self.now,
+                                max_runtime_s=job.limit_s, preemptible=self.preemptible[i],
+                                priority=self.priority[i])
+        self.allocs[i] = st.alloc
+        self.held_by[job.tenant] += job.gpus
+        key = (self.qkey[i], job.gpu_type)
+        self.held_q[key] = self.held_q.get(key, 0) + job.gpus
+        for r in p.replicas:
+            self.on_node[r.node_id].add(i)
+        self.emit(JobPlaced(at=self.now, job_id=job.job_id, tenant=job.tenant, run_id=st.run_id, cluster="sim",
+                            replicas=p.replicas))
+        self.emit(RunStarted(at=self.now, job_id=job.job_id, tenant=job.tenant, run_id=st.run_id))
+        run_for = st.overhead + st.remaining
+        if run_for > job.limit_s:
+            self.push(self.now + job.limit_s, FINISH, (i, st.run_id, True))
+        else:
+            self.push(self.now + run_for, FINISH, (i, st.run_id, False))
