@@ -20,7 +20,6 @@ from trainyard.config.tenancy import QuotaLimits, TenancyConfig, TenancyConfigEr
 from trainyard.console.render import page
 from trainyard.console.session import principal, refusal
 from trainyard.core.admission import queue_key
-from trainyard.core.lifecycle import gpus_by_type
 from trainyard.store import Store, views
 
 
@@ -85,7 +84,7 @@ async def in_use(store: Store) -> dict[str, dict[str, int]]:
     used: dict[str, dict[str, int]] = {}
     for job in jobs:
         if job.spec is not None and job.status in ("admitted", "placed", "running"):
-            add(used.setdefault(queue_key(job.tenant, job.spec.queue), {}), gpus_by_type(job.spec))
+            add(used.setdefault(queue_key(job.tenant, job.spec.queue), {}), job.spec.gpus_by_type)
     return used
 
 

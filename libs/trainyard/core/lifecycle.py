@@ -125,14 +125,6 @@ class Folded(NamedTuple):
     applied: bool
 
 
-def gpus_by_type(spec: JobSpec) -> dict[str, int]:
-    """GPUs of the whole gang by GPU type: what an active run holds."""
-    by_type: dict[str, int] = {}
-    for role in spec.roles:
-        by_type[role.gpu_type] = by_type.get(role.gpu_type, 0) + role.gpus
-    return by_type
-
-
 def backoff(n: int, base_cap: tuple[float, float]) -> float:
     """Seconds to wait after the n-th failure of a kind: base * 2**(n-1), at most cap."""
     base, cap = base_cap
@@ -181,7 +173,7 @@ def _create(event: JobEvent, seq: int) -> JobRecord | None:
         spec = event.spec
         return JobRecord(
             status=PENDING, tenant=spec.tenant, order=seq, last_seq=seq, queue=spec.queue, name=spec.name,
-            priority_class=spec.priority_class, spec=spec, gpus=spec.total_gpus, gpus_by_type=gpus_by_type(spec),
+            priority_class=spec.priority_class, spec=spec, gpus=spec.total_gpus, gpus_by_type=spec.gpus_by_type,
             max_retries=spec.max_retries, submitted_at=event.submitted_at, accepted_at=event.at,
         )
     if isinstance(event, JobRejected):

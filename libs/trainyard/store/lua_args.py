@@ -8,7 +8,7 @@ import json
 
 import msgspec
 
-from trainyard.core.lifecycle import HEAD_OF_QUEUE_OFFSET, gpus_by_type
+from trainyard.core.lifecycle import HEAD_OF_QUEUE_OFFSET
 from trainyard.events import (
     CheckpointSaved,
     JobAccepted,
@@ -45,7 +45,7 @@ def _job_fields(seq: int, event: object) -> list[str]:
         # Lua's cjson turns [] into {} and back; keep the spec as opaque JSON text.
         return head + [
             event.job_id, repr(event.at), spec.tenant, spec.queue, str(seq),
-            json.dumps(gpus_by_type(spec)), _json.encode(spec).decode(), repr(event.submitted_at),
+            json.dumps(spec.gpus_by_type), _json.encode(spec).decode(), repr(event.submitted_at),
             spec.priority_class, spec.name, str(spec.total_gpus), str(spec.max_retries),
         ]
     if isinstance(event, JobRejected):

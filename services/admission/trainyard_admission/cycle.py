@@ -36,7 +36,6 @@ from trainyard.core.admission import (
     queue_key,
 )
 from trainyard.core.admission.deadlines import HeldRun, overdue
-from trainyard.core.lifecycle import gpus_by_type
 from trainyard.core.placement import ClusterSnapshot
 from trainyard.domain.job import JobSpec
 from trainyard.events import JobAdmitted, PreemptionNotice, RunFailed, subjects
@@ -118,7 +117,7 @@ class AdmissionCycle:
         unknown = [j for j in ids if j in self._cache and j not in self._demand]
         if unknown:
             for job_id, spec in (await views.job_specs(self.store, unknown)).items():
-                self._demand[job_id] = (spec.queue, gpus_by_type(spec))
+                self._demand[job_id] = (spec.queue, spec.gpus_by_type)
                 self._specs[job_id] = spec
         wanted = set(ids)
         for job_id in [j for j in self._cache if j not in wanted]:
