@@ -27,7 +27,7 @@ from trainyard.events import (
     job_subject,
     subjects,
 )
-from trainyard.store import Projector, Store, job_hash, views
+from trainyard.store import Projector, Store, job_hash, views, waiting
 from trainyard.testing.publish import publish_event
 from trainyard.testing.streams import read_raw
 
@@ -318,3 +318,22 @@ async def test_the_projection_stores_a_spec_as_the_accepting_event_carried_it(bu
     job = job_hash.decode_job("j1", await store.redis.hgetall(store.key("job", "j1")))
     assert job is not None and job.job_spec == spec(2)
     assert await store.redis.hget(store.key("job", "j1"), "gpus_by_type") == '{"H100": 2}'
+
+
+async def test_the_fold_forgets_why_a_job_waited_as_its_status_changes(bus: Bus, store: Store) -> None:
+    placed = [ReplicaPlacement(role="trainer", replica=0, rank=0, node_id="n1", gpus=[0, 1])]
+    steps = [
+        ("pending", JobAccepted(at=1.0, job_id="j1", spec=spec(2), submitted_at=0.5)),
+        ("admitted", JobAdmitted(at=2.0, job_id="j1", tenant="acme", run_id="j1-r1", attempt=1)),
+        ("placed", JobPlaced(at=3.0, job_id="j1", tenant="acme", run_id="j1-r1", cluster="c1", replicas=placed)),
+    ]
+    for i, (status, event) in enumerate(steps):
+        await publish_event(bus, event, msg_id=f"step-{i}")
+        await project(bus, store, "JOBS")
+        job = await views.get_job(store, "j1")
+        assert job is not None and job.status == status
+        assert await store.redis.hlen(store.key("why", "pending")) == 0
+        assert await store.redis.hlen(store.key("why", "admitted")) == 0
+        if status in waiting.WAITING:  # what the decider of this status says about it
+            await waiting.write(store, status, {"j1": waiting.Waiting("quota_exhausted", 1, 5.0)})
+    assert set(await store.redis.hkeys(store.key("job", "j1"))) <= set(job_hash.FIELDS)

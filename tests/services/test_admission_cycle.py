@@ -13,8 +13,8 @@ from trainyard.config.tenancy import compile_tenancy, load_tenancy
 from trainyard.core.admission import AdmissionPolicy
 from trainyard.domain import JobSpec, Role
 from trainyard.domain.job import TopologyConstraint, TopologyLevel
-from trainyard.events import CheckpointSaved, PreemptionNotice, RunFailed
-from trainyard.store import Store, views
+from trainyard.events import CheckpointSaved, JobCancelled, PreemptionNotice, RunFailed
+from trainyard.store import Store, job_hash, views, waiting
 from trainyard.testing.publish import publish_event
 from trainyard.testing.streams import read_job_events
 from trainyard_admission.cycle import AdmissionCycle
@@ -164,3 +164,53 @@ async def test_runs_are_stopped_at_their_run_time_limit(bus: Bus, store: Store, 
         assert job.status == "pending" and job.not_before is not None and job.not_before > NOW + after_start
     else:
         assert failures == [] and job.status == "running"
+
+
+async def test_why_a_job_waits_is_kept_beside_its_record_and_forgotten_once_it_is_admitted_or_cancelled(
+    bus: Bus, store: Store
+) -> None:
+    async with harness(bus, store) as h:
+        await h.node("n1")
+        await h.running("first", spec(), {"n1": list(range(8))}, NOW - 100)
+        for job_id in ("second", "third", "fourth"):
+            await h.submit(job_id, spec(), admit=False)
+        await h.settle()
+        cycle = admission(h, Clock(NOW))
+        # 1. The GPUs are all held: the three wait, in line, and say why.
+        await cycle.run_once()
+        why = await waiting.read(store, await views.get_jobs(store, ["first", "second", "third", "fourth"]))
+        assert {j: w.position for j, w in why.items()} == {"second": 1, "third": 2, "fourth": 3}
+        for job_id in ("second", "third", "fourth"):
+            assert set(await store.redis.hkeys(store.key("job", job_id))) <= set(job_hash.FIELDS)
+            assert await store.redis.hget(store.key("job", job_id), "reason") is None  # the fold's field, untouched
+        # 2. The first job ends and the second is admitted; the fourth is cancelled.
+        await h.finish("first", "first-r1")
+        cancel = JobCancelled(at=NOW, job_id="fourth", tenant="acme", reason="not needed")
+        await publish_event(bus, cancel, msg_id="fourth:cancel")
+        await h.settle()
+        await cycle.run_once()
+        await h.settle()
+        assert (await views.get_job(store, "second")).status == "admitted"
+        assert sorted(await store.redis.hkeys(store.key("why", "pending"))) == ["third"]
+        # 3. The next cycle moves the third up the line.
+        await cycle.run_once()
+        assert (await waiting.read(store, await views.get_jobs(store, ["third"])))["third"].position == 1
+
+
+async def test_a_reason_written_as_the_job_was_cancelled_is_never_shown_and_is_forgotten_by_the_next_cycle(
+    bus: Bus, store: Store
+) -> None:
+    async with harness(bus, store) as h:
+        await h.node("n1")
+        await h.running("first", spec(), {"n1": list(range(8))}, NOW - 100)
+        await h.submit("late", spec(), admit=False)
+        await h.settle()
+        cycle = admission(h, Clock(NOW))
+        await cycle.run_once()
+        # The job is cancelled and folded; a decider that read it as pending writes its reason after that.
+        await publish_event(bus, JobCancelled(at=NOW, job_id="late", tenant="acme", reason="x"), msg_id="late:cancel")
+        await h.settle()
+        await waiting.write(store, "pending", {"late": waiting.Waiting("quota_exhausted", 1)})
+        assert await waiting.read(store, await views.get_jobs(store, ["late"])) == {}
+        await cycle.run_once()
+        assert await store.redis.hkeys(store.key("why", "pending")) == []

@@ -25,7 +25,7 @@ from trainyard.events import (
     subjects,
 )
 from trainyard.events.nodes import NodeStateChanged
-from trainyard.store import Projector, Store, views
+from trainyard.store import Projector, Store, job_hash, views, waiting
 from trainyard.testing.publish import publish_event
 from trainyard_placement.handlers import PlacementCycle
 
@@ -243,3 +243,24 @@ async def test_running_jobs_are_read_once_and_forgotten_when_they_end(bus: Bus, 
         snap = await cycle.snapshot()
         assert [a.run_id for a in snap.cluster.running] == ["b-r1"]
         assert sorted(cycle._replicas) == ["b-r1"] and sorted(cycle._specs) == ["b"]
+
+
+async def test_why_a_gang_waits_is_kept_beside_its_record_and_forgotten_once_it_is_placed(
+    bus: Bus, store: Store
+) -> None:
+    async with harness(bus, store) as h:
+        await h.node("n1")
+        await h.running("a", job(8, max_runtime_s=1000), {"n1": ALL8}, NOW - 100)
+        await h.submit("big", job(8))
+        await h.settle()
+        cycle = h.cycle()
+        await cycle.run_once()
+        why = await waiting.read(store, await views.get_jobs(store, ["a", "big"]))
+        assert set(why) == {"big"} and why["big"].expected_start == NOW + 900
+        assert set(await store.redis.hkeys(store.key("job", "big"))) <= set(job_hash.FIELDS)
+        await h.finish("a", "a-r1")
+        await h.settle()
+        assert await cycle.run_once() == 1
+        await h.settle()
+        assert (await views.get_job(store, "big")).status == "placed"
+        assert await store.redis.hkeys(store.key("why", "admitted")) == []

@@ -11,7 +11,9 @@ from trainyard.core.placement.snapshot import ClusterSnapshot, NodeView, Placeme
 from trainyard.domain.job import JobSpec
 from trainyard.domain.node import NodeInfo, NodeState
 from trainyard.events.jobs import ReplicaPlacement
+from trainyard.store import job_hash, waiting
 from trainyard.store.projector import Store
+from trainyard.store.waiting import Waiting
 
 _spec = msgspec.json.Decoder(JobSpec)
 _node = msgspec.json.Decoder(NodeInfo)
@@ -53,7 +55,9 @@ class JobView(msgspec.Struct):
     spec: JobSpec | None = None
 
     @classmethod
-    def from_hash(cls, job_id: str, h: dict[str, str], with_spec: bool = True) -> JobView:
+    def from_hash(
+        cls, job_id: str, h: dict[str, str], with_spec: bool = True, why: Waiting | None = None
+    ) -> JobView:
         def f(name: str) -> float | None:
             return float(h[name]) if h.get(name) else None
 
@@ -76,11 +80,11 @@ class JobView(msgspec.Struct):
             placed_at=f("placed_at"),
             started_at=f("started_at"),
             finished_at=f("finished_at"),
-            reason=h.get("reason") or None,
+            reason=why.reason if why else h.get("reason") or None,
             message=h.get("message") or None,
-            position=int(h["position"]) if h.get("position") else None,
+            position=why.position if why else None,
             not_before=f("not_before"),
-            expected_start=f("expected_start"),
+            expected_start=why.expected_start if why else None,
             last_checkpoint_step=int(h["last_checkpoint_step"]) if h.get("last_checkpoint_step") else None,
             preempt_deadline=f("preempt_deadline"),
             errors=json.loads(h["errors"]) if h.get("errors") else None,
@@ -100,19 +104,18 @@ class NodeRecord(msgspec.Struct):
 
 
 async def get_job(store: Store, job_id: str) -> JobView | None:
-    """The job as the projection holds it; None when the projection has not folded it.  A hash
-    without a status is not a job: only admission's pending reasons, written just as Redis was
-    wiped and not yet rebuilt."""
-    h = await store.redis.hgetall(store.key("job", job_id))
-    return JobView.from_hash(job_id, h) if h.get("status") else None
+    """The job as the projection holds it; None when the projection has not folded it."""
+    jobs = await get_jobs(store, [job_id])
+    return jobs[0] if jobs else None
 
 
 async def get_jobs(store: Store, job_ids: list[str], with_spec: bool = True) -> list[JobView]:
     pipe = store.redis.pipeline(transaction=False)
     for job_id in job_ids:
         pipe.hgetall(store.key("job", job_id))
-    hashes = await pipe.execute()
-    return [JobView.from_hash(j, h, with_spec) for j, h in zip(job_ids, hashes, strict=True) if h.get("status")]
+    hashes = [(j, h) for j, h in zip(job_ids, await pipe.execute(), strict=True) if h.get("status")]
+    why = await waiting.read(store, job_hash.decode_rows([j for j, _ in hashes], None, [h for _, h in hashes]))
+    return [JobView.from_hash(j, h, with_spec, why.get(j)) for j, h in hashes]
 
 
 class JobHead(msgspec.Struct):
@@ -243,16 +246,6 @@ async def violations(store: Store) -> list[str]:
     return await store.redis.lrange(store.key("violations"), 0, -1)
 
 
-async def set_pending_reasons(store: Store, reasons: dict[str, tuple[str, int]]) -> None:
-    """Record why each pending job waits and its position (written by admission)."""
-    if not reasons:
-        return
-    pipe = store.redis.pipeline(transaction=False)
-    for job_id, (reason, position) in reasons.items():
-        pipe.hset(store.key("job", job_id), mapping={"reason": reason, "position": position})
-    await pipe.execute()
-
-
 # --- placement's reads and writes -------------------------------------------
 
 
@@ -328,27 +321,6 @@ async def run_placements(store: Store, job_ids: list[str]) -> dict[str, tuple[st
         if run_id and raw:
             out[job_id] = (run_id, _replicas.decode(raw))
     return out
-
-
-async def set_placement_outlook(
-    store: Store, waiting: dict[str, tuple[str, float | None]], placed: list[str] | tuple[str, ...] = ()
-) -> None:
-    """Record why each admitted job still waits for GPUs and, when it holds a
-    reservation, its ``expected_start`` (seconds since the epoch); clear both
-    for jobs just placed.  Written by the placement leader every cycle."""
-    if not waiting and not placed:
-        return
-    pipe = store.redis.pipeline(transaction=False)
-    for job_id, (reason, expected_start) in waiting.items():
-        key = store.key("job", job_id)
-        if expected_start is None:
-            pipe.hset(key, "reason", reason)
-            pipe.hdel(key, "expected_start")
-        else:
-            pipe.hset(key, mapping={"reason": reason, "expected_start": repr(expected_start)})
-    for job_id in placed:
-        pipe.hdel(store.key("job", job_id), "reason", "expected_start")
-    await pipe.execute()
 
 
 # --- the cluster as the placement core sees it --------------------------------

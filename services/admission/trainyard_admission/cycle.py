@@ -41,7 +41,7 @@ from trainyard.domain.job import JobSpec
 from trainyard.events import JobAdmitted, PreemptionNotice, RunFailed, subjects
 from trainyard.observability.logs import kv
 from trainyard.observability.metrics import AdmissionMetrics
-from trainyard.store import Projector, Store, views
+from trainyard.store import Projector, Store, views, waiting
 from trainyard_admission.tenancy import TenancyHolder
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,8 @@ class AdmissionCycle:
         self._cache: dict[str, dict[str, str | None]] = {}  # job id -> FIELDS, while pending or active
         self._lost_seen = 0
         self.last_timings: dict[str, float] = {}  # seconds per step of the last cycle
-        self._reasons: dict[str, tuple[str, int]] = {}  # reasons last written, to write only changes
+        self._reasons: dict[str, waiting.Waiting] = {}  # why each job waits, as last written (to write changes)
+        self._changed: set[str] = set()  # jobs with events since their reason was written
         self.metrics = metrics  # None: not exported (tests that do not look)
 
     async def _rows(self, ids: list[str]) -> dict[str, dict[str, str | None]]:
@@ -103,9 +104,10 @@ class AdmissionCycle:
             self._lost_seen = self.projector.lost_count
             self._cache.clear()
             self._reasons.clear()
-        for job_id in self.projector.drain_touched():
+        touched = self.projector.drain_touched()
+        for job_id in touched:
             self._cache.pop(job_id, None)
-            self._reasons.pop(job_id, None)  # its record changed: write its reason again
+        self._changed |= touched  # their records changed: write their reasons again
         missing = [j for j in ids if j not in self._cache]
         if missing:
             pipe = self.store.redis.pipeline(transaction=False)
@@ -223,10 +225,12 @@ class AdmissionCycle:
         if fair_share:
             await self.store.redis.zadd(self.store.key("preemptions"), {f"{p.job_id}@{now}": now for p in fair_share})
         t.append(clock())
-        # 4. Say why everyone else waits (only what changed since the last cycle).
-        reasons = {w.job_id: (w.reason.value, w.position) for w in result.waiting}
-        await views.set_pending_reasons(self.store, {j: r for j, r in reasons.items() if self._reasons.get(j) != r})
-        self._reasons = reasons
+        # 4. Say why everyone else waits (only what changed since the last cycle), and
+        #    forget the reasons of jobs no longer waiting here.
+        reasons = {w.job_id: waiting.Waiting(w.reason.value, w.position) for w in result.waiting}
+        changed = {j: r for j, r in reasons.items() if j in self._changed or self._reasons.get(j) != r}
+        await waiting.write(self.store, "pending", changed, gone=self._reasons.keys() - reasons.keys())
+        self._reasons, self._changed = reasons, set()
         t.append(clock())
         # 5. Read our own writes before the next cycle.
         seqs = [r.seq for r in results if not isinstance(r, Exception)]
