@@ -300,10 +300,26 @@ async def test_a_job_hash_written_by_the_lua_fold_decodes_to_the_record_the_life
     for job_id in ("j1", "bad"):
         decoded = job_hash.decode_job(job_id, await store.redis.hgetall(store.key("job", job_id)))
         assert decoded == table.jobs[job_id]
+        assert await views.get_job(store, job_id) == decoded
     j1 = table.jobs["j1"]
     assert (j1.status, j1.run_id, j1.failures, j1.message, j1.preemptor) == ("admitted", "j1-r2", 1, "", "urgent")
     assert j1.job_spec == spec(2)
     assert job_hash.decode_job("j1", {"run_id": "j1-r2"}) is None  # no status: no job
+
+
+async def test_a_reader_that_reads_some_fields_gets_them_decoded_by_the_same_decoder(bus: Bus, store: Store) -> None:
+    await lifecycle(bus, "j1", "j1-r1", "n1", [0, 1])
+    await project(bus, store, "JOBS")
+    whole = await views.get_job(store, "j1")
+
+    [some] = await views.get_jobs(store, ["j1", "nobody"], fields=("run_id", "placed_at", "placement"))
+
+    assert whole is not None
+    assert (some.status, some.tenant, some.order, some.last_seq) == (whole.status, whole.tenant, whole.order, 4)
+    assert (some.run_id, some.placed_at, some.placement) == ("j1-r1", 3.0, whole.placement)
+    assert some.spec is None and some.submitted_at is None  # not read
+    with pytest.raises(ValueError, match="not fields of a job hash"):
+        await views.get_jobs(store, ["j1"], fields=("position",))
 
 
 async def test_the_projection_stores_a_spec_as_the_accepting_event_carried_it(bus: Bus, store: Store) -> None:
@@ -315,7 +331,7 @@ async def test_the_projection_stores_a_spec_as_the_accepting_event_carried_it(bu
     await project(bus, store, "JOBS")
 
     assert (await store.redis.hget(store.key("job", "j1"), "spec")).encode() == carried
-    job = job_hash.decode_job("j1", await store.redis.hgetall(store.key("job", "j1")))
+    job = await views.get_job(store, "j1")
     assert job is not None and job.job_spec == spec(2)
     assert await store.redis.hget(store.key("job", "j1"), "gpus_by_type") == '{"H100": 2}'
 

@@ -107,7 +107,7 @@ async def test_a_production_job_preempts_a_standard_gang_whose_gpus_it_then_uses
         await cycle.run_once()
         notices = [e for e in await read_job_events(bus) if isinstance(e, PreemptionNotice)]
         assert [(n.job_id, n.preemptor, n.reason) for n in notices] == [("gang", "prod", "priority")]
-        assert (await views.get_job(store, "prod")).reason == "preempting"
+        assert (await waiting.read(store, await views.get_jobs(store, ["prod"])))["prod"].reason == "preempting"
         # 2. Its grace period over, it is stopped and keeps its place; the production job is admitted.
         for _ in range(3):
             clock.now += 1
@@ -166,18 +166,31 @@ async def test_runs_are_stopped_at_their_run_time_limit(bus: Bus, store: Store, 
         assert failures == [] and job.status == "running"
 
 
+async def behind_a_full_node(h: Harness, *waiting_ids: str) -> AdmissionCycle:
+    """One node whose GPUs job "first" holds, ``waiting_ids`` queued behind it,
+    and an admission cycle that has run once."""
+    await h.node("n1")
+    await h.running("first", spec(), {"n1": list(range(8))}, NOW - 100)
+    for job_id in waiting_ids:
+        await h.submit(job_id, spec(), admit=False)
+    await h.settle()
+    cycle = admission(h, Clock(NOW))
+    await cycle.run_once()
+    return cycle
+
+
+async def cancel(h: Harness, job_id: str) -> None:
+    await publish_event(h.bus, JobCancelled(at=NOW, job_id=job_id, tenant="acme", reason="not needed"),
+                        msg_id=f"{job_id}:cancel")
+    await h.settle()
+
+
 async def test_why_a_job_waits_is_kept_beside_its_record_and_forgotten_once_it_is_admitted_or_cancelled(
     bus: Bus, store: Store
 ) -> None:
     async with harness(bus, store) as h:
-        await h.node("n1")
-        await h.running("first", spec(), {"n1": list(range(8))}, NOW - 100)
-        for job_id in ("second", "third", "fourth"):
-            await h.submit(job_id, spec(), admit=False)
-        await h.settle()
-        cycle = admission(h, Clock(NOW))
         # 1. The GPUs are all held: the three wait, in line, and say why.
-        await cycle.run_once()
+        cycle = await behind_a_full_node(h, "second", "third", "fourth")
         why = await waiting.read(store, await views.get_jobs(store, ["first", "second", "third", "fourth"]))
         assert {j: w.position for j, w in why.items()} == {"second": 1, "third": 2, "fourth": 3}
         for job_id in ("second", "third", "fourth"):
@@ -185,9 +198,7 @@ async def test_why_a_job_waits_is_kept_beside_its_record_and_forgotten_once_it_i
             assert await store.redis.hget(store.key("job", job_id), "reason") is None  # the fold's field, untouched
         # 2. The first job ends and the second is admitted; the fourth is cancelled.
         await h.finish("first", "first-r1")
-        cancel = JobCancelled(at=NOW, job_id="fourth", tenant="acme", reason="not needed")
-        await publish_event(bus, cancel, msg_id="fourth:cancel")
-        await h.settle()
+        await cancel(h, "fourth")
         await cycle.run_once()
         await h.settle()
         assert (await views.get_job(store, "second")).status == "admitted"
@@ -201,15 +212,9 @@ async def test_a_reason_written_as_the_job_was_cancelled_is_never_shown_and_is_f
     bus: Bus, store: Store
 ) -> None:
     async with harness(bus, store) as h:
-        await h.node("n1")
-        await h.running("first", spec(), {"n1": list(range(8))}, NOW - 100)
-        await h.submit("late", spec(), admit=False)
-        await h.settle()
-        cycle = admission(h, Clock(NOW))
-        await cycle.run_once()
+        cycle = await behind_a_full_node(h, "late")
         # The job is cancelled and folded; a decider that read it as pending writes its reason after that.
-        await publish_event(bus, JobCancelled(at=NOW, job_id="late", tenant="acme", reason="x"), msg_id="late:cancel")
-        await h.settle()
+        await cancel(h, "late")
         await waiting.write(store, "pending", {"late": waiting.Waiting("quota_exhausted", 1)})
         assert await waiting.read(store, await views.get_jobs(store, ["late"])) == {}
         await cycle.run_once()

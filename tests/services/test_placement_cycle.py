@@ -216,12 +216,13 @@ async def test_the_cycle_places_from_the_projection(bus: Bus, store: Store, case
             by_node = any(w.startswith("node:") for w in where)
             landed = {f"node:{r.node_id}" if by_node else r.node_id[:2] for r in view.placement}
             assert landed == where
-        for job_id, reason in case.waits.items():
-            view = await views.get_job(store, job_id)
-            assert view is not None and (view.status, view.reason) == ("admitted", reason)
+        waiting_jobs = await views.get_jobs(store, [job_id for job_id, _ in case.waiting])
+        why = await waiting.read(store, waiting_jobs)
+        assert {j.job_id: j.status for j in waiting_jobs if j.job_id in case.waits} == dict.fromkeys(case.waits, "admitted")
+        assert {j: w.reason for j, w in why.items() if j in case.waits} == case.waits
         for job_id, _ in case.waiting:
-            view = await views.get_job(store, job_id)
-            assert view is not None and view.expected_start == case.expected_start.get(job_id)
+            outlook = why.get(job_id)
+            assert (outlook.expected_start if outlook else None) == case.expected_start.get(job_id)
         assert cycle.stats.backfilled == case.backfilled
         assert cycle.stats.reservations == len(case.expected_start)
         assert await views.violations(store) == []

@@ -22,6 +22,7 @@ from typing import Protocol
 import msgspec
 
 from trainyard.bus import Bus, PublishRequest, WrongLastSequence
+from trainyard.core.lifecycle import JobRecord
 from trainyard.core.placement import (
     ClusterSnapshot,
     Placement,
@@ -69,11 +70,11 @@ class PlacementStats(msgspec.Struct):
 
 
 class Snapshot(msgspec.Struct):
-    """One cycle's view: the cluster for the core, the requests, and the jobs' heads."""
+    """One cycle's view: the cluster for the core, the requests, and the jobs' records."""
 
     cluster: ClusterSnapshot
     requests: list[PlacementRequest]
-    waiting: dict[str, views.ActiveJob]  # admitted jobs by id
+    waiting: dict[str, JobRecord]  # admitted jobs by id
     placed: list[Placement] = []  # runs placed but not started, with where they go
 
 
@@ -193,7 +194,7 @@ class PlacementCycle:
             await self.projector.wait_for(max(seqs))
         return len(seqs)
 
-    def _placed(self, p: Placement, job: views.ActiveJob) -> None:
+    def _placed(self, p: Placement, job: JobRecord) -> None:
         """Log one published placement, and count it."""
         nodes = sorted({r.node_id for r in p.replicas})
         log.info("run placed", extra=kv(
