@@ -100,7 +100,7 @@ async def main(pending: int, cycles: int) -> None:
                       f"{times[-1] * 1000:.0f} ms ({', '.join(f'{k} {v * 1000:.0f}' for k, v in cycle.last_timings.items())})",
                       flush=True)
                 finished = [j for j in await views.ids_in(store, "active")][: max(1, active // 10)]
-                heads = await views.job_heads(store, finished)
+                heads = await views.get_jobs(store, finished, ("run_id",))
                 await publish_all(bus, [
                     PublishRequest(subjects.job(h.tenant, h.job_id, "agent"),
                                    RunSucceeded(at=time.time(), job_id=h.job_id, tenant=h.tenant, run_id=h.run_id or ""),

@@ -109,7 +109,7 @@ async def load(bus: Bus, store: Store, rng: random.Random, stop: asyncio.Event, 
 
 
 async def running_jobs_on(store: Store, node_id: str) -> dict[str, str]:
-    jobs = await views.get_jobs(store, await views.jobs_on_node(store, node_id), with_spec=False)
+    jobs = await views.get_jobs(store, await views.jobs_on_node(store, node_id), ("run_id",))
     return {j.job_id: j.run_id for j in jobs if j.status == "running" and j.run_id}
 
 

@@ -25,7 +25,7 @@ from trainyard.events import (
 )
 from trainyard.ledger import Ledger
 from trainyard.local import LocalStack
-from trainyard.store import Store, views
+from trainyard.store import Store, views, waiting
 from trainyard.testing.streams import read_job_events
 from trainyard.testing.waiting import eventually
 
@@ -98,11 +98,11 @@ async def test_a_tenancy_change_takes_effect_while_the_system_runs(clients) -> N
     assert any(e.field == "tenant" and "unknown tenant 'globex'" in e.message for e in rejected.errors)
 
     async def two_running_one_waiting():  # type: ignore[no-untyped-def]
-        jobs = {j: await views.get_job(store, j) for j in ("q0", "q1", "q2")}
-        statuses = [j.status if j else None for j in jobs.values()]
-        return statuses == ["running", "running", "pending"] and jobs["q2"].reason is not None and jobs["q2"]
-    waiting = await eventually(two_running_one_waiting, what="a 16-GPU quota to hold two 8-GPU jobs")
-    assert waiting.reason in ("quota", "cohort_exhausted")
+        jobs = await views.get_jobs(store, ["q0", "q1", "q2"])
+        why = await waiting.read(store, jobs)
+        return [j.status for j in jobs] == ["running", "running", "pending"] and why.get("q2")
+    why = await eventually(two_running_one_waiting, what="a 16-GPU quota to hold two 8-GPU jobs")
+    assert why.reason in ("quota", "cohort_exhausted")
 
     new_revision, changes = await config.apply(tenancy(acme_h100=24), actor="test:e2e", reason="more quota")
     assert new_revision > revision and any("24" in c for c in changes)

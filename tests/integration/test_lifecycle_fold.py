@@ -4,14 +4,14 @@ Random JOBS streams (several jobs sharing two nodes, duplicates, events of
 stale runs, illegal transitions, redelivered sequences) are applied one
 event at a time through the projector's code path into a real Redis and
 through :class:`trainyard.core.lifecycle.JobTable`; then every job hash is
-read back and compared with the Python record field by field, and the
+read back through the readers' decoder and compared with the Python record
+field by field (so the record every reader gets is the fold's), and the
 indexes, GPU holders and violations with what the records imply.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections import Counter
 from typing import Any
@@ -37,7 +37,7 @@ from trainyard.events import (
     RunSucceeded,
 )
 from trainyard.events.codec import encode
-from trainyard.store import Projector, Store
+from trainyard.store import Projector, Store, job_hash
 from trainyard.testing.servers import Server
 
 JOBS = ("j0", "j1", "j2")
@@ -63,10 +63,6 @@ TIMES = st.one_of(
     st.sampled_from([0.0, 10.0, 1795970000.123456]),
     st.floats(min_value=0.0, max_value=2e9, allow_nan=False, allow_infinity=False),
 )
-
-_spec = msgspec.json.Decoder(JobSpec)
-_errors = msgspec.json.Decoder(list[ValidationError])
-_replicas = msgspec.json.Decoder(list[ReplicaPlacement])
 
 
 # --- drawing a stream ---------------------------------------------------------
@@ -155,34 +151,7 @@ def draw_stream(data: st.DataObject, table: JobTable, length: int) -> list[tuple
 # --- reading Redis back -------------------------------------------------------
 
 
-def record_from_hash(h: dict[str, str]) -> JobRecord:
-    def num(name: str) -> float | None:
-        return float(h[name]) if name in h else None
-
-    def count(name: str) -> int:
-        return int(h.get(name) or 0)
-
-    return JobRecord(
-        status=h["status"], tenant=h["tenant"], order=int(h["order"]), last_seq=int(h["last_seq"]),
-        queue=h.get("queue"), name=h.get("name"), priority_class=h.get("priority_class"),
-        spec=_spec.decode(h["spec"]) if "spec" in h else None,
-        errors=_errors.decode(h["errors"]) if "errors" in h else None,
-        gpus=count("gpus"), gpus_by_type=json.loads(h["gpus_by_type"]) if "gpus_by_type" in h else {},
-        max_retries=count("max_retries"), run_id=h.get("run_id"), attempt=count("attempt"),
-        requeues=count("requeues"), failures=count("failures"), timeouts=count("timeouts"),
-        not_before=num("not_before"), cluster=h.get("cluster"),
-        placement=tuple(_replicas.decode(h["placement"])) if h.get("placement") else (),
-        submitted_at=num("submitted_at"), accepted_at=num("accepted_at"), admitted_at=num("admitted_at"),
-        placed_at=num("placed_at"), started_at=num("started_at"), finished_at=num("finished_at"),
-        last_checkpoint_at=num("last_checkpoint_at"),
-        last_checkpoint_step=int(h["last_checkpoint_step"]) if "last_checkpoint_step" in h else None,
-        notice_at=num("notice_at"), preempt_deadline=num("preempt_deadline"), preemptor=h.get("preemptor"),
-        preempt_reason=h.get("preempt_reason"), reason=h.get("reason"), message=h.get("message"),
-        attained_gpu_s=num("attained_gpu_s") or 0.0,
-    )
-
-
-HASH_FIELDS = set(JobRecord.__struct_fields__)
+HASH_FIELDS = set(job_hash.FIELDS)
 
 
 def differences(redis: JobRecord, python: JobRecord) -> dict[str, tuple[Any, Any]]:
@@ -203,7 +172,8 @@ async def check_equal(store: Store, table: JobTable) -> None:
         assert bool(h) == (record is not None), (job_id, h, record)
         if record is not None:
             assert set(h) <= HASH_FIELDS, set(h) - HASH_FIELDS
-            assert differences(record_from_hash(h), record) == {}, job_id
+            decoded = job_hash.decode_job(job_id, h)
+            assert decoded is not None and differences(decoded, record) == {}, job_id
     jobs = table.jobs
     assert int(await r.hget(store.key("proj", "jobs"), "last_seq") or 0) == table.last_seq
     # Indexes over jobs.

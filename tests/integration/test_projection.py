@@ -8,23 +8,28 @@ import msgspec
 import pytest
 
 from trainyard.bus import Bus, PublishRequest
+from trainyard.core.lifecycle import JobTable
 from trainyard.domain import JobSpec, NodeInfo, Role
+from trainyard.domain.job import ValidationError
 from trainyard.events import (
     CheckpointSaved,
     JobAccepted,
     JobAdmitted,
     JobPlaced,
+    JobRejected,
     NodeRegistered,
     PreemptionNotice,
     ReplicaPlacement,
     RunFailed,
     RunStarted,
     RunSucceeded,
+    decode_job_event,
     job_subject,
     subjects,
 )
-from trainyard.store import Projector, Store, views
+from trainyard.store import Projector, Store, job_hash, views, waiting
 from trainyard.testing.publish import publish_event
+from trainyard.testing.streams import read_raw
 
 
 def spec(gpus: int = 8, replicas: int = 1, tenant: str = "acme") -> JobSpec:
@@ -268,3 +273,83 @@ async def test_a_deep_backlog_in_one_queue_does_not_hide_another_queues_jobs_fro
 
     assert everything == [f"deep-{i:02d}" for i in range(30)] + ["late-0", "late-1"]  # all of them, oldest first
     assert shared == [f"deep-{i:02d}" for i in range(5)] + ["late-0", "late-1"]  # each queue's oldest, in order
+
+
+# --- the job hash as readers decode it ------------------------------------------------------------
+
+
+async def test_a_job_hash_written_by_the_lua_fold_decodes_to_the_record_the_lifecycle_fold_computes(
+    bus: Bus, store: Store
+) -> None:
+    await lifecycle(bus, "j1", "j1-r1", "n1", [0, 1])
+    for i, event in enumerate([
+        CheckpointSaved(at=5.5, job_id="j1", tenant="acme", run_id="j1-r1", step=40),
+        failed("j1", "j1-r1", "workload_error", at=1795970000.25),
+        JobAdmitted(at=1795970020.0, job_id="j1", tenant="acme", run_id="j1-r2", attempt=2),
+        PreemptionNotice(at=1795970030.0, job_id="j1", tenant="acme", run_id="j1-r2", preemptor="urgent",
+                         reason="priority", grace_period_s=30.0),
+    ]):
+        await publish_event(bus, event, msg_id=f"more-{i}")
+    await publish_event(bus, JobRejected(at=2.0, job_id="bad", tenant="acme", errors=[ValidationError("roles", "none")]),
+                        msg_id="bad")
+    await project(bus, store, "JOBS")
+    table = JobTable()
+    for seq, _, data in await read_raw(bus, "JOBS"):
+        table.apply(decode_job_event(data), seq)
+
+    for job_id in ("j1", "bad"):
+        decoded = job_hash.decode_job(job_id, await store.redis.hgetall(store.key("job", job_id)))
+        assert decoded == table.jobs[job_id]
+        assert await views.get_job(store, job_id) == decoded
+    j1 = table.jobs["j1"]
+    assert (j1.status, j1.run_id, j1.failures, j1.message, j1.preemptor) == ("admitted", "j1-r2", 1, "", "urgent")
+    assert j1.job_spec == spec(2)
+    assert job_hash.decode_job("j1", {"run_id": "j1-r2"}) is None  # no status: no job
+
+
+async def test_a_reader_that_reads_some_fields_gets_them_decoded_by_the_same_decoder(bus: Bus, store: Store) -> None:
+    await lifecycle(bus, "j1", "j1-r1", "n1", [0, 1])
+    await project(bus, store, "JOBS")
+    whole = await views.get_job(store, "j1")
+
+    [some] = await views.get_jobs(store, ["j1", "nobody"], fields=("run_id", "placed_at", "placement"))
+
+    assert whole is not None
+    assert (some.status, some.tenant, some.order, some.last_seq) == (whole.status, whole.tenant, whole.order, 4)
+    assert (some.run_id, some.placed_at, some.placement) == ("j1-r1", 3.0, whole.placement)
+    assert some.spec is None and some.submitted_at is None  # not read
+    with pytest.raises(ValueError, match="not fields of a job hash"):
+        await views.get_jobs(store, ["j1"], fields=("position",))
+
+
+async def test_the_projection_stores_a_spec_as_the_accepting_event_carried_it(bus: Bus, store: Store) -> None:
+    # JSON as another producer might write it: its own key order and spacing, a field this version does not know.
+    carried = (b'{ "queue": "default", "tenant": "acme", "roles": [ {"name": "trainer", "gpus_per_replica": 2} ],'
+               b' "simulated_duration_s": 1.0, "from_a_newer_version": [1, 2] }')
+    message = b'{"type": "JobAccepted", "at": 1.0, "job_id": "j1", "submitted_at": 0.5, "spec": ' + carried + b"}"
+    await bus.js.publish(subjects.job("acme", "j1", "admission"), message, headers={"Nats-Msg-Id": "j1"})
+    await project(bus, store, "JOBS")
+
+    assert (await store.redis.hget(store.key("job", "j1"), "spec")).encode() == carried
+    job = await views.get_job(store, "j1")
+    assert job is not None and job.job_spec == spec(2)
+    assert await store.redis.hget(store.key("job", "j1"), "gpus_by_type") == '{"H100": 2}'
+
+
+async def test_the_fold_forgets_why_a_job_waited_as_its_status_changes(bus: Bus, store: Store) -> None:
+    placed = [ReplicaPlacement(role="trainer", replica=0, rank=0, node_id="n1", gpus=[0, 1])]
+    steps = [
+        ("pending", JobAccepted(at=1.0, job_id="j1", spec=spec(2), submitted_at=0.5)),
+        ("admitted", JobAdmitted(at=2.0, job_id="j1", tenant="acme", run_id="j1-r1", attempt=1)),
+        ("placed", JobPlaced(at=3.0, job_id="j1", tenant="acme", run_id="j1-r1", cluster="c1", replicas=placed)),
+    ]
+    for i, (status, event) in enumerate(steps):
+        await publish_event(bus, event, msg_id=f"step-{i}")
+        await project(bus, store, "JOBS")
+        job = await views.get_job(store, "j1")
+        assert job is not None and job.status == status
+        assert await store.redis.hlen(store.key("why", "pending")) == 0
+        assert await store.redis.hlen(store.key("why", "admitted")) == 0
+        if status in waiting.WAITING:  # what the decider of this status says about it
+            await waiting.write(store, status, {"j1": waiting.Waiting("quota_exhausted", 1, 5.0)})
+    assert set(await store.redis.hkeys(store.key("job", "j1"))) <= set(job_hash.FIELDS)

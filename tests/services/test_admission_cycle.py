@@ -13,8 +13,8 @@ from trainyard.config.tenancy import compile_tenancy, load_tenancy
 from trainyard.core.admission import AdmissionPolicy
 from trainyard.domain import JobSpec, Role
 from trainyard.domain.job import TopologyConstraint, TopologyLevel
-from trainyard.events import CheckpointSaved, PreemptionNotice, RunFailed
-from trainyard.store import Store, views
+from trainyard.events import CheckpointSaved, JobCancelled, PreemptionNotice, RunFailed
+from trainyard.store import Store, job_hash, views, waiting
 from trainyard.testing.publish import publish_event
 from trainyard.testing.streams import read_job_events
 from trainyard_admission.cycle import AdmissionCycle
@@ -107,7 +107,7 @@ async def test_a_production_job_preempts_a_standard_gang_whose_gpus_it_then_uses
         await cycle.run_once()
         notices = [e for e in await read_job_events(bus) if isinstance(e, PreemptionNotice)]
         assert [(n.job_id, n.preemptor, n.reason) for n in notices] == [("gang", "prod", "priority")]
-        assert (await views.get_job(store, "prod")).reason == "preempting"
+        assert (await waiting.read(store, await views.get_jobs(store, ["prod"])))["prod"].reason == "preempting"
         # 2. Its grace period over, it is stopped and keeps its place; the production job is admitted.
         for _ in range(3):
             clock.now += 1
@@ -164,3 +164,58 @@ async def test_runs_are_stopped_at_their_run_time_limit(bus: Bus, store: Store, 
         assert job.status == "pending" and job.not_before is not None and job.not_before > NOW + after_start
     else:
         assert failures == [] and job.status == "running"
+
+
+async def behind_a_full_node(h: Harness, *waiting_ids: str) -> AdmissionCycle:
+    """One node whose GPUs job "first" holds, ``waiting_ids`` queued behind it,
+    and an admission cycle that has run once."""
+    await h.node("n1")
+    await h.running("first", spec(), {"n1": list(range(8))}, NOW - 100)
+    for job_id in waiting_ids:
+        await h.submit(job_id, spec(), admit=False)
+    await h.settle()
+    cycle = admission(h, Clock(NOW))
+    await cycle.run_once()
+    return cycle
+
+
+async def cancel(h: Harness, job_id: str) -> None:
+    await publish_event(h.bus, JobCancelled(at=NOW, job_id=job_id, tenant="acme", reason="not needed"),
+                        msg_id=f"{job_id}:cancel")
+    await h.settle()
+
+
+async def test_why_a_job_waits_is_kept_beside_its_record_and_forgotten_once_it_is_admitted_or_cancelled(
+    bus: Bus, store: Store
+) -> None:
+    async with harness(bus, store) as h:
+        # 1. The GPUs are all held: the three wait, in line, and say why.
+        cycle = await behind_a_full_node(h, "second", "third", "fourth")
+        why = await waiting.read(store, await views.get_jobs(store, ["first", "second", "third", "fourth"]))
+        assert {j: w.position for j, w in why.items()} == {"second": 1, "third": 2, "fourth": 3}
+        for job_id in ("second", "third", "fourth"):
+            assert set(await store.redis.hkeys(store.key("job", job_id))) <= set(job_hash.FIELDS)
+            assert await store.redis.hget(store.key("job", job_id), "reason") is None  # the fold's field, untouched
+        # 2. The first job ends and the second is admitted; the fourth is cancelled.
+        await h.finish("first", "first-r1")
+        await cancel(h, "fourth")
+        await cycle.run_once()
+        await h.settle()
+        assert (await views.get_job(store, "second")).status == "admitted"
+        assert sorted(await store.redis.hkeys(store.key("why", "pending"))) == ["third"]
+        # 3. The next cycle moves the third up the line.
+        await cycle.run_once()
+        assert (await waiting.read(store, await views.get_jobs(store, ["third"])))["third"].position == 1
+
+
+async def test_a_reason_written_as_the_job_was_cancelled_is_never_shown_and_is_forgotten_by_the_next_cycle(
+    bus: Bus, store: Store
+) -> None:
+    async with harness(bus, store) as h:
+        cycle = await behind_a_full_node(h, "late")
+        # The job is cancelled and folded; a decider that read it as pending writes its reason after that.
+        await cancel(h, "late")
+        await waiting.write(store, "pending", {"late": waiting.Waiting("quota_exhausted", 1)})
+        assert await waiting.read(store, await views.get_jobs(store, ["late"])) == {}
+        await cycle.run_once()
+        assert await store.redis.hkeys(store.key("why", "pending")) == []

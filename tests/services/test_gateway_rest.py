@@ -33,7 +33,8 @@ from trainyard.events import (
     decode_intake,
     subjects,
 )
-from trainyard.store import Store, views
+from trainyard.store import Store, waiting
+from trainyard.store.waiting import Waiting
 from trainyard.testing.auth import Callers
 from trainyard.testing.publish import publish_event
 from trainyard.testing.servers import Server, free_port, wait_port
@@ -194,11 +195,27 @@ async def test_a_pending_job_says_why_it_waits_and_where_it_is_in_line(
 ) -> None:
     await record_job(bus, "j1", until="pending")
     await project(bus, store, "JOBS")
-    await views.set_pending_reasons(store, {"j1": ("quota_exhausted", 3)})
+    await waiting.write(store, "pending", {"j1": Waiting("quota_exhausted", 3)})
+
+    job = (await client.get("/v1/jobs/j1")).json()
+    [listed] = (await client.get("/v1/jobs")).json()["jobs"]
+
+    assert (job["status"], job["reason"], job["position"]) == ("pending", "quota_exhausted", 3)
+    assert (listed["reason"], listed["position"]) == ("quota_exhausted", 3)
+
+
+async def test_a_reason_for_a_status_the_job_has_left_is_not_shown(
+    client: httpx.AsyncClient, bus: Bus, store: Store
+) -> None:
+    await record_job(bus, "j1", until="running")
+    await project(bus, store, "JOBS")
+    # Written by a decider that read the job before it moved on.
+    await waiting.write(store, "pending", {"j1": Waiting("quota_exhausted", 3)})
+    await waiting.write(store, "admitted", {"j1": Waiting("insufficient_gpus", expected_start=9.0)})
 
     job = (await client.get("/v1/jobs/j1")).json()
 
-    assert (job["status"], job["reason"], job["position"]) == ("pending", "quota_exhausted", 3)
+    assert (job["status"], job["reason"], job["position"], job["expected_start"]) == ("running", None, None, None)
 
 
 async def test_an_unknown_job_is_404_with_a_message_naming_it(client: httpx.AsyncClient) -> None:
@@ -476,7 +493,7 @@ async def test_a_retried_submission_is_not_refused_because_redis_holds_only_a_pe
     client: httpx.AsyncClient, bus: Bus, store: Store
 ) -> None:
     # After a wipe, admission may write a pending reason before the projection has folded the job again.
-    await views.set_pending_reasons(store, {"retried": ("quota_exhausted", 3)})
+    await waiting.write(store, "pending", {"retried": Waiting("quota_exhausted", 3)})
 
     response = await client.post("/v1/jobs", json=spec_body(job_id="retried"))
     read = await client.get("/v1/jobs/retried")

@@ -199,7 +199,7 @@ async def test_an_old_boots_heartbeats_neither_keep_a_restarted_node_alive_nor_b
 async def test_a_run_failure_for_a_run_that_already_succeeded_is_refused_by_the_fence(bus, store) -> None:
     async with harness(bus, store) as h:
         run_id = await h.run_job("done", ["n2"])
-        stale = await views.get_jobs(store, ["done"], with_spec=False)  # read while the run was running
+        stale = await views.get_jobs(store, ["done"])  # read while the run was running
         assert stale[0].status == "running"
         ack = await publish_event(bus, RunSucceeded(at=time.time(), job_id="done", tenant="acme", run_id=run_id),
                                 msg_id=f"{run_id}:succeeded")
@@ -217,7 +217,7 @@ async def test_a_run_failure_for_a_run_that_already_succeeded_is_refused_by_the_
 async def test_a_run_failure_never_fails_a_newer_run_of_the_job(bus, store) -> None:
     async with harness(bus, store) as h:
         await h.run_job("again", ["n2"])
-        stale = await views.get_jobs(store, ["again"], with_spec=False)
+        stale = await views.get_jobs(store, ["again"])
         # The job starts a newer run (r1 failed for another reason, r2 admitted) before health publishes.
         first = RunFailed(at=time.time(), job_id="again", tenant="acme", run_id="again-r1", reason="workload_error",
                           message="exit 1", node_id="n2")

@@ -25,7 +25,7 @@ from trainyard.events import (
     subjects,
 )
 from trainyard.events.nodes import NodeStateChanged
-from trainyard.store import Projector, Store, views
+from trainyard.store import Projector, Store, job_hash, views, waiting
 from trainyard.testing.publish import publish_event
 from trainyard_placement.handlers import PlacementCycle
 
@@ -216,12 +216,13 @@ async def test_the_cycle_places_from_the_projection(bus: Bus, store: Store, case
             by_node = any(w.startswith("node:") for w in where)
             landed = {f"node:{r.node_id}" if by_node else r.node_id[:2] for r in view.placement}
             assert landed == where
-        for job_id, reason in case.waits.items():
-            view = await views.get_job(store, job_id)
-            assert view is not None and (view.status, view.reason) == ("admitted", reason)
+        waiting_jobs = await views.get_jobs(store, [job_id for job_id, _ in case.waiting])
+        why = await waiting.read(store, waiting_jobs)
+        assert {j.job_id: j.status for j in waiting_jobs if j.job_id in case.waits} == dict.fromkeys(case.waits, "admitted")
+        assert {j: w.reason for j, w in why.items() if j in case.waits} == case.waits
         for job_id, _ in case.waiting:
-            view = await views.get_job(store, job_id)
-            assert view is not None and view.expected_start == case.expected_start.get(job_id)
+            outlook = why.get(job_id)
+            assert (outlook.expected_start if outlook else None) == case.expected_start.get(job_id)
         assert cycle.stats.backfilled == case.backfilled
         assert cycle.stats.reservations == len(case.expected_start)
         assert await views.violations(store) == []
@@ -243,3 +244,24 @@ async def test_running_jobs_are_read_once_and_forgotten_when_they_end(bus: Bus, 
         snap = await cycle.snapshot()
         assert [a.run_id for a in snap.cluster.running] == ["b-r1"]
         assert sorted(cycle._replicas) == ["b-r1"] and sorted(cycle._specs) == ["b"]
+
+
+async def test_why_a_gang_waits_is_kept_beside_its_record_and_forgotten_once_it_is_placed(
+    bus: Bus, store: Store
+) -> None:
+    async with harness(bus, store) as h:
+        await h.node("n1")
+        await h.running("a", job(8, max_runtime_s=1000), {"n1": ALL8}, NOW - 100)
+        await h.submit("big", job(8))
+        await h.settle()
+        cycle = h.cycle()
+        await cycle.run_once()
+        why = await waiting.read(store, await views.get_jobs(store, ["a", "big"]))
+        assert set(why) == {"big"} and why["big"].expected_start == NOW + 900
+        assert set(await store.redis.hkeys(store.key("job", "big"))) <= set(job_hash.FIELDS)
+        await h.finish("a", "a-r1")
+        await h.settle()
+        assert await cycle.run_once() == 1
+        await h.settle()
+        assert (await views.get_job(store, "big")).status == "placed"
+        assert await store.redis.hkeys(store.key("why", "admitted")) == []

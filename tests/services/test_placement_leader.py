@@ -126,7 +126,7 @@ async def complete_placed_runs(h: Harness, stop: asyncio.Event) -> None:
     done: set[str] = set()
     while not stop.is_set():
         active = await views.ids_in(h.store, "active")
-        for view in await views.get_jobs(h.store, active, with_spec=False):
+        for view in await views.get_jobs(h.store, active):
             if view.status == "placed" and view.run_id and view.run_id not in done:
                 done.add(view.run_id)
                 await h.finish(view.job_id, view.run_id)

@@ -31,6 +31,7 @@ from trainyard.api.jobs import (
     InvalidRequest,
     JobIdTaken,
     JobOperations,
+    JobView,
     NotFound,
     check_tenant_name,
     require_valid,
@@ -39,7 +40,6 @@ from trainyard.api.metrics import JOB_STATUSES, GatewayMetrics
 from trainyard.api.rest import MAX_LIST_LIMIT, MAX_REASON_CHARS, MAX_SUBMIT_BYTES, decode_errors
 from trainyard.auth import Action, Authenticator, PermissionDenied, Principal, Unauthenticated, authorize, tenant_filter
 from trainyard.domain.job import JobSpec, Role, TopologyConstraint, ValidationError
-from trainyard.store.views import JobView
 
 log = logging.getLogger(__name__)
 

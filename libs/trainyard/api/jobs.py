@@ -13,15 +13,69 @@ import re
 import time
 import uuid
 
+import msgspec
+
 from trainyard.auth.principal import check_name
 from trainyard.bus import Bus
 from trainyard.bus.audit import audit
+from trainyard.core.lifecycle import JobRecord
 from trainyard.domain.job import JobSpec, ValidationError, validate_job_spec
-from trainyard.events import CancelJob, SubmitJob, subjects
-from trainyard.store import Store, views
-from trainyard.store.views import TERMINAL, JobView
+from trainyard.events import CancelJob, ReplicaPlacement, SubmitJob, subjects
+from trainyard.store import Store, views, waiting
+from trainyard.store.views import TERMINAL
 
 JOB_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # always fullmatch: "$" would let a final newline through
+
+
+class JobView(msgspec.Struct):
+    """A job as the API shows it (REST, gRPC, the console): its record, and
+    why it waits while it does."""
+
+    job_id: str
+    status: str
+    tenant: str
+    queue: str | None = None
+    name: str | None = None
+    priority_class: str | None = None
+    gpus: int = 0
+    order: int = 0
+    attempt: int = 0
+    requeues: int = 0
+    run_id: str | None = None
+    last_seq: int = 0
+    submitted_at: float | None = None
+    accepted_at: float | None = None
+    admitted_at: float | None = None
+    placed_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    reason: str | None = None  # why it waits; else why its last run failed, or why it was cancelled
+    message: str | None = None
+    position: int | None = None  # its place in line, while pending
+    not_before: float | None = None  # waiting out a backoff until then
+    expected_start: float | None = None  # placement's estimate, when a reservation holds room for it
+    last_checkpoint_step: int | None = None
+    preempt_deadline: float | None = None  # told to stop by then (preemption notice)
+    errors: list[dict[str, str]] | None = None
+    placement: list[ReplicaPlacement] | None = None
+    spec: JobSpec | None = None
+
+    @classmethod
+    def of(cls, job: JobRecord, why: waiting.Waiting | None = None, with_spec: bool = True) -> JobView:
+        """``job`` as shown, with ``why`` it waits (as the decider of its status said)."""
+        return cls(
+            job_id=job.job_id, status=job.status, tenant=job.tenant, queue=job.queue, name=job.name,
+            priority_class=job.priority_class, gpus=job.gpus, order=job.order, attempt=job.attempt,
+            requeues=job.requeues, run_id=job.run_id or None, last_seq=job.last_seq, submitted_at=job.submitted_at,
+            accepted_at=job.accepted_at, admitted_at=job.admitted_at, placed_at=job.placed_at,
+            started_at=job.started_at, finished_at=job.finished_at,
+            reason=why.reason if why else job.reason or None, message=job.message or None,
+            position=why.position if why else None, not_before=job.not_before,
+            expected_start=why.expected_start if why else None, last_checkpoint_step=job.last_checkpoint_step,
+            preempt_deadline=job.preempt_deadline,
+            errors=None if job.errors is None else [{"field": e.field, "message": e.message} for e in job.errors],
+            placement=list(job.placement) or None, spec=job.job_spec if with_spec else None,
+        )
 
 
 class InvalidRequest(Exception):
@@ -86,22 +140,29 @@ class JobOperations:
         )
         return job_id
 
-    async def get(self, job_id: str, tenant: str | None = None) -> JobView:
-        """The job; :class:`NotFound` when there is none, or it belongs to a
-        tenant other than ``tenant`` (when given)."""
+    async def _record(self, job_id: str, tenant: str | None) -> JobRecord:
         require_valid(check_job_id(job_id))
         job = await views.get_job(self.store, job_id)
         if job is None or (tenant is not None and job.tenant != tenant):
             raise NotFound(job_id)
         return job
 
+    async def get(self, job_id: str, tenant: str | None = None) -> JobView:
+        """The job; :class:`NotFound` when there is none, or it belongs to a
+        tenant other than ``tenant`` (when given)."""
+        job = await self._record(job_id, tenant)
+        return JobView.of(job, (await waiting.read(self.store, [job])).get(job_id))
+
     async def list(self, tenant: str | None = None, status: str | None = None, limit: int = 100) -> list[JobView]:
-        return await views.list_jobs(self.store, tenant=tenant, status=status, limit=limit)
+        """Jobs, newest first, without their specs."""
+        jobs = await views.list_jobs(self.store, tenant=tenant, status=status, limit=limit)
+        why = await waiting.read(self.store, jobs)
+        return [JobView.of(j, why.get(j.job_id), with_spec=False) for j in jobs]
 
     async def cancel(
         self, job_id: str, tenant: str | None = None, reason: str = "cancelled by user", *, actor: str
-    ) -> JobView:
-        job = await self.get(job_id, tenant)
+    ) -> JobRecord:
+        job = await self._record(job_id, tenant)
         if job.status in TERMINAL:
             raise Conflict(f"job {job_id} is already {job.status}")
         now = self.clock()

@@ -28,14 +28,21 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from trainyard.api import finance_api, tokens_api
 from trainyard.api.errors import ErrorBody, error_response, install_error_handlers, json_response
-from trainyard.api.jobs import InvalidRequest, JobOperations, check_job_id, check_tenant_name, require_valid
+from trainyard.api.jobs import (
+    InvalidRequest,
+    JobOperations,
+    JobView,
+    check_job_id,
+    check_tenant_name,
+    require_valid,
+)
 from trainyard.api.metrics import CONTENT_TYPE, JOB_STATUSES, GatewayMetrics
 from trainyard.api.security import Authentication, allow, declare_security, read_body
 from trainyard.auth import Action, Authenticator, Principal, tenant_filter
 from trainyard.console import assets
 from trainyard.domain.job import JobSpec, TopologyLevel, ValidationError
 from trainyard.store import Store, views
-from trainyard.store.views import JobView, NodeRecord
+from trainyard.store.views import NodeRecord
 
 #: Returns usage rows (plain dicts) for one tenant, or for all when ``None``.
 UsageSource = Callable[..., list[dict[str, Any]] | Awaitable[list[dict[str, Any]]]]

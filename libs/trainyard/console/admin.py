@@ -20,7 +20,6 @@ from trainyard.config.tenancy import QuotaLimits, TenancyConfig, TenancyConfigEr
 from trainyard.console.render import page
 from trainyard.console.session import principal, refusal
 from trainyard.core.admission import queue_key
-from trainyard.core.lifecycle import gpus_by_type
 from trainyard.store import Store, views
 
 
@@ -81,11 +80,11 @@ def fair_share(cfg: TenancyConfig, usage: dict[str, dict[str, float]]) -> list[d
 
 async def in_use(store: Store) -> dict[str, dict[str, int]]:
     """GPUs by type held by admitted, placed and running jobs, per queue."""
-    jobs = await views.get_jobs(store, await views.ids_in(store, "active"))
+    jobs = await views.get_jobs(store, await views.ids_in(store, "active"), ("queue", "gpus_by_type"))
     used: dict[str, dict[str, int]] = {}
     for job in jobs:
-        if job.spec is not None and job.status in ("admitted", "placed", "running"):
-            add(used.setdefault(queue_key(job.tenant, job.spec.queue), {}), gpus_by_type(job.spec))
+        if job.queue is not None and job.active:
+            add(used.setdefault(queue_key(job.tenant, job.queue), {}), job.gpus_by_type)
     return used
 
 

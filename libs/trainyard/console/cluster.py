@@ -23,7 +23,6 @@ from trainyard.domain.node import NodeInfo
 from trainyard.events.jobs import ReplicaPlacement
 from trainyard.store import Store, views
 
-_replicas = msgspec.json.Decoder(list[ReplicaPlacement])
 NODE_STATES = ("healthy", "suspect", "cordoned", "draining", "repair", "lost")
 
 
@@ -62,21 +61,13 @@ class FleetReader:
         for info, _, _ in nodes:
             pipe.smembers(self.store.key("noderuns", info.node_id))
         job_ids = sorted({j for members in await pipe.execute() for j in members})
-        pipe = self.store.redis.pipeline(transaction=False)
-        for job_id in job_ids:
-            pipe.hmget(self.store.key("job", job_id), "run_id", "tenant", "status")
-        heads = await pipe.execute()
-        holding = {j: (run, tenant) for j, (run, tenant, status) in zip(job_ids, heads, strict=True)
-                   if run and status in views.HOLDING}
+        holding = {j.job_id: (j.run_id, j.tenant) for j in await views.get_jobs(self.store, job_ids, ("run_id",))
+                   if j.run_id and j.status in views.HOLDING}
         missing = [j for j, (run, _) in holding.items() if run not in self.placements]
         if missing:
-            pipe = self.store.redis.pipeline(transaction=False)
-            for job_id in missing:
-                pipe.hget(self.store.key("job", job_id), "placement")
-            for job_id, raw in zip(missing, await pipe.execute(), strict=True):
-                if raw:
-                    run, tenant = holding[job_id]
-                    self.placements[run] = (tenant or "", _replicas.decode(raw))
+            for job_id, (_, replicas) in (await views.run_placements(self.store, missing)).items():
+                run, tenant = holding[job_id]
+                self.placements[run] = (tenant, replicas)
         current = {run for run, _ in holding.values()}
         for run in [r for r in self.placements if r not in current]:
             del self.placements[run]

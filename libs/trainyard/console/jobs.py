@@ -17,7 +17,15 @@ import msgspec
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from trainyard.api.jobs import Conflict, InvalidRequest, JobOperations, NotFound, check_job_id, check_tenant_name
+from trainyard.api.jobs import (
+    Conflict,
+    InvalidRequest,
+    JobOperations,
+    JobView,
+    NotFound,
+    check_job_id,
+    check_tenant_name,
+)
 from trainyard.api.metrics import JOB_STATUSES
 from trainyard.api.rest import decode_submission
 from trainyard.auth import Action, PermissionDenied, Principal, tenant_filter
@@ -28,7 +36,7 @@ from trainyard.domain.job import ValidationError
 from trainyard.ledger import Ledger
 from trainyard.ledger.records import LedgerRun
 from trainyard.store import views
-from trainyard.store.views import TERMINAL, JobView
+from trainyard.store.views import TERMINAL
 
 LIST_LIMIT = 200
 GPU_TYPES = ("H100", "A100", "H200", "B200")

@@ -69,12 +69,19 @@ SUCCEEDED, FAILED, CANCELLED, REJECTED = "succeeded", "failed", "cancelled", "re
 ACTIVE = frozenset({ADMITTED, PLACED, RUNNING})  # a run holds quota (and, once placed, GPUs)
 TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, REJECTED})  # nothing changes it any more
 
+_spec = msgspec.json.Decoder(JobSpec)
+_encode = msgspec.json.Encoder().encode
+
 _RUN_EVENTS = (JobPlaced, RunStarted, RunSucceeded, RunFailed, PreemptionNotice, CheckpointSaved)
 
 
 class JobRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """One job as the projection keeps it (the Redis hash ``job:<id>``)."""
+    """One job as the projection keeps it (the Redis hash ``job:<id>``, one
+    field per field here but the id, which is in the key): the read model of
+    a job for every reader, decoded from the hash by
+    :func:`trainyard.store.job_hash.decode_job`."""
 
+    job_id: str
     status: str  # pending | admitted | placed | running | succeeded | failed | cancelled | rejected
     tenant: str
     order: int  # queue position key: the accept sequence, moved ahead on a node failure
@@ -82,7 +89,7 @@ class JobRecord(msgspec.Struct, frozen=True, kw_only=True):
     queue: str | None = None  # None for a rejected job
     name: str | None = None
     priority_class: str | None = None
-    spec: JobSpec | None = None
+    spec: msgspec.Raw | None = None  # the spec as JSON, as the JobAccepted event carried it (see job_spec)
     errors: list[ValidationError] | None = None  # why a rejected job was rejected
     gpus: int = 0  # GPUs of the whole gang
     gpus_by_type: dict[str, int] = {}  # the same GPUs by GPU type (held while active)
@@ -115,6 +122,11 @@ class JobRecord(msgspec.Struct, frozen=True, kw_only=True):
     def active(self) -> bool:
         return self.status in ACTIVE
 
+    @property
+    def job_spec(self) -> JobSpec | None:
+        """The spec, decoded (each time: a reader that keeps it caches it)."""
+        return None if self.spec is None else _spec.decode(self.spec)
+
 
 class Folded(NamedTuple):
     """What :func:`apply` returns: the job's record (None while it does not
@@ -123,14 +135,6 @@ class Folded(NamedTuple):
 
     record: JobRecord | None
     applied: bool
-
-
-def gpus_by_type(spec: JobSpec) -> dict[str, int]:
-    """GPUs of the whole gang by GPU type: what an active run holds."""
-    by_type: dict[str, int] = {}
-    for role in spec.roles:
-        by_type[role.gpu_type] = by_type.get(role.gpu_type, 0) + role.gpus
-    return by_type
 
 
 def backoff(n: int, base_cap: tuple[float, float]) -> float:
@@ -180,13 +184,13 @@ def _create(event: JobEvent, seq: int) -> JobRecord | None:
     if isinstance(event, JobAccepted):
         spec = event.spec
         return JobRecord(
-            status=PENDING, tenant=spec.tenant, order=seq, last_seq=seq, queue=spec.queue, name=spec.name,
-            priority_class=spec.priority_class, spec=spec, gpus=spec.total_gpus, gpus_by_type=gpus_by_type(spec),
+            job_id=event.job_id, status=PENDING, tenant=spec.tenant, order=seq, last_seq=seq, queue=spec.queue,
+            name=spec.name, priority_class=spec.priority_class, spec=msgspec.Raw(_encode(spec)), gpus=spec.total_gpus, gpus_by_type=spec.gpus_by_type,
             max_retries=spec.max_retries, submitted_at=event.submitted_at, accepted_at=event.at,
         )
     if isinstance(event, JobRejected):
         return JobRecord(
-            status=REJECTED, tenant=event.tenant, order=seq, last_seq=seq, errors=list(event.errors),
+            job_id=event.job_id, status=REJECTED, tenant=event.tenant, order=seq, last_seq=seq, errors=list(event.errors),
             finished_at=event.at,
         )
     return None

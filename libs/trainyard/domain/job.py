@@ -109,6 +109,14 @@ class JobSpec(msgspec.Struct, frozen=True):
     def gpu_types(self) -> set[str]:
         return {r.gpu_type for r in self.roles}
 
+    @property
+    def gpus_by_type(self) -> dict[str, int]:
+        """GPUs of the whole gang by GPU type (what an active run holds)."""
+        by_type: dict[str, int] = {}
+        for role in self.roles:
+            by_type[role.gpu_type] = by_type.get(role.gpu_type, 0) + role.gpus
+        return by_type
+
 
 class ValidationError(msgspec.Struct, frozen=True):
     """One problem with a submitted spec: where it is and what to do."""

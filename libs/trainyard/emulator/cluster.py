@@ -32,6 +32,7 @@ from trainyard.agent.control import agent_control_wildcard, emulator_control_sub
 from trainyard.agent.node import NodeAgent
 from trainyard.bus import Bus, ConsumerSpec, PoisonMessage, PublishRequest, job_event_of, run_consumer
 from trainyard.bus.consumer import NotCaughtUp
+from trainyard.core.lifecycle import JobRecord
 from trainyard.domain.node import NodeInfo
 from trainyard.emulator.control import EmulatorControl
 from trainyard.events import (
@@ -57,6 +58,12 @@ from trainyard.store.projector import wait_until_projected
 log = logging.getLogger(__name__)
 
 DEFAULT_DURATION_S = 5.0
+
+
+def _duration(job: JobRecord) -> float:
+    """How long an emulated run of ``job`` takes."""
+    spec = job.job_spec
+    return (spec.simulated_duration_s if spec else None) or DEFAULT_DURATION_S
 
 
 def default_topology(
@@ -314,7 +321,7 @@ class EmulatedCluster:
                     return
                 if job.run_id != event.run_id or job.status not in ("placed", "running"):
                     return  # the run is over or was superseded
-                duration = (job.spec.simulated_duration_s if job.spec else None) or DEFAULT_DURATION_S
+                duration = _duration(job)
                 started_at = job.started_at
             try:
                 nodes = sorted({r.node_id for r in event.replicas})
@@ -335,7 +342,7 @@ class EmulatedCluster:
             job_ids.update(await views.jobs_on_node(self.store, node_id))
         for job in await views.get_jobs(self.store, sorted(job_ids)):
             if job.status in ("placed", "running") and job.run_id:
-                duration = (job.spec.simulated_duration_s if job.spec else None) or DEFAULT_DURATION_S
+                duration = _duration(job)
                 await self._start(job.job_id, job.tenant, job.run_id, duration, job.started_at)
 
     async def run(self, stop: asyncio.Event) -> None:

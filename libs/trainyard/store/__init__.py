@@ -6,6 +6,6 @@ projectors, a redelivery, a restart) changes nothing.
 """
 
 from trainyard.store.projector import Projector, Store
-from trainyard.store.views import JobView, NodeRecord
+from trainyard.store.views import NodeRecord
 
-__all__ = ["JobView", "NodeRecord", "Projector", "Store"]
+__all__ = ["NodeRecord", "Projector", "Store"]

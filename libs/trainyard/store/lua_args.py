@@ -8,7 +8,7 @@ import json
 
 import msgspec
 
-from trainyard.core.lifecycle import HEAD_OF_QUEUE_OFFSET, gpus_by_type
+from trainyard.core.lifecycle import HEAD_OF_QUEUE_OFFSET
 from trainyard.events import (
     CheckpointSaved,
     JobAccepted,
@@ -28,24 +28,35 @@ from trainyard.events.jobs import failure_category
 _json = msgspec.json.Encoder()
 
 
-def job_event_args(seq: int, event: object | None, *, epoch: str, after: int) -> list[str]:
+class _Carried(msgspec.Struct):
+    """A ``JobAccepted`` message's spec as it was carried: the JSON, not decoded."""
+
+    spec: msgspec.Raw
+
+
+_carried = msgspec.json.Decoder(_Carried)
+
+
+def job_event_args(seq: int, event: object | None, data: bytes, *, epoch: str, after: int) -> list[str | bytes]:
     """The Lua arguments for one job event (see apply_job_event.lua, which
     applies the rules of :func:`trainyard.core.lifecycle.apply`), guarded by
     the projection's ``epoch`` and the sequence it must hold before this one
-    (``after``).  ``event`` None: a message that cannot be read, which only
-    moves the projection's sequence."""
-    fields = [str(seq), ""] if event is None else _job_fields(seq, event)
+    (``after``).  ``data`` is the message ``event`` was decoded from: a job's
+    spec is stored as the JSON it carried, not decoded and encoded again.
+    ``event`` None: a message that cannot be read, which only moves the
+    projection's sequence."""
+    fields = [str(seq), ""] if event is None else _job_fields(seq, event, data)
     return [*fields, epoch, str(after)]
 
 
-def _job_fields(seq: int, event: object) -> list[str]:
-    head = [str(seq), type(event).__name__]
+def _job_fields(seq: int, event: object, data: bytes) -> list[str | bytes]:
+    head: list[str | bytes] = [str(seq), type(event).__name__]
     if isinstance(event, JobAccepted):
         spec = event.spec
-        # Lua's cjson turns [] into {} and back; keep the spec as opaque JSON text.
+        # Lua's cjson turns [] into {} and back; the spec stays opaque JSON text.
         return head + [
             event.job_id, repr(event.at), spec.tenant, spec.queue, str(seq),
-            json.dumps(gpus_by_type(spec)), _json.encode(spec).decode(), repr(event.submitted_at),
+            json.dumps(spec.gpus_by_type), bytes(_carried.decode(data).spec), repr(event.submitted_at),
             spec.priority_class, spec.name, str(spec.total_gpus), str(spec.max_retries),
         ]
     if isinstance(event, JobRejected):

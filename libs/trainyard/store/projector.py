@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -155,21 +156,15 @@ class Projector:
             await self.join()
         pipe = self.store.redis.pipeline(transaction=False)
         script = self.store._apply_job if self.stream == "JOBS" else self.store._apply_node
-        decode = decode_job_event if self.stream == "JOBS" else decode_node_event
-        to_args = job_event_args if self.stream == "JOBS" else node_event_args
         through = self._through if after is None else after
         for seq, data, *subject in batch:
             try:
-                event = decode(data)
-                problem = subject_disagrees(subject[0], event) if subject and self.stream == "JOBS" else None
-                if problem:
-                    raise ValueError(problem)
-                args = to_args(seq, event, epoch=self.epoch, after=through)
+                args = self._fold_args(seq, data, subject[0] if subject else None, through)
             except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError, RecursionError) as err:
                 # A message we cannot read, or may not believe, must not stall
                 # the fold: record it and move on.
                 log.error("%s seq %d is not projected: %s", self.stream, seq, err)
-                args = to_args(seq, None, epoch=self.epoch, after=through)
+                args = self._fold_args(seq, None, None, through)
             await script(keys=[self.store.prefix], args=args, client=pipe)
             through = max(through, seq)
         results = await pipe.execute()
@@ -179,6 +174,20 @@ class Projector:
             raise ProjectionLost(f"{self.stream} fold refused seq {seq}: {_REFUSED[code]}")
         self._through = max(self._through, through)
         return sum(1 for r in results if r == 1)
+
+    def _fold_args(self, seq: int, data: bytes | None, subject: str | None, after: int) -> Sequence[str | bytes]:
+        """The fold's arguments for one message; ``data`` None: a message that
+        cannot be read, which only moves the projection's sequence."""
+        if self.stream == "NODES":
+            event = None if data is None else decode_node_event(data)
+            return node_event_args(seq, event, epoch=self.epoch, after=after)
+        if data is None:
+            return job_event_args(seq, None, b"", epoch=self.epoch, after=after)
+        job_event = decode_job_event(data)
+        problem = subject_disagrees(subject, job_event) if subject else None
+        if problem:
+            raise ValueError(problem)
+        return job_event_args(seq, job_event, data, epoch=self.epoch, after=after)
 
     def _move(self, position: int) -> None:
         self.position = position

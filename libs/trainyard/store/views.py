@@ -1,92 +1,30 @@
-"""Reads of the projections, for deciders, the gateway and the CLI."""
+"""Reads of the projections, for deciders, the gateway and the CLI.
+
+A job is read as the lifecycle fold's :class:`~trainyard.core.lifecycle.JobRecord`,
+decoded from its hash in one place (:mod:`trainyard.store.job_hash`); why a
+waiting job waits is read beside it (:mod:`trainyard.store.waiting`)."""
 
 from __future__ import annotations
 
 import functools
-import json
+from collections.abc import Iterable
 
 import msgspec
+from redis.asyncio.client import Pipeline
 
+from trainyard.core import lifecycle
+from trainyard.core.lifecycle import JobRecord
 from trainyard.core.placement.snapshot import ClusterSnapshot, NodeView, PlacementPolicy, RunningAlloc
 from trainyard.domain.job import JobSpec
 from trainyard.domain.node import NodeInfo, NodeState
 from trainyard.events.jobs import ReplicaPlacement
+from trainyard.store import job_hash
 from trainyard.store.projector import Store
 
-_spec = msgspec.json.Decoder(JobSpec)
 _node = msgspec.json.Decoder(NodeInfo)
-_replicas = msgspec.json.Decoder(list[ReplicaPlacement])
 
-TERMINAL = frozenset({"succeeded", "failed", "cancelled", "rejected"})
-
-
-class JobView(msgspec.Struct):
-    """A job as the projection sees it, for people and deciders."""
-
-    job_id: str
-    status: str
-    tenant: str
-    queue: str | None = None
-    name: str | None = None
-    priority_class: str | None = None
-    gpus: int = 0
-    order: int = 0
-    attempt: int = 0
-    requeues: int = 0
-    run_id: str | None = None
-    last_seq: int = 0
-    submitted_at: float | None = None
-    accepted_at: float | None = None
-    admitted_at: float | None = None
-    placed_at: float | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-    reason: str | None = None
-    message: str | None = None
-    position: int | None = None
-    not_before: float | None = None  # waiting out a backoff until then
-    expected_start: float | None = None  # placement's estimate, when a reservation holds room for it
-    last_checkpoint_step: int | None = None
-    preempt_deadline: float | None = None  # told to stop by then (preemption notice)
-    errors: list[dict[str, str]] | None = None
-    placement: list[ReplicaPlacement] | None = None
-    spec: JobSpec | None = None
-
-    @classmethod
-    def from_hash(cls, job_id: str, h: dict[str, str], with_spec: bool = True) -> JobView:
-        def f(name: str) -> float | None:
-            return float(h[name]) if h.get(name) else None
-
-        return cls(
-            job_id=job_id,
-            status=h.get("status", "unknown"),
-            tenant=h.get("tenant", ""),
-            queue=h.get("queue"),
-            name=h.get("name"),
-            priority_class=h.get("priority_class"),
-            gpus=int(h.get("gpus") or 0),
-            order=int(h.get("order") or 0),
-            attempt=int(h.get("attempt") or 0),
-            requeues=int(h.get("requeues") or 0),
-            run_id=h.get("run_id") or None,
-            last_seq=int(h.get("last_seq") or 0),
-            submitted_at=f("submitted_at"),
-            accepted_at=f("accepted_at"),
-            admitted_at=f("admitted_at"),
-            placed_at=f("placed_at"),
-            started_at=f("started_at"),
-            finished_at=f("finished_at"),
-            reason=h.get("reason") or None,
-            message=h.get("message") or None,
-            position=int(h["position"]) if h.get("position") else None,
-            not_before=f("not_before"),
-            expected_start=f("expected_start"),
-            last_checkpoint_step=int(h["last_checkpoint_step"]) if h.get("last_checkpoint_step") else None,
-            preempt_deadline=f("preempt_deadline"),
-            errors=json.loads(h["errors"]) if h.get("errors") else None,
-            placement=_replicas.decode(h["placement"]) if h.get("placement") else None,
-            spec=_spec.decode(h["spec"]) if with_spec and h.get("spec") else None,
-        )
+#: Job statuses that have ended: nothing changes them any more.
+TERMINAL = lifecycle.TERMINAL
 
 
 class NodeRecord(msgspec.Struct):
@@ -99,56 +37,44 @@ class NodeRecord(msgspec.Struct):
     registered_at: float | None = None
 
 
-async def get_job(store: Store, job_id: str) -> JobView | None:
-    """The job as the projection holds it; None when the projection has not folded it.  A hash
-    without a status is not a job: only admission's pending reasons, written just as Redis was
-    wiped and not yet rebuilt."""
-    h = await store.redis.hgetall(store.key("job", job_id))
-    return JobView.from_hash(job_id, h) if h.get("status") else None
+# --- jobs: every read decodes the job hash with job_hash.decode_job ------------
 
 
-async def get_jobs(store: Store, job_ids: list[str], with_spec: bool = True) -> list[JobView]:
-    pipe = store.redis.pipeline(transaction=False)
+def _read_jobs(pipe: Pipeline, store: Store, job_ids: list[str], fields: Iterable[str] | None) -> tuple[str, ...] | None:
+    """Queue the reads of ``job_ids``'s hashes (all fields, or ``fields`` and
+    the head) on ``pipe``; returns the fields read, for :func:`job_hash.decode_rows`."""
+    read = job_hash.read_fields(fields)
     for job_id in job_ids:
-        pipe.hgetall(store.key("job", job_id))
-    hashes = await pipe.execute()
-    return [JobView.from_hash(j, h, with_spec) for j, h in zip(job_ids, hashes, strict=True) if h.get("status")]
+        if read is None:
+            pipe.hgetall(store.key("job", job_id))
+        else:
+            pipe.hmget(store.key("job", job_id), *read)
+    return read
 
 
-class JobHead(msgspec.Struct):
-    """The few fields a decider re-reads every cycle; the rest never change."""
-
-    job_id: str
-    status: str
-    tenant: str
-    order: int
-    run_id: str | None
-    last_seq: int
-    attempt: int
-
-
-async def job_heads(store: Store, job_ids: list[str]) -> list[JobHead]:
+async def get_jobs(store: Store, job_ids: list[str], fields: Iterable[str] | None = None) -> list[JobRecord]:
+    """The records of the jobs among ``job_ids`` the projection holds, in
+    order: whole, or only ``fields`` (and the head; the others take their
+    defaults) for a reader that needs a few."""
     pipe = store.redis.pipeline(transaction=False)
-    for job_id in job_ids:
-        pipe.hmget(store.key("job", job_id), "status", "tenant", "order", "run_id", "last_seq", "attempt")
-    rows = await pipe.execute()
-    return [
-        JobHead(job_id, status, tenant, int(order or 0), run_id or None, int(last_seq or 0), int(attempt or 0))
-        for job_id, (status, tenant, order, run_id, last_seq, attempt) in zip(job_ids, rows, strict=True)
-        if status is not None
-    ]
+    read = _read_jobs(pipe, store, job_ids, fields)
+    return job_hash.decode_rows(job_ids, read, await pipe.execute())
+
+
+async def get_job(store: Store, job_id: str, fields: Iterable[str] | None = None) -> JobRecord | None:
+    """The job as the projection holds it; None when the projection has not folded it."""
+    jobs = await get_jobs(store, [job_id], fields)
+    return jobs[0] if jobs else None
 
 
 async def job_specs(store: Store, job_ids: list[str]) -> dict[str, JobSpec]:
-    pipe = store.redis.pipeline(transaction=False)
-    for job_id in job_ids:
-        pipe.hget(store.key("job", job_id), "spec")
-    return {j: _spec.decode(raw) for j, raw in zip(job_ids, await pipe.execute(), strict=True) if raw}
+    """The specs of ``job_ids``, decoded (a spec never changes: readers keep them)."""
+    return {j.job_id: spec for j in await get_jobs(store, job_ids, ("spec",)) if (spec := j.job_spec) is not None}
 
 
 async def list_jobs(
     store: Store, tenant: str | None = None, status: str | None = None, limit: int = 100, newest_first: bool = True
-) -> list[JobView]:
+) -> list[JobRecord]:
     index = store.key("tenant", tenant) if tenant else store.key("jobs")
     if status in ("pending", "admitted"):
         index = store.key(status)
@@ -157,7 +83,7 @@ async def list_jobs(
         ids = await store.redis.zrevrange(index, 0, fetch - 1)
     else:
         ids = await store.redis.zrange(index, 0, fetch - 1)
-    jobs = await get_jobs(store, ids, with_spec=False)
+    jobs = await get_jobs(store, ids)
     if tenant:
         jobs = [j for j in jobs if j.tenant == tenant]
     if status:
@@ -243,58 +169,24 @@ async def violations(store: Store) -> list[str]:
     return await store.redis.lrange(store.key("violations"), 0, -1)
 
 
-async def set_pending_reasons(store: Store, reasons: dict[str, tuple[str, int]]) -> None:
-    """Record why each pending job waits and its position (written by admission)."""
-    if not reasons:
-        return
-    pipe = store.redis.pipeline(transaction=False)
-    for job_id, (reason, position) in reasons.items():
-        pipe.hset(store.key("job", job_id), mapping={"reason": reason, "position": position})
-    await pipe.execute()
-
-
 # --- placement's reads and writes -------------------------------------------
 
 
-class ActiveJob(msgspec.Struct):
-    """An admitted, placed or running job as the placement cycle reads it."""
-
-    job_id: str
-    status: str
-    tenant: str
-    order: int
-    run_id: str | None
-    last_seq: int  # the job subject's last sequence, for Nats-Expected-Last-Subject-Sequence
-    started_at: float | None
-    placed_at: float | None
-    preemptible: bool = False
-    priority: int = 0
-    last_checkpoint_at: float | None = None
-    admitted_at: float | None = None  # when its current run was admitted (decision latency)
-
-
-_ACTIVE_FIELDS = (
-    "status", "tenant", "order", "run_id", "last_seq", "started_at", "placed_at",
-    "preemptible", "priority", "last_checkpoint_at", "admitted_at",
-)
-
-
-def _float(raw: str | None) -> float | None:
-    return float(raw) if raw else None
+#: What placement reads of each active job every cycle (besides the head).
+ACTIVE_FIELDS = ("run_id", "started_at", "placed_at", "last_checkpoint_at", "admitted_at")
 
 
 async def placement_state(
     store: Store, job_ids: list[str]
-) -> tuple[list[tuple[NodeInfo, str, list[int]]], list[ActiveJob]]:
-    """Every node as ``(info, state, free GPU indices)`` and the given jobs'
-    heads, read in one transaction so the free GPUs and the runs holding GPUs
-    describe the same moment of the projection."""
+) -> tuple[list[tuple[NodeInfo, str, list[int]]], list[JobRecord]]:
+    """Every node as ``(info, state, free GPU indices)`` and the given jobs
+    (:data:`ACTIVE_FIELDS` of them), read in one transaction so the free GPUs
+    and the runs holding GPUs describe the same moment of the projection."""
     pipe = store.redis.pipeline(transaction=True)
     pipe.hgetall(store.key("nodeinfo"))
     pipe.hgetall(store.key("nodestate"))
     pipe.hgetall(store.key("gpumap"))
-    for job_id in job_ids:
-        pipe.hmget(store.key("job", job_id), *_ACTIVE_FIELDS)
+    read = _read_jobs(pipe, store, job_ids, ACTIVE_FIELDS)
     infos, states, maps, *rows = await pipe.execute()
     nodes = []
     for node_id in sorted(infos):
@@ -302,53 +194,16 @@ async def placement_state(
         held = maps.get(node_id, "")
         free = [g for g in range(info.gpus) if g >= len(held) or held[g] != "#"]
         nodes.append((info, states.get(node_id, "unknown"), free))
-    jobs = [
-        ActiveJob(
-            job_id=job_id, status=status, tenant=tenant or "", order=int(order or 0), run_id=run_id or None,
-            last_seq=int(last_seq or 0), started_at=_float(started), placed_at=_float(placed),
-            preemptible=(preemptible or "").lower() in ("1", "true", "yes"), priority=int(priority or 0),
-            last_checkpoint_at=_float(checkpoint), admitted_at=_float(admitted),
-        )
-        for job_id, (status, tenant, order, run_id, last_seq, started, placed, preemptible, priority, checkpoint,
-                     admitted) in zip(
-            job_ids, rows, strict=True
-        )
-        if status is not None
-    ]
-    return nodes, jobs
+    return nodes, job_hash.decode_rows(job_ids, read, rows)
 
 
 async def run_placements(store: Store, job_ids: list[str]) -> dict[str, tuple[str, list[ReplicaPlacement]]]:
     """Each placed job's ``(current run id, replicas)``; jobs without a placement are left out."""
-    pipe = store.redis.pipeline(transaction=False)
-    for job_id in job_ids:
-        pipe.hmget(store.key("job", job_id), "run_id", "placement")
-    out = {}
-    for job_id, (run_id, raw) in zip(job_ids, await pipe.execute(), strict=True):
-        if run_id and raw:
-            out[job_id] = (run_id, _replicas.decode(raw))
-    return out
-
-
-async def set_placement_outlook(
-    store: Store, waiting: dict[str, tuple[str, float | None]], placed: list[str] | tuple[str, ...] = ()
-) -> None:
-    """Record why each admitted job still waits for GPUs and, when it holds a
-    reservation, its ``expected_start`` (seconds since the epoch); clear both
-    for jobs just placed.  Written by the placement leader every cycle."""
-    if not waiting and not placed:
-        return
-    pipe = store.redis.pipeline(transaction=False)
-    for job_id, (reason, expected_start) in waiting.items():
-        key = store.key("job", job_id)
-        if expected_start is None:
-            pipe.hset(key, "reason", reason)
-            pipe.hdel(key, "expected_start")
-        else:
-            pipe.hset(key, mapping={"reason": reason, "expected_start": repr(expected_start)})
-    for job_id in placed:
-        pipe.hdel(store.key("job", job_id), "reason", "expected_start")
-    await pipe.execute()
+    return {
+        j.job_id: (j.run_id, list(j.placement))
+        for j in await get_jobs(store, job_ids, ("run_id", "placement"))
+        if j.run_id and j.placement
+    }
 
 
 # --- the cluster as the placement core sees it --------------------------------
@@ -365,7 +220,9 @@ class ClusterReader:
     Placement reads it every cycle; admission reads it to choose preemption
     victims where the waiting gang can use their GPUs.  A job's spec and a
     run's replicas never change, so each is read and decoded once and kept
-    while the job is active.
+    while the job is active.  Whether a run may be preempted, and its
+    priority, come from the tenancy, not the projection: the allocations
+    leave them at their defaults (admission picks the candidates it may stop).
     """
 
     def __init__(self, store: Store, cluster: str, policy: PlacementPolicy | None = None) -> None:
@@ -375,9 +232,10 @@ class ClusterReader:
         self.specs: dict[str, JobSpec] = {}  # job id -> spec, for every active job
         self.replicas: dict[str, list[ReplicaPlacement]] = {}  # run id -> where it runs
 
-    async def read(self, job_ids: list[str]) -> tuple[ClusterSnapshot, dict[str, ActiveJob]]:
-        """The cluster and the heads of the jobs among ``job_ids`` that hold or
-        wait for GPUs (admitted, placed, running), from one consistent read."""
+    async def read(self, job_ids: list[str]) -> tuple[ClusterSnapshot, dict[str, JobRecord]]:
+        """The cluster and the records (:data:`ACTIVE_FIELDS`) of the jobs among
+        ``job_ids`` that hold or wait for GPUs (admitted, placed, running), from
+        one consistent read."""
         node_rows, heads = await placement_state(self.store, job_ids)
         jobs = {j.job_id: j for j in heads if j.run_id and (j.status == "admitted" or j.status in HOLDING)}
         missing = [j for j in jobs if j not in self.specs]
@@ -393,7 +251,7 @@ class ClusterReader:
         ]
         return ClusterSnapshot(nodes=nodes, running=running, policy=self.policy), jobs
 
-    async def _running(self, holding: list[ActiveJob]) -> list[RunningAlloc]:
+    async def _running(self, holding: list[JobRecord]) -> list[RunningAlloc]:
         """Every run holding GPUs, with its latest end and its last checkpoint."""
         new = [j.job_id for j in holding if j.run_id not in self.replicas]
         if new:
@@ -414,8 +272,7 @@ class ClusterReader:
             out.append(
                 RunningAlloc(
                     job_id=j.job_id, run_id=j.run_id or "", replicas=replicas, started_at=started,
-                    max_runtime_s=float(spec.max_runtime_s), preemptible=j.preemptible,
-                    last_checkpoint_at=checkpoint, priority=j.priority,
+                    max_runtime_s=float(spec.max_runtime_s), last_checkpoint_at=checkpoint,
                 )
             )
         return out

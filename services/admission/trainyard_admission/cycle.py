@@ -36,31 +36,27 @@ from trainyard.core.admission import (
     queue_key,
 )
 from trainyard.core.admission.deadlines import HeldRun, overdue
-from trainyard.core.lifecycle import gpus_by_type
+from trainyard.core.lifecycle import JobRecord
 from trainyard.core.placement import ClusterSnapshot
 from trainyard.domain.job import JobSpec
 from trainyard.events import JobAdmitted, PreemptionNotice, RunFailed, subjects
 from trainyard.observability.logs import kv
 from trainyard.observability.metrics import AdmissionMetrics
-from trainyard.store import Projector, Store, views
+from trainyard.store import Projector, Store, views, waiting
 from trainyard_admission.tenancy import TenancyHolder
 
 log = logging.getLogger(__name__)
 
-#: Job hash fields a cycle reads for every pending and active job.
-FIELDS = (
-    "status", "tenant", "order", "run_id", "last_seq", "attempt", "not_before", "priority_class",
-    "last_checkpoint_step", "last_checkpoint_at", "admitted_at", "notice_at", "preempt_deadline", "preemptor",
-    "submitted_at", "started_at", "attained_gpu_s",
+#: What a cycle reads of every pending and active job (besides the head; the
+#: spec is read once per job).
+READS = (
+    "run_id", "attempt", "not_before", "priority_class", "last_checkpoint_step", "last_checkpoint_at", "admitted_at",
+    "notice_at", "preempt_deadline", "preemptor", "submitted_at", "started_at", "attained_gpu_s",
 )
 
 
 def run_id_for(job_id: str, attempt: int) -> str:
     return f"{job_id}-r{attempt}"
-
-
-def _float(value: str | None) -> float | None:
-    return float(value) if value else None
 
 
 def queue_depth(pending: list[PendingJob]) -> dict[tuple[str, str], tuple[int, int]]:
@@ -91,41 +87,38 @@ class AdmissionCycle:
         self._specs: dict[str, JobSpec] = {}  # job id -> spec, while pending or active (specs never change)
         # the cluster for topology-aware preemption; None: victims by GPU counts
         self.cluster = views.ClusterReader(store, cluster) if cluster is not None else None
-        self._cache: dict[str, dict[str, str | None]] = {}  # job id -> FIELDS, while pending or active
+        self._cache: dict[str, JobRecord] = {}  # job id -> its record (READS), while pending or active
         self._lost_seen = 0
         self.last_timings: dict[str, float] = {}  # seconds per step of the last cycle
-        self._reasons: dict[str, tuple[str, int]] = {}  # reasons last written, to write only changes
+        self._reasons: dict[str, waiting.Waiting] = {}  # why each job waits, as last written (to write changes)
+        self._changed: set[str] = set()  # jobs with events since their reason was written
         self.metrics = metrics  # None: not exported (tests that do not look)
 
-    async def _rows(self, ids: list[str]) -> dict[str, dict[str, str | None]]:
-        """The job fields for ``ids``, re-reading from Redis only jobs that had
+    async def _rows(self, ids: list[str]) -> dict[str, JobRecord]:
+        """The records of ``ids``, re-reading from Redis only jobs that had
         events since the last cycle (or that this process has not seen yet)."""
         if self.projector.lost_count != self._lost_seen:
             self._lost_seen = self.projector.lost_count
             self._cache.clear()
             self._reasons.clear()
-        for job_id in self.projector.drain_touched():
+        touched = self.projector.drain_touched()
+        for job_id in touched:
             self._cache.pop(job_id, None)
-            self._reasons.pop(job_id, None)  # its record changed: write its reason again
+        self._changed |= touched  # their records changed: write their reasons again
         missing = [j for j in ids if j not in self._cache]
         if missing:
-            pipe = self.store.redis.pipeline(transaction=False)
-            for job_id in missing:
-                pipe.hmget(self.store.key("job", job_id), *FIELDS)
-            for job_id, row in zip(missing, await pipe.execute(), strict=True):
-                if row[0] is not None:
-                    self._cache[job_id] = dict(zip(FIELDS, row, strict=True))
+            self._cache.update((j.job_id, j) for j in await views.get_jobs(self.store, missing, READS))
         unknown = [j for j in ids if j in self._cache and j not in self._demand]
         if unknown:
             for job_id, spec in (await views.job_specs(self.store, unknown)).items():
-                self._demand[job_id] = (spec.queue, gpus_by_type(spec))
+                self._demand[job_id] = (spec.queue, spec.gpus_by_type)
                 self._specs[job_id] = spec
         wanted = set(ids)
         for job_id in [j for j in self._cache if j not in wanted]:
             del self._cache[job_id]  # no longer pending or active
         return {j: self._cache[j] for j in ids if j in self._cache and j in self._demand}
 
-    async def snapshot(self) -> tuple[AdmissionSnapshot, dict[str, dict[str, str | None]]]:
+    async def snapshot(self) -> tuple[AdmissionSnapshot, dict[str, JobRecord]]:
         pending_ids = await views.pending_window(self.store, self.window)
         active_ids = await views.ids_in(self.store, "active")
         rows = await self._rows(pending_ids + active_ids)
@@ -136,23 +129,20 @@ class AdmissionCycle:
         for job_id, r in rows.items():
             queue, demand = self._demand[job_id]
             limit = float(self._specs[job_id].max_runtime_s)
-            priority, preemptible, only_borrow = self.tenancy.priority_class(r["priority_class"])
-            if r["status"] == "pending":
+            priority, preemptible, only_borrow = self.tenancy.priority_class(r.priority_class)
+            if r.status == "pending":
                 pending.append(
-                    PendingJob(job_id, r["tenant"] or "", queue, int(r["order"] or 0), demand, priority,
-                               _float(r["not_before"]), only_borrow, runtime_limit_s=limit,
-                               attained_gpu_s=_float(r["attained_gpu_s"]) or 0.0,
-                               submitted_at=_float(r["submitted_at"]))
+                    PendingJob(job_id, r.tenant, queue, r.order, demand, priority, r.not_before, only_borrow,
+                               runtime_limit_s=limit, attained_gpu_s=r.attained_gpu_s, submitted_at=r.submitted_at)
                 )
-            elif r["status"] in ("admitted", "placed", "running"):
-                admitted_at = _float(r["admitted_at"]) or 0.0
-                started_at = _float(r["started_at"])
+            elif r.active:
+                admitted_at = r.admitted_at or 0.0
+                started_at = r.started_at
                 running.append(
-                    RunningJob(job_id, r["tenant"] or "", queue, demand, admitted_at,
-                               _float(r["last_checkpoint_at"]), priority, preemptible, only_borrow,
-                               _float(r["notice_at"]),
+                    RunningJob(job_id, r.tenant, queue, demand, admitted_at, r.last_checkpoint_at, priority,
+                               preemptible, only_borrow, r.notice_at,
                                expected_end=(started_at if started_at is not None else admitted_at) + limit,
-                               attained_gpu_s=_float(r["attained_gpu_s"]) or 0.0)
+                               attained_gpu_s=r.attained_gpu_s)
                 )
         capacity = await views.gpus_by_type(self.store, "capacity")
         in_use = await views.gpus_by_type(self.store, "inuse")
@@ -224,10 +214,12 @@ class AdmissionCycle:
         if fair_share:
             await self.store.redis.zadd(self.store.key("preemptions"), {f"{p.job_id}@{now}": now for p in fair_share})
         t.append(clock())
-        # 4. Say why everyone else waits (only what changed since the last cycle).
-        reasons = {w.job_id: (w.reason.value, w.position) for w in result.waiting}
-        await views.set_pending_reasons(self.store, {j: r for j, r in reasons.items() if self._reasons.get(j) != r})
-        self._reasons = reasons
+        # 4. Say why everyone else waits (only what changed since the last cycle), and
+        #    forget the reasons of jobs no longer waiting here.
+        reasons = {w.job_id: waiting.Waiting(w.reason.value, w.position) for w in result.waiting}
+        changed = {j: r for j, r in reasons.items() if j in self._changed or self._reasons.get(j) != r}
+        await waiting.write(self.store, "pending", changed, gone=self._reasons.keys() - reasons.keys())
+        self._reasons, self._changed = reasons, set()
         t.append(clock())
         # 5. Read our own writes before the next cycle.
         seqs = [r.seq for r in results if not isinstance(r, Exception)]
@@ -242,16 +234,16 @@ class AdmissionCycle:
             self.metrics.set_queues(queue_depth([p for p in snapshot.pending if p.job_id not in admitted]))
         return len(seqs)
 
-    def _decided(self, req: PublishRequest, rows: dict, now: float) -> None:
+    def _decided(self, req: PublishRequest, rows: dict[str, JobRecord], now: float) -> None:
         """Log one published decision, and count it."""
         event = req.message
-        r = rows.get(event.job_id, {})
+        r = rows.get(event.job_id)
         queue = self._demand.get(event.job_id, ("", {}))[0]
         if isinstance(event, JobAdmitted):
             decision = "admitted"
             log.info("job admitted", extra=kv(decision=decision, job_id=event.job_id, run_id=event.run_id,
                                                tenant=event.tenant, queue=queue, attempt=event.attempt))
-            submitted = _float(r.get("submitted_at"))
+            submitted = r.submitted_at if r is not None else None
             if self.metrics is not None and event.attempt == 1 and submitted is not None:
                 self.metrics.waited([now - submitted])
         elif isinstance(event, PreemptionNotice):
@@ -267,53 +259,52 @@ class AdmissionCycle:
         if self.metrics is not None:
             self.metrics.decided(decision)
 
-    def _admissions(self, result: AdmissionResult, rows: dict, now: float) -> list[PublishRequest]:
+    def _admissions(self, result: AdmissionResult, rows: dict[str, JobRecord], now: float) -> list[PublishRequest]:
         out = []
         for decision in result.admitted:
             r = rows[decision.job_id]
-            attempt = int(r["attempt"] or 0) + 1
-            step = r["last_checkpoint_step"]
+            attempt = r.attempt + 1
             event = JobAdmitted(
-                at=now, job_id=decision.job_id, tenant=r["tenant"], run_id=run_id_for(decision.job_id, attempt),
-                attempt=attempt, resume_from_step=int(step) if step else None,
+                at=now, job_id=decision.job_id, tenant=r.tenant, run_id=run_id_for(decision.job_id, attempt),
+                attempt=attempt, resume_from_step=r.last_checkpoint_step,
             )
-            subject = subjects.job(r["tenant"], decision.job_id, "admission")
-            out.append(PublishRequest(subject, event, f"{decision.job_id}:admit:{attempt}", int(r["last_seq"])))
+            subject = subjects.job(r.tenant, decision.job_id, "admission")
+            out.append(PublishRequest(subject, event, f"{decision.job_id}:admit:{attempt}", r.last_seq))
         return out
 
-    def _notices(self, result: AdmissionResult, rows: dict, now: float) -> list[PublishRequest]:
+    def _notices(self, result: AdmissionResult, rows: dict[str, JobRecord], now: float) -> list[PublishRequest]:
         out = []
         for p in result.preemptions:
             r = rows.get(p.job_id)
-            if r is None or not r["run_id"] or r["notice_at"]:
+            if r is None or not r.run_id or r.notice_at is not None:
                 continue
             event = PreemptionNotice(
-                at=now, job_id=p.job_id, tenant=r["tenant"], run_id=r["run_id"], preemptor=p.preemptor,
+                at=now, job_id=p.job_id, tenant=r.tenant, run_id=r.run_id, preemptor=p.preemptor,
                 reason=p.reason.value, grace_period_s=p.grace_period_s, lost_gpu_seconds=p.lost_gpu_seconds,
             )
-            subject = subjects.job(r["tenant"], p.job_id, "admission")
-            out.append(PublishRequest(subject, event, f"{r['run_id']}:notice", int(r["last_seq"])))
+            subject = subjects.job(r.tenant, p.job_id, "admission")
+            out.append(PublishRequest(subject, event, f"{r.run_id}:notice", r.last_seq))
         return out
 
-    def _stops(self, rows: dict, now: float) -> list[PublishRequest]:
+    def _stops(self, rows: dict[str, JobRecord], now: float) -> list[PublishRequest]:
         """Victims past their grace period, and gangs placement did not place in time."""
         held = [
-            HeldRun(job_id, r["status"], _float(r["admitted_at"]), _float(r["preempt_deadline"]),
-                    _float(r["started_at"]), float(self._specs[job_id].max_runtime_s))
+            HeldRun(job_id, r.status, r.admitted_at, r.preempt_deadline, r.started_at,
+                    float(self._specs[job_id].max_runtime_s))
             for job_id, r in rows.items()
-            if r["run_id"]
+            if r.run_id
         ]
         out = []
         for stop in overdue(held, now, self.placement_timeout_s):
             r = rows[stop.job_id]
             if stop.reason == "preempted":
-                message = f"preempted for {r.get('preemptor') or 'a waiting job'}"
+                message = f"preempted for {r.preemptor or 'a waiting job'}"
             elif stop.reason == "timeout":
                 message = f"stopped at its run-time limit of {self._specs[stop.job_id].max_runtime_s}s"
             else:
                 message = f"not placed within {self.placement_timeout_s:.0f}s"
-            event = RunFailed(at=now, job_id=stop.job_id, tenant=r["tenant"], run_id=r["run_id"], reason=stop.reason,
+            event = RunFailed(at=now, job_id=stop.job_id, tenant=r.tenant, run_id=r.run_id or "", reason=stop.reason,
                               message=message)
-            subject = subjects.job(r["tenant"], stop.job_id, "admission")
-            out.append(PublishRequest(subject, event, f"{r['run_id']}:failed", int(r["last_seq"])))
+            subject = subjects.job(r.tenant, stop.job_id, "admission")
+            out.append(PublishRequest(subject, event, f"{r.run_id}:failed", r.last_seq))
         return out

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 from trainyard.bus import Bus, PublishRequest, WrongLastSequence
+from trainyard.core.lifecycle import JobRecord
 from trainyard.events import RunFailed, subjects
 from trainyard.observability.logs import kv
 from trainyard.store import Store, views
@@ -47,7 +48,7 @@ async def jobs_caught_up(bus: Bus, store: Store, timeout_s: float = 10.0) -> Non
         await asyncio.sleep(0.02)
 
 
-def _targets(jobs: list[views.JobView], node_id: str, gpu: int | None) -> list[views.JobView]:
+def _targets(jobs: list[JobRecord], node_id: str, gpu: int | None) -> list[JobRecord]:
     out = []
     for job in jobs:
         if job.run_id is None or job.status not in ACTIVE:
@@ -60,7 +61,7 @@ def _targets(jobs: list[views.JobView], node_id: str, gpu: int | None) -> list[v
 
 
 async def publish_failures(
-    bus: Bus, clock: Callable[[], float], jobs: list[views.JobView], node_id: str, reason: str, message: str
+    bus: Bus, clock: Callable[[], float], jobs: list[JobRecord], node_id: str, reason: str, message: str
 ) -> tuple[int, list[str]]:
     """Publish one ``RunFailed`` per job, each expecting the job's last sequence as read;
     returns how many were failed and the ids of the jobs whose subject had moved on."""
@@ -97,7 +98,7 @@ async def fail_runs_fenced(
     job_ids = await views.jobs_on_node(store, node_id)
     failed = 0
     for _ in range(ATTEMPTS):
-        jobs = _targets(await views.get_jobs(store, job_ids, with_spec=False), node_id, gpu)
+        jobs = _targets(await views.get_jobs(store, job_ids, ("run_id", "placement")), node_id, gpu)
         if not jobs:
             return failed
         done, refused = await publish_failures(bus, clock, jobs, node_id, reason, message)

@@ -36,7 +36,7 @@ class RepairLoop:
         for node_id, record in records.items():
             if record.state != NodeState.DRAINING or node_id not in infos:
                 continue
-            jobs = await views.get_jobs(m.store, await views.jobs_on_node(m.store, node_id), with_spec=False)
+            jobs = await views.get_jobs(m.store, await views.jobs_on_node(m.store, node_id), fields=())
             if not any(j.status in ACTIVE for j in jobs):
                 await m.on_command(DrainComplete(node_id=node_id))
                 continue

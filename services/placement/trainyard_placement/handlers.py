@@ -22,6 +22,7 @@ from typing import Protocol
 import msgspec
 
 from trainyard.bus import Bus, PublishRequest, WrongLastSequence
+from trainyard.core.lifecycle import JobRecord
 from trainyard.core.placement import (
     ClusterSnapshot,
     Placement,
@@ -34,7 +35,7 @@ from trainyard.domain.job import JobSpec
 from trainyard.events import JobPlaced, subjects
 from trainyard.observability.logs import kv
 from trainyard.observability.metrics import PlacementMetrics
-from trainyard.store import Projector, Store, views
+from trainyard.store import Projector, Store, views, waiting
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +70,11 @@ class PlacementStats(msgspec.Struct):
 
 
 class Snapshot(msgspec.Struct):
-    """One cycle's view: the cluster for the core, the requests, and the jobs' heads."""
+    """One cycle's view: the cluster for the core, the requests, and the jobs' records."""
 
     cluster: ClusterSnapshot
     requests: list[PlacementRequest]
-    waiting: dict[str, views.ActiveJob]  # admitted jobs by id
+    waiting: dict[str, JobRecord]  # admitted jobs by id
     placed: list[Placement] = []  # runs placed but not started, with where they go
 
 
@@ -98,6 +99,7 @@ class PlacementCycle:
         self.reader = views.ClusterReader(store, cluster, policy)  # nodes and runs holding GPUs, from Redis
         self._specs = self.reader.specs  # job id -> spec, for every active job (specs never change)
         self._replicas = self.reader.replicas  # run id -> where it runs, decoded once
+        self._outlook: dict[str, waiting.Waiting] = {}  # why each admitted job waits, as last written
 
     @property
     def leading(self) -> bool:
@@ -150,12 +152,10 @@ class PlacementCycle:
     async def publish(self, snap: Snapshot, result: PlacementResult) -> int:
         self.stats.cycles += 1
         self._note_reservations(result)
-        # 3a. Record why the others wait, and clear the reasons of the jobs about to be placed.
-        await views.set_placement_outlook(
-            self.store,
-            {u.job_id: (u.reason.value, u.expected_start) for u in result.unplaced},
-            [p.job_id for p in result.placements],
-        )
+        # 3a. Record why the others wait, and forget the outlook of jobs no longer waiting here.
+        outlook = {u.job_id: waiting.Waiting(u.reason.value, expected_start=u.expected_start) for u in result.unplaced}
+        await waiting.write(self.store, "admitted", outlook, gone=self._outlook.keys() - outlook.keys())
+        self._outlook = outlook
         requests = []
         for p in result.placements:
             job = snap.waiting[p.job_id]
@@ -194,7 +194,7 @@ class PlacementCycle:
             await self.projector.wait_for(max(seqs))
         return len(seqs)
 
-    def _placed(self, p: Placement, job: views.ActiveJob) -> None:
+    def _placed(self, p: Placement, job: JobRecord) -> None:
         """Log one published placement, and count it."""
         nodes = sorted({r.node_id for r in p.replicas})
         log.info("run placed", extra=kv(

@@ -280,7 +280,6 @@ def test_the_example_drives_an_admission_cycle_within_quota():
         admit,
         check_quota,
     )
-    from trainyard.core.lifecycle import gpus_by_type
 
     cfg = load_tenancy(EXAMPLE.read_text())
     tree = compile_tenancy(cfg)
@@ -292,7 +291,7 @@ def test_the_example_drives_an_admission_cycle_within_quota():
     ]
     assert any(validate_against_tenancy(s, cfg) for s in specs)  # some gangs are too large for their queue
     priority = {c.name: c.priority for c in tree.priority_classes}
-    pending = [PendingJob(f"j{i}", s.tenant, s.queue, i, gpus_by_type(s), priority.get(s.priority_class, 0))
+    pending = [PendingJob(f"j{i}", s.tenant, s.queue, i, s.gpus_by_type, priority.get(s.priority_class, 0))
                for i, s in enumerate(specs)]
     result = admit(AdmissionSnapshot(pending, {"H100": 1536, "H200": 768, "A100": 512}, {}),
                    AdmissionPolicy(tenancy=tree), 0.0)

@@ -54,10 +54,14 @@ local function remove_pending()
   if redis.call('ZCARD', p .. 'pendingq:' .. q) == 0 then redis.call('SREM', p .. 'pendingqueues', q) end
 end
 
+-- A new status; why the job waited (admission's word on a pending job,
+-- placement's on an admitted one, kept beside the job hash) no longer holds.
 local function set_status(new)
   if status then redis.call('HINCRBY', p .. 'counts', status, -1) end
   redis.call('HINCRBY', p .. 'counts', new, 1)
   redis.call('HSET', jk, 'status', new)
+  redis.call('HDEL', p .. 'why:pending', jid)
+  redis.call('HDEL', p .. 'why:admitted', jid)
   status = new
 end
 
@@ -119,7 +123,7 @@ elseif kind == 'JobAdmitted' then
   local by_type = cjson.decode(redis.call('HGET', jk, 'gpus_by_type'))
   for t, n in pairs(by_type) do redis.call('HINCRBY', p .. 'inuse', t, n) end
   redis.call('HSET', jk, 'run_id', ARGV[5], 'attempt', ARGV[6], 'admitted_at', at, 'placement', '')
-  redis.call('HDEL', jk, 'reason', 'position', 'started_at', 'placed_at', 'not_before', 'expected_start')
+  redis.call('HDEL', jk, 'reason', 'started_at', 'placed_at', 'not_before')
   set_status('admitted')
   local order = redis.call('HGET', jk, 'order')
   remove_pending()
