@@ -16,9 +16,6 @@ PASSES_ON = {"libs/trainyard/local/stack.py": "for k, v in os.environ.items() if
 ENVIRONMENT = {"environ", "environb", "getenv", "getenvb"}
 MAX_LINES = 400
 GENERATED = "libs/trainyard/_pb/"
-#: Known to be too long.  libs/trainyard/store/views.py is being rewritten by
-#: another change, which removes it from this list.
-TOO_LONG_FOR_NOW = {"libs/trainyard/store/views.py"}
 
 
 def python_files(*tops: str) -> list[Path]:
@@ -77,13 +74,6 @@ def test_no_module_is_over_400_lines() -> None:
         name: lines_of(path)
         for path in python_files("libs", "services", "bench")
         if not (name := path.relative_to(ROOT).as_posix()).startswith(GENERATED)
-        and name not in TOO_LONG_FOR_NOW
         and lines_of(path) > MAX_LINES
     }
     assert too_long == {}, f"split these along their seams (CONVENTIONS.md, principle 12): {too_long}"
-
-
-def test_each_known_long_module_is_still_too_long() -> None:
-    """An exception that is no longer needed comes off the list."""
-    fixed = sorted(name for name in TOO_LONG_FOR_NOW if lines_of(ROOT / name) <= MAX_LINES)
-    assert fixed == [], f"under {MAX_LINES} lines now: remove from TOO_LONG_FOR_NOW: {fixed}"
