@@ -72,14 +72,16 @@ class Harness:
         if admit:
             await self.admit(job_id)
 
-    async def admit(self, job_id: str) -> None:
+    async def admit(self, job_id: str, at: float = NOW - 400) -> None:
         tenant = self.specs[job_id].tenant
-        event = JobAdmitted(at=NOW - 400, job_id=job_id, tenant=tenant, run_id=f"{job_id}-r1", attempt=1)
+        event = JobAdmitted(at=at, job_id=job_id, tenant=tenant, run_id=f"{job_id}-r1", attempt=1)
         await publish_event(self.bus, event, msg_id=f"{job_id}:adm")
 
-    async def running(self, job_id: str, spec: JobSpec, on: dict[str, list[int]], started_at: float) -> None:
-        """A job that already holds GPUs (placed and started at ``started_at``)."""
-        await self.submit(job_id, spec)
+    async def running(self, job_id: str, spec: JobSpec, on: dict[str, list[int]], started_at: float,
+                      admitted_at: float = NOW - 400) -> None:
+        """A job that already holds GPUs (admitted at ``admitted_at``, placed and started at ``started_at``)."""
+        await self.submit(job_id, spec, admit=False)
+        await self.admit(job_id, min(admitted_at, started_at))
         replicas = [
             ReplicaPlacement(role="trainer", replica=i, rank=i, node_id=node, gpus=gpus)
             for i, (node, gpus) in enumerate(on.items())

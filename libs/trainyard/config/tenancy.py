@@ -112,7 +112,7 @@ class PreemptionConfig(_Config):
     rate_window_s: float = 600.0
     restart_cost_s: float = 300.0  # per GPU: what a stopped run spends getting back; added to its lost work
     attained_service: bool = True  # with order las: a job stops a run that has had more service levels
-    attained_service_min_runtime_s: float = 3600.0  # ... once that run has lasted this long
+    attained_service_min_runtime_s: float = 4 * 3600.0  # ... once that run has lasted this long (1 h thrashes)
 
 
 class SchedulingConfig(_Config):

@@ -36,7 +36,7 @@ class Policy(msgspec.Struct, frozen=True):
     fair_share_preemption: bool = True  # with preemption: also for fair share
     min_runtime_s: float = 1800.0  # fair-share victims have run at least this long
     service_preemption: bool = False  # with preemption: least attained service preempts (PreemptionSettings.attained_service)
-    service_min_runtime_s: float = 3600.0  # such victims' current runs have lasted at least this long
+    service_min_runtime_s: float = 4 * 3600.0  # such victims' current runs have lasted at least this long
     placement: PlacementPolicy = PlacementPolicy(backfill=False, max_reservations=0)
     order_by: str = "submit"  # "submit", "duration" (oracle) or "multifactor"
     age_weight: float = 1000.0  # multifactor: full weight after age_cap_s waiting

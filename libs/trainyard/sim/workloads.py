@@ -133,7 +133,7 @@ def tenancy_for(
     quotas: dict[str, int], borrowing: bool = True, preemption: bool = True, half_life_s: float = 7 * 86400.0,
     fair_share_preemption: bool = True, min_runtime_s: float = 1800.0, capacity: dict[str, int] | None = None,
     queues: dict[str, list[str]] | None = None, service_preemption: bool = False,
-    service_min_runtime_s: float = 3600.0,
+    service_min_runtime_s: float = 4 * 3600.0,
 ) -> Tenancy:
     """The quota tree: organisation ``org`` -> tenants -> queues, ``quotas[tenant]`` nominal GPUs each.
 

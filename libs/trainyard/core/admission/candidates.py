@@ -34,7 +34,8 @@ class Blocked(NamedTuple):
 class Candidate:
     __slots__ = ("holder", "lost_per_gpu", "lost", "cost", "ran", "types", "taken", "level")
 
-    def __init__(self, holder: Holder, now: float, restart_cost_s: float, levels: Sequence[float] | None) -> None:
+    def __init__(self, holder: Holder, now: float, restart_cost_s: float, levels: Sequence[float] | None,
+                 types: set[int]) -> None:
         job = holder.job
         since = job.started_at if job.last_checkpoint_at is None else max(job.started_at, job.last_checkpoint_at)
         gpus = 0
@@ -45,7 +46,7 @@ class Candidate:
         self.lost = self.lost_per_gpu * gpus
         self.cost = (self.lost_per_gpu + restart_cost_s) * gpus  # lost work plus getting back to it
         self.ran = now - job.started_at
-        self.types = {t for t, _ in holder.demand}
+        self.types = types  # the GPU types it holds (shared between candidates of one demand)
         self.taken = False  # chosen as a victim this cycle
         # service level reached so far, this run included (least attained service; 0 when off)
         self.level = 0 if levels is None else service_level(levels, job.attained_gpu_s + max(self.ran, 0.0) * gpus)

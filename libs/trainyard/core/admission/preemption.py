@@ -1,23 +1,26 @@
 """Which running jobs to stop so that a waiting job can start.
 
-Three ways to make room, tried in this order for each waiting job that
-blocked its queue (in the order the cycle met them):
+Four ways to make room, tried in this order for each waiting job that
+blocked its queue (in the order the cycle met them; with least attained
+service on, every job short of GPUs may try the second way):
 
 1. **priority** — preemptible jobs of lower priority in the same queue;
-2. **reclaim** — when the waiting gang fits its queue's own nominal quota:
-   best-effort jobs anywhere, then preemptible jobs of other queues that hold
-   more than their nominal quota (they borrowed);
-3. **service** (least attained service, when on) — preemptible runs that have
+2. **service** (least attained service, when on) — preemptible runs that have
    received more service levels (GPU-hours, earlier runs and this one) than
    the waiting job: of its own queue at the same or lower priority, or, for a
    gang inside its queue's nominal quota, of queues that borrow; each victim's
-   current run has lasted at least ``attained_service_min_runtime_s`` (so a long job is
-   not stopped again as soon as it restarts), the most served first;
+   current run has lasted at least ``attained_service_min_runtime_s`` (so a
+   long job is not stopped again as soon as it restarts), the most served
+   first;
+3. **reclaim** — when the waiting gang fits its queue's own nominal quota:
+   best-effort jobs anywhere, then preemptible jobs of other queues that hold
+   more than their nominal quota (they borrowed);
 4. **fair share** — preemptible jobs that ran at least the minimum runtime, in
    queues that borrow and whose share stays above the waiting queue's share
    after it starts; the most over-served queues first, and no more than the
    rate limit allows.  Nominal quota is a guarantee: a job inside its queue's
-   nominal quota is only ever preempted for priority within its own queue.
+   nominal quota is only ever preempted within its own queue (for priority or
+   service).
 
 Among the candidates of one way, the cheapest go first: a victim costs the
 GPU time lost since its last checkpoint plus its restart cost
@@ -55,7 +58,7 @@ from trainyard.core.admission.candidates import (
 )
 from trainyard.core.admission.fairshare import FairShare
 from trainyard.core.admission.ordering import WITHIN_NOMINAL
-from trainyard.core.admission.quota import QuotaState
+from trainyard.core.admission.quota import Demand, QuotaState
 from trainyard.core.admission.snapshot import Preemption
 from trainyard.core.admission.tree import PreemptionSettings
 from trainyard.core.placement.cycle import build_topology
@@ -114,15 +117,25 @@ def preempt(
     built: dict[int, list[Candidate]] = {}
     restart_cost_s = settings.restart_cost_s
 
+    type_sets: dict[int, set[int]] = {}  # id of a demand -> its types (demands are shared: DemandCache)
+
+    def types_of(demand: Demand) -> set[int]:
+        found = type_sets.get(id(demand))
+        if found is None:
+            found = type_sets[id(demand)] = {t for t, _ in demand}
+        return found
+
     def pool_of(q: int) -> list[Candidate]:
         """Queue ``q``'s candidates, cheapest first."""
         cs = built.get(q)
         if cs is None:
-            cs = [Candidate(h, now, restart_cost_s, levels) for h in grouped.get(q, ())]
+            cs = [Candidate(h, now, restart_cost_s, levels, types_of(h.demand)) for h in grouped.get(q, ())]
             cs.sort(key=lambda c: (c.lost_per_gpu, c.holder.job.priority, c.holder.job.job_id))
             built[q] = cs
         return cs
 
+    # least attained service: the candidates of (queue, level, priority, inside nominal), the most served first
+    service_pools: dict[tuple[int, int, int, bool], list[Candidate]] = {}
     budget = settings.fair_share_limit - sum(1 for t in recent if now - t < settings.fair_share_window_s)
     preemptions: list[Preemption] = []
     preemptors: list[int] = []
@@ -145,17 +158,23 @@ def preempt(
         if victims is None and levels is not None:
             reason = PreemptionReason.SERVICE
             level = service_level(levels, b.job.attained_gpu_s)
-            least = settings.attained_service_min_runtime_s
-            pool = [c for c in pool_of(b.queue) if c.level > level and c.ran >= least
-                    and c.holder.job.priority <= b.job.priority]
-            if b.cls == WITHIN_NOMINAL:
-                for q in grouped:
-                    if q != b.queue and (q in lenders or over_nominal(state, q)):
-                        borrowing = over_nominal(state, q)
-                        pool += [c for c in pool_of(q) if c.level > level and c.ran >= least
-                                 and (borrowing or c.holder.job.may_only_borrow)]
-            if pool:
+            key = (b.queue, level, b.job.priority, b.cls == WITHIN_NOMINAL)
+            cached = service_pools.get(key)  # (victims already taken are skipped by _pick)
+            if cached is not None:
+                pool = cached
+            else:
+                least = settings.attained_service_min_runtime_s
+                pool = [c for c in pool_of(b.queue) if c.level > level and c.ran >= least
+                        and c.holder.job.priority <= b.job.priority]
+                if b.cls == WITHIN_NOMINAL:
+                    for q in grouped:
+                        if q != b.queue and (q in lenders or over_nominal(state, q)):
+                            borrowing = over_nominal(state, q)
+                            pool += [c for c in pool_of(q) if c.level > level and c.ran >= least
+                                     and (borrowing or c.holder.job.may_only_borrow)]
                 pool.sort(key=lambda c: (-c.level, c.lost_per_gpu, c.holder.job.job_id))
+                service_pools[key] = pool
+            if any(not c.taken for c in pool):
                 victims, plan = _pick(
                     where, state, shares, free, b, spec, pool,
                     lambda c: c.holder.queue == b.queue or reclaimable(state, c, b.demand),  # noqa: B023 - called within _pick

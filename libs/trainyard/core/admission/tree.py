@@ -67,7 +67,7 @@ class PreemptionSettings(msgspec.Struct, frozen=True):
     # (or, inside its nominal quota, a borrower's) that has received more service levels, once that run has run
     # ``attained_service_min_runtime_s``; no waiting for a reservation
     attained_service: bool = False
-    attained_service_min_runtime_s: float = 3600.0
+    attained_service_min_runtime_s: float = 4 * 3600.0
 
 
 class Scheduling(msgspec.Struct, frozen=True):
