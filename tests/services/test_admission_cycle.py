@@ -126,29 +126,22 @@ async def test_a_production_job_preempts_a_standard_gang_whose_gpus_it_then_uses
     assert sorted(r.node_id for r in prod.placement) == ["n1", "n2"]
 
 
-async def test_a_new_job_stops_a_run_that_has_had_more_service(bus: Bus, store: Store) -> None:
-    # Least attained service is on by default: a run that has held 8 GPUs for 5 hours (40 GPU-hours, past the
-    # first level) yields to a new job of the same priority once it has run the 4-hour minimum.
+@pytest.mark.parametrize("ran_h, stopped", [(5, True), (3, False)], ids=["ran 5 hours", "ran 3 hours"])
+async def test_a_new_job_stops_a_run_that_has_had_more_service(bus: Bus, store: Store, ran_h: int,
+                                                                  stopped: bool) -> None:
+    # Least attained service is on by default: a run that has held 8 GPUs for hours (past the first level,
+    # 1 GPU-hour) yields to a new job of the same priority once it has run the 4-hour minimum, not before.
     async with harness(bus, store) as h:
         await h.node("n1", rack="r1")
-        await h.running("long", spec(max_runtime_s=86_400), {"n1": list(range(8))}, NOW - 5 * 3600, NOW - 5 * 3600)
+        started = NOW - ran_h * 3600
+        await h.running("long", spec(max_runtime_s=86_400), {"n1": list(range(8))}, started, started)
         await h.submit("new", spec(max_runtime_s=3600), admit=False)
         await h.settle()
         await admission(h, Clock(NOW)).run_once()
         notices = [e for e in await read_job_events(bus) if isinstance(e, PreemptionNotice)]
-    assert [(n.job_id, n.preemptor, n.reason) for n in notices] == [("long", "new", "service")]
-
-
-async def test_a_run_younger_than_the_minimum_is_not_stopped_for_service(bus: Bus, store: Store) -> None:
-    async with harness(bus, store) as h:
-        await h.node("n1", rack="r1")
-        await h.running("recent", spec(max_runtime_s=86_400), {"n1": list(range(8))}, NOW - 3 * 3600, NOW - 3 * 3600)
-        await h.submit("new", spec(max_runtime_s=3600), admit=False)
-        await h.settle()
-        await admission(h, Clock(NOW)).run_once()
-        notices = [e for e in await read_job_events(bus) if isinstance(e, PreemptionNotice)]
-        assert notices == []
-        assert (await waiting.read(store, await views.get_jobs(store, ["new"])))["new"].reason != "preempting"
+        reason = (await waiting.read(store, await views.get_jobs(store, ["new"])))["new"].reason
+    assert [(n.job_id, n.preemptor, n.reason) for n in notices] == ([("long", "new", "service")] if stopped else [])
+    assert (reason == "preempting") is stopped
 
 
 async def test_without_the_cluster_victims_are_chosen_by_gpu_counts(bus: Bus, store: Store) -> None:
