@@ -45,7 +45,6 @@ from trainyard.core.admission.snapshot import (
     Preemption,
     RunningJob,
     Waiting,
-    queue_key,
 )
 from trainyard.core.admission.tree import Tenancy, TreeIndex
 from trainyard.core.reasons import PendingReason
@@ -86,12 +85,12 @@ def _admit_with_tenancy(
     usage: dict[tuple[int, bool], list[int]] = {}  # (queue, borrow-only) -> GPUs held per type, taken at once
     lowest: dict[int, int] = {}  # queue -> lowest priority of a preemptible holder (priority preemption)
     noticed = False  # a holder was already told to stop: its room is coming for someone
-    queue_of = index.queue_of
+    queue_by_pair = index.queue_by_pair
     for r in snapshot.running:
         holding = demands(r.gpus_by_type) or []
         for i, d in holding:
             held[i] += d
-        q = queue_of.get(queue_key(r.tenant, r.queue))
+        q = queue_by_pair.get((r.tenant, r.queue))
         if q is not None:
             row = usage.get((q, r.may_only_borrow))
             if row is None:
