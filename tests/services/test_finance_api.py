@@ -17,9 +17,6 @@ import msgspec
 import pyarrow.parquet as pq
 import pytest
 
-from trainyard.api import finance_api
-from trainyard.api.jobs import JobOperations
-from trainyard.api.rest import create_app
 from trainyard.bus import Bus
 from trainyard.domain.job import JobSpec, Role
 from trainyard.events.jobs import (
@@ -37,7 +34,10 @@ from trainyard.settings import Settings
 from trainyard.store import Store
 from trainyard.testing.auth import Callers
 from trainyard_accounting.writer import LedgerWriter
+from trainyard_gateway import finance_api
+from trainyard_gateway.jobs import JobOperations
 from trainyard_gateway.main import build_usage_source
+from trainyard_gateway.rest import create_app
 
 T0 = 1_793_491_200.0  # 2026-11-01T00:00:00Z
 NOV15 = 1_794_700_800.0  # 2026-11-15T00:00:00Z: the rate card changes

@@ -16,8 +16,6 @@ from typing import Any
 import httpx
 import pytest
 
-from trainyard.api.jobs import JobOperations
-from trainyard.api.rest import create_app
 from trainyard.bus import Bus
 from trainyard.domain import JobSpec, NodeInfo, Role
 from trainyard.events import (
@@ -39,6 +37,8 @@ from trainyard.testing.auth import Callers
 from trainyard.testing.publish import publish_event
 from trainyard.testing.servers import Server, free_port, wait_port
 from trainyard.testing.streams import project
+from trainyard_gateway.jobs import JobOperations
+from trainyard_gateway.rest import create_app
 
 # --- builders -------------------------------------------------------------------------------
 

@@ -13,10 +13,6 @@ import httpx
 import pytest
 from test_placement_cycle import NOW, harness
 
-from trainyard.api import dlq_api
-from trainyard.api.jobs import JobOperations
-from trainyard.api.metrics import GatewayMetrics
-from trainyard.api.rest import create_app
 from trainyard.bus import Bus, ConsumerSpec, run_consumer
 from trainyard.bus import deadletters as dlq
 from trainyard.core.admission import AdmissionPolicy
@@ -32,6 +28,10 @@ from trainyard.testing.waiting import eventually
 from trainyard_accounting.handlers import LedgerHandler
 from trainyard_accounting.writer import LedgerWriter
 from trainyard_admission.cycle import AdmissionCycle
+from trainyard_gateway import dlq_api
+from trainyard_gateway.jobs import JobOperations
+from trainyard_gateway.metrics import GatewayMetrics
+from trainyard_gateway.rest import create_app
 
 
 def spec(tenant: str, queue: str, gpus: int = 8) -> JobSpec:

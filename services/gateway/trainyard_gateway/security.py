@@ -11,6 +11,8 @@ never grant anything: identity comes only from the verified credential.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from typing import Any
 
 from fastapi import Depends, Request
@@ -19,8 +21,8 @@ from starlette.requests import HTTPConnection
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from trainyard.api.errors import UNAVAILABLE, PayloadTooLarge, unauthenticated_response, unavailable_response
 from trainyard.auth import Action, Authenticator, Principal, Unauthenticated, authorize
+from trainyard_gateway.errors import UNAVAILABLE, PayloadTooLarge, unauthenticated_response, unavailable_response
 
 #: Pages anyone may read: liveness, the API's own description and the console's login page.
 PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/login"})
@@ -31,7 +33,7 @@ SCHEME = "bearer"
 #: The web console keeps the caller's API token in this cookie (HttpOnly,
 #: SameSite=Strict); it is accepted on console pages only, never on the API.
 SESSION_COOKIE = "trainyard_session"
-#: The console's pages (trainyard.console) besides its home, "/".
+#: The console's pages (trainyard_gateway.console) besides its home, "/".
 CONSOLE_PREFIXES = ("/jobs", "/cluster", "/nodes", "/usage", "/finance", "/admin", "/logout")
 
 
@@ -41,6 +43,13 @@ def is_public(path: str) -> bool:
 
 def is_console_page(path: str) -> bool:
     return path == "/" or any(path == p or path.startswith(p + "/") for p in CONSOLE_PREFIXES)
+
+
+def csrf_token(request: Request) -> str:
+    """The CSRF token of the console's forms: an HMAC of the session token, so
+    any gateway can check it and no other site can compute it ("" without a session)."""
+    token = request.cookies.get(SESSION_COOKIE, "")
+    return hmac.new(token.encode(), b"trainyard-console-csrf", hashlib.sha256).hexdigest()[:40] if token else ""
 
 
 def session_authorization(scope: Scope) -> str | None:

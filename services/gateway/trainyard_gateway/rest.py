@@ -1,4 +1,4 @@
-"""The REST front door: FastAPI over :class:`~trainyard.api.jobs.JobOperations`
+"""The REST front door: FastAPI over :class:`~trainyard_gateway.jobs.JobOperations`
 and the Redis projections.
 
 Bodies are decoded and responses encoded with msgspec, so a bad submission
@@ -7,7 +7,7 @@ gets one ``{field, message}`` per problem, named the way the spec names it
 
 Identity: every route but ``/healthz`` and the API's description needs
 ``Authorization: Bearer <API token or JWT>`` (401 without; see
-:mod:`trainyard.api.security`), and each route's action is checked against
+:mod:`trainyard_gateway.security`), and each route's action is checked against
 the role's permissions (403; :mod:`trainyard.auth.policy`).  A researcher or
 tenant-admin acts only inside its tenant: another tenant's job is 404, as if
 it did not exist, and naming another tenant is 403.
@@ -26,96 +26,28 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from trainyard.api import finance_api, tokens_api
-from trainyard.api.errors import ErrorBody, error_response, install_error_handlers, json_response
-from trainyard.api.jobs import (
-    InvalidRequest,
+from trainyard.auth import Action, Authenticator, Principal, tenant_filter
+from trainyard.domain.job import ValidationError
+from trainyard.store import Store, views
+from trainyard_gateway import finance_api, tokens_api
+from trainyard_gateway.console import assets
+from trainyard_gateway.decoding import decode_submission
+from trainyard_gateway.errors import error_response, install_error_handlers, json_response
+from trainyard_gateway.jobs import (
+    MAX_LIST_LIMIT,
+    MAX_REASON_CHARS,
+    MAX_SUBMIT_BYTES,
     JobOperations,
-    JobView,
     check_job_id,
     check_tenant_name,
     require_valid,
 )
-from trainyard.api.metrics import CONTENT_TYPE, JOB_STATUSES, GatewayMetrics
-from trainyard.api.security import Authentication, allow, declare_security, read_body
-from trainyard.auth import Action, Authenticator, Principal, tenant_filter
-from trainyard.console import assets
-from trainyard.domain.job import JobSpec, TopologyLevel, ValidationError
-from trainyard.store import Store, views
-from trainyard.store.views import NodeRecord
+from trainyard_gateway.metrics import CONTENT_TYPE, JOB_STATUSES, GatewayMetrics
+from trainyard_gateway.schema import Cancelling, ErrorBody, Health, JobList, JobView, NodeList, SubmitJobBody, Submitted
+from trainyard_gateway.security import Authentication, allow, declare_security, read_body
 
 #: Returns usage rows (plain dicts) for one tenant, or for all when ``None``.
 UsageSource = Callable[..., list[dict[str, Any]] | Awaitable[list[dict[str, Any]]]]
-
-#: A job spec is small; this stays far below the 1 MiB NATS payload limit.
-MAX_SUBMIT_BYTES = 256 * 1024
-MAX_LIST_LIMIT = 1000
-MAX_REASON_CHARS = 256
-
-
-# --- wire shapes -------------------------------------------------------------
-
-
-class SubmitJobBody(JobSpec, frozen=True):
-    """A job spec plus an optional ``job_id`` (the idempotency key)."""
-
-    job_id: str | None = None
-
-    def job_spec(self) -> JobSpec:
-        return JobSpec(**{name: getattr(self, name) for name in JobSpec.__struct_fields__})
-
-
-class Submitted(msgspec.Struct):
-    job_id: str
-    status: str  # "submitted": admission will accept or reject it
-
-
-class Cancelling(msgspec.Struct):
-    job_id: str
-    status: str  # "cancelling": the cancel command is published
-
-
-class JobList(msgspec.Struct):
-    jobs: list[JobView]
-
-
-class NodeList(msgspec.Struct):
-    nodes: list[NodeRecord]
-
-
-class Health(msgspec.Struct):
-    status: str  # "ok" or "unavailable"
-    checks: dict[str, str]
-
-
-# --- decoding ------------------------------------------------------------------
-
-_submission = msgspec.json.Decoder(SubmitJobBody)
-
-
-def decode_errors(err: msgspec.MsgspecError, root: str = "body") -> list[ValidationError]:
-    """Turn a msgspec decode/convert error into a field error named like
-    ``validate_job_spec`` names fields (``roles[0].replicas``)."""
-    if not isinstance(err, msgspec.ValidationError):  # ValidationError subclasses DecodeError
-        return [ValidationError(root, f"the body is not valid JSON: {err}")]
-    text = str(err)
-    message, _, rest = text.partition(" - at `$")
-    path = rest.rstrip("`").lstrip(".") if rest else ""
-    if message.startswith("Object missing required field `") and message.endswith("`"):
-        name = message.removeprefix("Object missing required field `").removesuffix("`")
-        path, message = (f"{path}.{name}" if path else name), "is required"
-    if message.startswith("Invalid enum value") and path.endswith("level"):
-        message += "; use one of " + ", ".join(level.value for level in TopologyLevel)
-    return [ValidationError(path or root, message.replace("`", ""))]
-
-
-def decode_submission(raw: bytes) -> SubmitJobBody:
-    try:
-        return _submission.decode(raw)
-    except msgspec.MsgspecError as err:
-        raise InvalidRequest(decode_errors(err)) from err
-    except RecursionError:  # msgspec's depth limit, reached by nesting in an unknown field
-        raise InvalidRequest([ValidationError("body", "nested too deeply; a job spec is a few levels deep")]) from None
 
 
 # --- request counting ----------------------------------------------------------

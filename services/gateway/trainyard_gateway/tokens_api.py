@@ -11,46 +11,18 @@ import msgspec
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from trainyard.api.errors import error_response, json_response
-from trainyard.api.jobs import InvalidRequest
-from trainyard.api.security import allow, read_body
 from trainyard.auth import Action, BadTokenRequest, Principal, TokenRecord, TokenStore, check_grant, may_see
 from trainyard.auth.principal import TENANT_BOUND, parse_role
 from trainyard.auth.tokens import is_token_id
 from trainyard.bus import Bus
 from trainyard.bus.audit import audit
 from trainyard.domain.job import ValidationError
+from trainyard_gateway.errors import error_response, json_response
+from trainyard_gateway.jobs import InvalidRequest
+from trainyard_gateway.schema import CreatedToken, CreateTokenBody, TokenInfo, TokenList
+from trainyard_gateway.security import allow, read_body
 
 MAX_BODY_BYTES = 4096
-
-
-class CreateTokenBody(msgspec.Struct, frozen=True):
-    name: str  # 1-64 letters, digits, '_' or '-'
-    role: str  # researcher, tenant-admin, operator, finance or admin
-    tenant: str | None = None  # required for researcher and tenant-admin, refused for the others
-    expires_in_s: float | None = None  # None: until revoked
-
-
-class TokenInfo(msgspec.Struct):
-    id: str
-    name: str
-    role: str
-    tenant: str | None
-    created_at: float
-    created_by: str
-    expires_at: float | None
-    revoked: bool
-    revoked_at: float | None
-    revoked_by: str | None
-
-
-class CreatedToken(msgspec.Struct):
-    token: str  # ty_<id>_<secret>: shown this once, stored only hashed
-    info: TokenInfo
-
-
-class TokenList(msgspec.Struct):
-    tokens: list[TokenInfo]
 
 
 SCHEMAS = (CreateTokenBody, CreatedToken, TokenInfo, TokenList)
