@@ -21,13 +21,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
-import msgspec
 
 from trainyard._pb.trainyard.v1 import jobs_pb2 as pb
 from trainyard._pb.trainyard.v1 import jobs_pb2_grpc as pb_grpc
 from trainyard.auth import Action, Authenticator, PermissionDenied, Principal, Unauthenticated, authorize, tenant_filter
 from trainyard.domain.job import JobSpec, Role, TopologyConstraint, ValidationError
-from trainyard_gateway.decoding import decode_errors
+from trainyard_gateway.decoding import convert
 from trainyard_gateway.errors import UNAVAILABLE
 from trainyard_gateway.jobs import (
     MAX_LIST_LIMIT,
@@ -88,10 +87,7 @@ def spec_from_proto(s: pb.JobSpec) -> JobSpec:
     }
     if s.HasField("topology"):
         raw["topology"] = _topology_from_proto(s.topology)
-    try:
-        return msgspec.convert(raw, JobSpec)
-    except msgspec.ValidationError as err:
-        raise InvalidRequest(decode_errors(err, root="spec")) from err
+    return convert(raw, JobSpec, root="spec")
 
 
 def _topology_to_proto(t: TopologyConstraint) -> pb.TopologyConstraint:
