@@ -35,7 +35,8 @@ from trainyard.events.jobs import (
     RunStarted,
     RunSucceeded,
 )
-from trainyard.ledger import Ledger, chargeback
+from trainyard.ledger import chargeback
+from trainyard_accounting.writer import LedgerWriter
 
 OCT15 = 1_792_022_400.0  # 2026-10-15T00:00:00Z
 DEC1 = 1_796_083_200.0  # 2026-12-01T00:00:00Z
@@ -128,7 +129,7 @@ def main() -> None:
     gc.freeze()  # the generated events live to the end: keep the collector from rescanning them
 
     tmp = Path(tempfile.mkdtemp(prefix="trainyard-bench-"))
-    ledger = Ledger(f"sqlite:///{tmp / 'ledger.db'}")
+    ledger = LedgerWriter(f"sqlite:///{tmp / 'ledger.db'}")
     ledger.create_schema()
     t = time.perf_counter()
     applied = 0

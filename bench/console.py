@@ -25,11 +25,7 @@ from pathlib import Path
 import httpx
 import uvicorn
 
-from trainyard.api import finance_api, nodes_api
-from trainyard.api.jobs import JobOperations
-from trainyard.api.rest import create_app
 from trainyard.bus import Bus, PublishRequest, ensure_streams
-from trainyard.console import app as console_app
 from trainyard.domain import JobSpec, NodeInfo, Role
 from trainyard.events import (
     JobAccepted,
@@ -43,12 +39,16 @@ from trainyard.events import (
     subjects,
 )
 from trainyard.events.jobs import ReplicaPlacement
-from trainyard.ledger import Ledger
 from trainyard.settings import Settings
 from trainyard.store import Projector, Store
 from trainyard.testing.auth import issue
 from trainyard.testing.servers import start_nats, start_redis
 from trainyard.testing.streams import read_raw
+from trainyard_accounting.writer import LedgerWriter
+from trainyard_gateway import finance_api, nodes_api
+from trainyard_gateway.console import app as console_app
+from trainyard_gateway.jobs import JobOperations
+from trainyard_gateway.rest import create_app
 
 TENANTS = ("acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "tyrell")
 NODES_PER_RACK = 32
@@ -128,7 +128,7 @@ async def main(n_jobs: int, n_nodes: int, repeat: int) -> None:
             for p in projectors:
                 await p.caught_up(timeout=600)
             ledger_url = f"sqlite:///{tmp}/ledger.db"
-            ledger = Ledger(ledger_url)
+            ledger = LedgerWriter(ledger_url)
             ledger.create_schema()
             raw = await read_raw(bus, "JOBS")
             for i in range(0, len(raw), 5000):

@@ -10,8 +10,8 @@ from test_projection import lifecycle
 
 from trainyard.bus import Bus, PoisonMessage
 from trainyard.events import RunSucceeded, subjects
-from trainyard.ledger import Ledger
 from trainyard_accounting.handlers import LedgerHandler
+from trainyard_accounting.writer import LedgerWriter
 
 
 async def test_an_event_on_another_writers_subject_is_dead_lettered_and_not_billed(bus: Bus, tmp_path: Path) -> None:
@@ -22,7 +22,7 @@ async def test_an_event_on_another_writers_subject_is_dead_lettered_and_not_bill
     await bus.publish(subjects.job("beta", "j1", "agent"), elsewhere, msg_id="other-tenant")
     sub = await bus.js.pull_subscribe(subjects.JOBS_ALL, durable="test-accounting", stream="JOBS")
     msgs = await sub.fetch(6, timeout=10)
-    with Ledger(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
+    with LedgerWriter(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
         ledger.create_schema()
 
         outcomes = await LedgerHandler(ledger)(msgs)

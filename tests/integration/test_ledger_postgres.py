@@ -29,7 +29,7 @@ from trainyard.events.jobs import (
     RunStarted,
     RunSucceeded,
 )
-from trainyard.ledger import Ledger
+from trainyard_accounting.writer import LedgerWriter
 
 POSTGRES_ENV = "TRAINYARD_TEST_POSTGRES_URL"
 T0 = 1_793_491_200.0  # 2026-11-01T00:00:00Z
@@ -52,7 +52,7 @@ def prefix() -> Iterator[str]:
         pytest.fail(f"{POSTGRES_ENV}={url} is set but PostgreSQL cannot be reached: {exc}", pytrace=False)
     finally:
         engine.dispose()
-    ledger = Ledger(url, prefix=name)
+    ledger = LedgerWriter(url, prefix=name)
     ledger.create_schema()
     yield name
     ledger.drop_schema()
@@ -96,7 +96,7 @@ def test_racing_consumers_with_redelivery_charge_every_run_exactly_once(prefix: 
         rng = random.Random(worker)
         mine = events[:]
         rng.shuffle(mine)
-        ledger = Ledger(url, prefix=prefix)
+        ledger = LedgerWriter(url, prefix=prefix)
         try:
             for i in range(0, len(mine), 50):
                 ledger.apply(mine[i : i + 50])
@@ -111,7 +111,7 @@ def test_racing_consumers_with_redelivery_charge_every_run_exactly_once(prefix: 
     for t in threads:
         t.join()
     assert errors == []
-    ledger = Ledger(url, prefix=prefix)
+    ledger = LedgerWriter(url, prefix=prefix)
     assert ledger.applied_count() == len(events)
     assert len(ledger.runs()) == 300
     assert ledger.total_gpu_seconds() == pytest.approx(expected)
@@ -125,7 +125,7 @@ def test_the_same_batch_applied_by_two_ledgers_at_once_counts_once(prefix: str):
     counts: list[int] = []
 
     def consume() -> None:
-        ledger = Ledger(url, prefix=prefix)
+        ledger = LedgerWriter(url, prefix=prefix)
         barrier.wait()
         counts.append(ledger.apply(events))
         ledger.close()
@@ -136,6 +136,6 @@ def test_the_same_batch_applied_by_two_ledgers_at_once_counts_once(prefix: str):
     for t in threads:
         t.join()
     assert sorted(counts) == [0, len(events)]
-    ledger = Ledger(url, prefix=prefix)
+    ledger = LedgerWriter(url, prefix=prefix)
     assert ledger.total_gpu_seconds() == pytest.approx(expected)
     ledger.close()

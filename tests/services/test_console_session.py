@@ -13,15 +13,15 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from trainyard.api import finance_api, nodes_api
-from trainyard.api.jobs import JobOperations
-from trainyard.api.rest import create_app
-from trainyard.api.security import CONSOLE_PREFIXES, SESSION_COOKIE, is_console_page
 from trainyard.bus import Bus
-from trainyard.console import app as console_app
 from trainyard.settings import Settings
 from trainyard.store import Store
 from trainyard.testing.auth import Callers
+from trainyard_gateway import finance_api, nodes_api
+from trainyard_gateway.console import app as console_app
+from trainyard_gateway.jobs import JobOperations
+from trainyard_gateway.rest import create_app
+from trainyard_gateway.security import CONSOLE_PREFIXES, SESSION_COOKIE, is_console_page
 
 
 @pytest.fixture

@@ -17,9 +17,6 @@ import uvicorn
 from nats.aio.msg import Msg
 from typer.testing import CliRunner
 
-from trainyard.api import dlq_api
-from trainyard.api.jobs import JobOperations
-from trainyard.api.rest import create_app
 from trainyard.bus import Bus, ConsumerSpec, PoisonMessage, run_consumer
 from trainyard.bus.audit import AuditRecord
 from trainyard.bus.consumer import DEAD_LETTER_KEEP_BYTES
@@ -32,6 +29,9 @@ from trainyard.testing.auth import Callers
 from trainyard.testing.servers import free_port
 from trainyard.testing.waiting import eventually
 from trainyard_admission.handlers import IntakeHandler
+from trainyard_gateway import dlq_api
+from trainyard_gateway.jobs import JobOperations
+from trainyard_gateway.rest import create_app
 
 SPEC = JobSpec(tenant="acme", queue="q", roles=[Role(name="t", gpus_per_replica=8)], simulated_duration_s=1.0)
 INTAKE = ConsumerSpec(stream="INTAKE", durable="admission-intake", filter_subject=subjects.INTAKE_ALL, max_deliver=1)

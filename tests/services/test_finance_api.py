@@ -1,5 +1,5 @@
 """Finance over REST against real NATS and Redis, with a SQLite ledger filled
-through Ledger.apply: the chargeback export is for finance only, comes as CSV
+through LedgerWriter.apply: the chargeback export is for finance only, comes as CSV
 or Parquet and reconciles to the ledger to the cent; usage is scoped by role."""
 
 from __future__ import annotations
@@ -17,9 +17,6 @@ import msgspec
 import pyarrow.parquet as pq
 import pytest
 
-from trainyard.api import finance_api
-from trainyard.api.jobs import JobOperations
-from trainyard.api.rest import create_app
 from trainyard.bus import Bus
 from trainyard.domain.job import JobSpec, Role
 from trainyard.events.jobs import (
@@ -36,7 +33,11 @@ from trainyard.ledger import Ledger
 from trainyard.settings import Settings
 from trainyard.store import Store
 from trainyard.testing.auth import Callers
+from trainyard_accounting.writer import LedgerWriter
+from trainyard_gateway import finance_api
+from trainyard_gateway.jobs import JobOperations
 from trainyard_gateway.main import build_usage_source
+from trainyard_gateway.rest import create_app
 
 T0 = 1_793_491_200.0  # 2026-11-01T00:00:00Z
 NOV15 = 1_794_700_800.0  # 2026-11-15T00:00:00Z: the rate card changes
@@ -116,7 +117,7 @@ def ledger_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("TRAINYARD_RATE_CARD", str(card))
     monkeypatch.setenv("TRAINYARD_COST_CENTRES", str(centres))
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    with Ledger(url) as ledger:
+    with LedgerWriter(url) as ledger:
         ledger.create_schema()
         events = [e for job in WORKLOAD for e in job]
         assert ledger.apply([(str(i), e) for i, e in enumerate(events, 1)]) == len(events)

@@ -12,9 +12,6 @@ import pytest
 
 from trainyard._pb.trainyard.v1 import jobs_pb2 as pb
 from trainyard._pb.trainyard.v1 import jobs_pb2_grpc as pb_grpc
-from trainyard.api.grpc_server import FIELD_ERRORS_METADATA, spec_from_proto, spec_to_proto, start_grpc
-from trainyard.api.jobs import JobOperations
-from trainyard.api.metrics import GatewayMetrics
 from trainyard.bus import Bus
 from trainyard.domain import JobSpec, Role, TopologyConstraint, TopologyLevel
 from trainyard.events import (
@@ -34,6 +31,9 @@ from trainyard.testing.auth import Callers
 from trainyard.testing.publish import publish_event
 from trainyard.testing.servers import free_port
 from trainyard.testing.streams import project
+from trainyard_gateway.grpc_server import FIELD_ERRORS_METADATA, spec_from_proto, spec_to_proto, start_grpc
+from trainyard_gateway.jobs import JobOperations
+from trainyard_gateway.metrics import GatewayMetrics
 
 ACME = "acme"  # a researcher of tenant acme (trainyard.testing.auth.CALLERS)
 

@@ -11,9 +11,6 @@ import httpx
 import msgspec
 import pytest
 
-from trainyard.api import finance_api, nodes_api
-from trainyard.api.jobs import JobOperations
-from trainyard.api.rest import create_app
 from trainyard.bus import Bus
 from trainyard.bus.audit import AuditRecord
 from trainyard.domain import JobSpec, Role
@@ -23,6 +20,9 @@ from trainyard.store import Store
 from trainyard.testing.auth import Callers
 from trainyard.testing.publish import publish_event
 from trainyard.testing.streams import project
+from trainyard_gateway import finance_api, nodes_api
+from trainyard_gateway.jobs import JobOperations
+from trainyard_gateway.rest import create_app
 
 
 def body(tenant: str = "acme", **overrides: Any) -> dict[str, Any]:

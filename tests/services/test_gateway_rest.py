@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,8 +17,6 @@ from typing import Any
 import httpx
 import pytest
 
-from trainyard.api.jobs import JobOperations
-from trainyard.api.rest import create_app
 from trainyard.bus import Bus
 from trainyard.domain import JobSpec, NodeInfo, Role
 from trainyard.events import (
@@ -39,6 +38,8 @@ from trainyard.testing.auth import Callers
 from trainyard.testing.publish import publish_event
 from trainyard.testing.servers import Server, free_port, wait_port
 from trainyard.testing.streams import project
+from trainyard_gateway.jobs import JobOperations
+from trainyard_gateway.rest import create_app
 
 # --- builders -------------------------------------------------------------------------------
 
@@ -411,6 +412,21 @@ async def test_openapi_is_served_with_the_job_spec_schema(client: httpx.AsyncCli
     assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/nodes", "/healthz"} <= set(schema["paths"])
     assert "roles" in schema["components"]["schemas"]["SubmitJobBody"]["properties"]
     assert (await client.get("/docs")).status_code == 200
+
+
+async def test_every_schema_the_openapi_document_names_is_in_it_and_only_healthz_is_public(
+    client: httpx.AsyncClient,
+) -> None:
+    schema = (await client.get("/openapi.json")).json()
+
+    named = set(re.findall(r'"#/components/schemas/(\w+)"', json.dumps(schema)))
+    assert {"SubmitJobBody", "JobView", "ErrorBody", "CreateTokenBody", "Role"} <= named
+    assert named <= set(schema["components"]["schemas"])
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            guarded = path != "/healthz"
+            assert (operation.get("security") == [{"bearer": []}]) == guarded, (method, path)
+            assert {"401", "403"} <= set(operation["responses"]) or not guarded, (method, path)
 
 
 # --- the process ------------------------------------------------------------------------------------------------

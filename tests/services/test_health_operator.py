@@ -14,15 +14,15 @@ from health_fixtures import CLUSTER, fleet, harness
 from test_health_service import consume, eventually
 
 from trainyard.agent.control import ControlRequest, decode_reply, emulator_control_subject, encode
-from trainyard.api import nodes_api
-from trainyard.api.jobs import JobOperations
-from trainyard.api.rest import create_app
 from trainyard.core.health import HealthPolicy
 from trainyard.emulator import EmulatedCluster
 from trainyard.events import NodeLost, NodeRegistered, RunFailed, subjects
 from trainyard.settings import Settings
 from trainyard.testing.auth import Callers
 from trainyard.testing.streams import read_raw
+from trainyard_gateway import nodes_api
+from trainyard_gateway.jobs import JobOperations
+from trainyard_gateway.rest import create_app
 
 
 def api(h, callers: Callers, caller: str = "operator") -> httpx.AsyncClient:  # type: ignore[no-untyped-def]

@@ -13,16 +13,11 @@ import httpx
 import pytest
 from test_placement_cycle import NOW, harness
 
-from trainyard.api import dlq_api
-from trainyard.api.jobs import JobOperations
-from trainyard.api.metrics import GatewayMetrics
-from trainyard.api.rest import create_app
 from trainyard.bus import Bus, ConsumerSpec, run_consumer
 from trainyard.bus import deadletters as dlq
 from trainyard.core.admission import AdmissionPolicy
 from trainyard.domain import JobSpec, Role
 from trainyard.events import JobAccepted, subjects
-from trainyard.ledger import Ledger
 from trainyard.observability.logs import ATTRIBUTE, KeyValueFormatter
 from trainyard.observability.metrics import AdmissionMetrics, LedgerMetrics, PlacementMetrics, ProjectionMetrics
 from trainyard.settings import Settings
@@ -31,7 +26,12 @@ from trainyard.testing.auth import Callers
 from trainyard.testing.publish import publish_event
 from trainyard.testing.waiting import eventually
 from trainyard_accounting.handlers import LedgerHandler
+from trainyard_accounting.writer import LedgerWriter
 from trainyard_admission.cycle import AdmissionCycle
+from trainyard_gateway import dlq_api
+from trainyard_gateway.jobs import JobOperations
+from trainyard_gateway.metrics import GatewayMetrics
+from trainyard_gateway.rest import create_app
 
 
 def spec(tenant: str, queue: str, gpus: int = 8) -> JobSpec:
@@ -101,7 +101,7 @@ async def test_projection_lag_and_ledger_lag_follow_the_stream(bus: Bus, store: 
     assert g("trainyard_ledger_lag_events") == 5 and g("trainyard_ledger_applied_sequence") == 0
     assert g("trainyard_ledger_lag_seconds") == pytest.approx(100, abs=30)
 
-    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ledger = LedgerWriter(f"sqlite:///{tmp_path / 'ledger.db'}")
     ledger.create_schema()
     spec_ = ConsumerSpec(stream="JOBS", durable="accounting", filter_subject=subjects.JOBS_ALL)
     stop = asyncio.Event()

@@ -8,11 +8,11 @@ import pkgutil
 import re
 from pathlib import Path
 
-import trainyard.api
-from trainyard.api.jobs import JobOperations
-from trainyard.api.rest import create_app
+import trainyard_gateway
 from trainyard.auth import Authenticator
 from trainyard.settings import Settings
+from trainyard_gateway.jobs import JobOperations
+from trainyard_gateway.rest import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 API_DOC = (ROOT / "docs" / "api.md").read_text()
@@ -20,10 +20,12 @@ API_DOC = (ROOT / "docs" / "api.md").read_text()
 
 def gateway_endpoints() -> list[str]:
     """``METHOD /path`` of every route of the gateway's app, with every router
-    the ``trainyard.api`` package builds (as the gateway mounts them)."""
+    the ``trainyard_gateway`` package builds (as the gateway mounts them)."""
     routers = []
-    for module in pkgutil.iter_modules(trainyard.api.__path__):
-        loaded = importlib.import_module(f"trainyard.api.{module.name}")
+    for module in pkgutil.iter_modules(trainyard_gateway.__path__):
+        if module.name == "__main__":  # importing it would start a gateway
+            continue
+        loaded = importlib.import_module(f"trainyard_gateway.{module.name}")
         if hasattr(loaded, "build_router"):
             routers.append(loaded.build_router(None, None, Settings()))  # type: ignore[arg-type]
     app = create_app(JobOperations(None, None), None, Authenticator(), routers=routers)  # type: ignore[arg-type]

@@ -13,7 +13,6 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from trainyard.api.metrics import FleetSnapshot, GatewayMetrics
 from trainyard.observability.metrics import (
     AdmissionMetrics,
     LedgerMetrics,
@@ -22,6 +21,7 @@ from trainyard.observability.metrics import (
     serve_metrics,
 )
 from trainyard.settings import ConfigurationError, load_settings
+from trainyard_gateway.metrics import FleetSnapshot, GatewayMetrics
 from trainyard_health.metrics import HealthMetrics
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -196,10 +196,8 @@ def report_capacity(
     data_dir: str = DataDir,
 ) -> None:
     """Allocation vs capacity per GPU type, pending demand, queue waits, lost work and a demand forecast."""
-    from trainyard.api.finance_api import parse_instant
-    from trainyard.api.jobs import InvalidRequest
     from trainyard.ledger import Ledger
-    from trainyard.reports import capacity_report, report_files
+    from trainyard.reports import capacity_report, parse_instant, report_files
 
     if period is not None:
         if start or end:
@@ -211,9 +209,13 @@ def report_capacity(
     if not start or not end:
         raise _fail("say which days: --from YYYY-MM-DD --to YYYY-MM-DD, or --period this-month")
     try:
-        lo, hi = parse_instant("from", start), parse_instant("to", end, end_of_day=True)
-    except InvalidRequest as err:
-        raise _fail("; ".join(f"--{e.field}: {e.message}" for e in err.errors)) from err
+        lo = parse_instant(start)
+    except ValueError as err:
+        raise _fail(f"--from: {err}") from err
+    try:
+        hi = parse_instant(end, end_of_day=True)
+    except ValueError as err:
+        raise _fail(f"--to: {err}") from err
     if lo is None or hi is None or hi <= lo or lo % 86_400 or hi % 86_400:
         raise _fail("--from and --to must be dates (YYYY-MM-DD), --to on or after --from")
     if bucket not in ("day", "hour") or horizon < 0:

@@ -1,8 +1,9 @@
-"""The accounting ledger: GPU usage per run, stored with SQLAlchemy, and the
-chargeback exports finance reads.
+"""The accounting ledger as its readers see it: GPU usage per run, stored
+with SQLAlchemy, and the chargeback exports finance reads.
 
-The JetStream consumer decodes job events and hands them to
-:meth:`Ledger.apply` in batches with their stream sequences as event ids.
+The accounting service writes it (``trainyard_accounting.writer``: job events
+applied in batches, their stream sequences as event ids); the gateway, the
+console, the finance commands and the reports read it here.
 """
 
 from trainyard.ledger.chargeback import (

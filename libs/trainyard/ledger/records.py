@@ -1,5 +1,4 @@
-"""Rows of the ledger as values: the run facts a row stores, and the run
-record queries return."""
+"""Rows of the ledger as values: the run and job records queries return."""
 
 from __future__ import annotations
 
@@ -7,10 +6,7 @@ from typing import Any
 
 import msgspec
 
-from trainyard.core.accounting.metering import RunFacts, overlap
-
-#: Run columns that hold :class:`RunFacts` fields one to one.
-FACT_COLUMNS = ("attempt", "cluster", "admitted_at", "placed_at", "started_at", "ended_at", "outcome", "ended_seq")
+from trainyard.core.accounting.metering import overlap
 
 
 class LedgerRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,16 +70,6 @@ def ledger_job_from_row(row: Any) -> LedgerJob:
         submitted_at=row["submitted_at"],
         accepted_at=row["accepted_at"],
         cancelled_at=row["cancelled_at"],
-    )
-
-
-def facts_from_row(row: Any) -> RunFacts:
-    return RunFacts(
-        run_id=row["run_id"],
-        job_id=row["job_id"],
-        tenant=row["tenant"],
-        placement=dict(row["placement"] or {}),
-        **{c: row[c] for c in FACT_COLUMNS},
     )
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from trainyard.bus import ConsumerSpec, run_consumer
 from trainyard.events import subjects
-from trainyard.ledger import Ledger
 from trainyard.observability.metrics import LedgerMetrics, refresh_every, serve_metrics
 from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard_accounting.handlers import LedgerHandler
+from trainyard_accounting.writer import LedgerWriter
 
 
 async def main(rt: Runtime) -> None:
-    ledger = Ledger(rt.settings.ledger_url)
+    ledger = LedgerWriter(rt.settings.ledger_url)
     ledger.create_schema()
     spec = ConsumerSpec(stream="JOBS", durable="accounting", filter_subject=subjects.JOBS_ALL, batch=1000)
     metrics = LedgerMetrics(durable=spec.durable, stream=spec.stream)

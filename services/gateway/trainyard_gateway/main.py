@@ -13,18 +13,18 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from trainyard.api import dlq_api, finance_api, nodes_api
-from trainyard.api.grpc_server import start_grpc
-from trainyard.api.jobs import JobOperations
-from trainyard.api.metrics import GatewayMetrics
-from trainyard.api.rest import UsageSource, create_app
 from trainyard.auth import Authenticator, JwtVerifier, TokenStore, jwt_config
 from trainyard.bus import deadletters
-from trainyard.console import app as console_app
 from trainyard.ledger import Ledger
 from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard.settings import ConfigurationError, Settings
 from trainyard.store import Projector
+from trainyard_gateway import dlq_api, finance_api, nodes_api
+from trainyard_gateway.console import app as console_app
+from trainyard_gateway.grpc_server import start_grpc
+from trainyard_gateway.jobs import JobOperations
+from trainyard_gateway.metrics import GatewayMetrics
+from trainyard_gateway.rest import UsageSource, create_app
 from trainyard_gateway.settings import gateway_settings
 
 log = logging.getLogger("trainyard.gateway")

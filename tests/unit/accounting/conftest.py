@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from trainyard.ledger import Ledger
+from trainyard_accounting.writer import LedgerWriter
 
 POSTGRES_ENV = "TRAINYARD_TEST_POSTGRES_URL"
 
@@ -53,12 +53,12 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def make_ledger(ledger_url: str) -> Iterator[Callable[[], Ledger]]:
+def make_ledger(ledger_url: str) -> Iterator[Callable[[], LedgerWriter]]:
     """Make ledgers with fresh tables (a unique table prefix), dropped after the test."""
-    made: list[Ledger] = []
+    made: list[LedgerWriter] = []
 
-    def make() -> Ledger:
-        ledger = Ledger(ledger_url, prefix=f"t{uuid.uuid4().hex[:12]}_")
+    def make() -> LedgerWriter:
+        ledger = LedgerWriter(ledger_url, prefix=f"t{uuid.uuid4().hex[:12]}_")
         ledger.create_schema()
         made.append(ledger)
         return ledger
@@ -70,5 +70,5 @@ def make_ledger(ledger_url: str) -> Iterator[Callable[[], Ledger]]:
 
 
 @pytest.fixture
-def ledger(make_ledger: Callable[[], Ledger]) -> Ledger:
+def ledger(make_ledger: Callable[[], LedgerWriter]) -> LedgerWriter:
     return make_ledger()

@@ -13,7 +13,8 @@ from accounting_builders import DEC1, HOUR, T0, accepted, lifecycle, numbered, p
 
 from trainyard.core.accounting import RateCardError, allocate_cents, load_rate_card
 from trainyard.domain.job import Role
-from trainyard.ledger import COLUMNS, Ledger, chargeback, chargeback_rows, chargeback_totals, period_bounds
+from trainyard.ledger import COLUMNS, chargeback, chargeback_rows, chargeback_totals, period_bounds
+from trainyard_accounting.writer import LedgerWriter
 
 CARD = load_rate_card(
     {
@@ -27,7 +28,7 @@ CARD = load_rate_card(
 NOV15 = T0 + 14 * 24 * HOUR
 
 
-def export(ledger: Ledger, **kwargs) -> list[dict[str, str]]:
+def export(ledger: LedgerWriter, **kwargs) -> list[dict[str, str]]:
     data = chargeback(ledger, "2026-11", CARD, "csv", now=DEC1 + HOUR, **kwargs)
     return list(csv.DictReader(io.StringIO(data.decode())))
 
@@ -80,7 +81,7 @@ def export(ledger: Ledger, **kwargs) -> list[dict[str, str]]:
         ),
     ],
 )
-def test_rows(ledger: Ledger, events, expected):
+def test_rows(ledger: LedgerWriter, events, expected):
     ledger.apply(numbered(events))
     rows = export(ledger)
     got = [
@@ -90,7 +91,7 @@ def test_rows(ledger: Ledger, events, expected):
     assert got == expected
 
 
-def test_every_focus_column_is_filled(ledger: Ledger):
+def test_every_focus_column_is_filled(ledger: LedgerWriter):
     ledger.apply(numbered(lifecycle(gpus=8, started_at=T0, ended_at=T0 + HOUR)))
     (row,) = export(ledger, cost_centres={"acme": "CC-1234"})
     assert tuple(row) == COLUMNS
@@ -109,7 +110,7 @@ def test_every_focus_column_is_filled(ledger: Ledger):
     }
 
 
-def test_rounded_rows_add_up_to_the_tenant_total_to_the_cent(ledger: Ledger):
+def test_rounded_rows_add_up_to_the_tenant_total_to_the_cent(ledger: LedgerWriter):
     # Three one-GPU runs of 4 s at 2.50/h: each costs 0.002777... and the
     # tenant owes round(0.008333...) = 0.01; exactly one row carries the cent.
     events = []
@@ -121,7 +122,7 @@ def test_rounded_rows_add_up_to_the_tenant_total_to_the_cent(ledger: Ledger):
     assert chargeback_totals(rows) == {"acme": Decimal("0.01")}
 
 
-def test_csv_and_parquet_hold_the_same_rows(ledger: Ledger):
+def test_csv_and_parquet_hold_the_same_rows(ledger: LedgerWriter):
     events = lifecycle("r1", "j1", gpus=8, started_at=T0 + 0.25, ended_at=NOV15 + 1.5)
     events += lifecycle("r2", "j2", "globex", gpus=3, started_at=T0 + 7, ended_at=T0 + 1000.125, gpu_type="L40S")
     ledger.apply(numbered(events))
@@ -170,14 +171,14 @@ def test_bad_rate_cards_are_refused_with_what_to_fix(card, message):
         load_rate_card(card)
 
 
-def test_usage_the_rate_card_does_not_price_is_an_error_naming_the_gpu_type(ledger: Ledger):
+def test_usage_the_rate_card_does_not_price_is_an_error_naming_the_gpu_type(ledger: LedgerWriter):
     card = load_rate_card({"versions": [{"version": "v1", "effective_from": "2026-01-01", "prices": {"A100": "1"}}]})
     ledger.apply(numbered(lifecycle(gpus=8, started_at=T0, ended_at=T0 + HOUR)))
     with pytest.raises(RateCardError, match="no price for GPU type 'H100'"):
         chargeback(ledger, "2026-11", card)
 
 
-def test_usage_before_the_first_rate_card_version_is_an_error(ledger: Ledger):
+def test_usage_before_the_first_rate_card_version_is_an_error(ledger: LedgerWriter):
     card = load_rate_card({"versions": [{"version": "v1", "effective_from": "2026-11-02", "prices": {"*": "1"}}]})
     ledger.apply(numbered(lifecycle(gpus=8, started_at=T0, ended_at=T0 + HOUR)))
     with pytest.raises(RateCardError, match="before the first rate card version"):
@@ -196,12 +197,12 @@ def test_period_bounds(period, bounds):
 
 
 @pytest.mark.parametrize("period", ["2026-13", "2026/11", "Nov 2026", ""])
-def test_a_bad_period_is_refused(ledger: Ledger, period):
+def test_a_bad_period_is_refused(ledger: LedgerWriter, period):
     with pytest.raises(ValueError, match="YYYY-MM"):
         chargeback(ledger, period, CARD)
 
 
-def test_an_unknown_format_is_refused(ledger: Ledger):
+def test_an_unknown_format_is_refused(ledger: LedgerWriter):
     with pytest.raises(ValueError, match="'csv' or 'parquet'"):
         chargeback(ledger, "2026-11", CARD, "xlsx")  # type: ignore[arg-type]
 

@@ -22,13 +22,14 @@ from accounting_builders import (
     succeeded,
 )
 
-from trainyard.ledger import Ledger, batch
+from trainyard_accounting import batch
+from trainyard_accounting.writer import LedgerWriter
 
 START = T0 + 10 * MINUTE
 END = START + 2 * HOUR
 
 
-def apply_batches(ledger: Ledger, batches: list[list[tuple[str, object]]]) -> None:
+def apply_batches(ledger: LedgerWriter, batches: list[list[tuple[str, object]]]) -> None:
     for events in batches:
         ledger.apply(events)  # type: ignore[arg-type]
 
@@ -121,21 +122,21 @@ SKEWED = numbered(
         ),
     ],
 )
-def test_one_row_per_run_whatever_the_delivery(ledger: Ledger, batches, gpu_seconds, outcome):
+def test_one_row_per_run_whatever_the_delivery(ledger: LedgerWriter, batches, gpu_seconds, outcome):
     apply_batches(ledger, batches)
     (run,) = ledger.runs()
     assert (run.gpu_seconds, run.outcome) == (gpu_seconds, outcome)
     assert ledger.total_gpu_seconds() == gpu_seconds
 
 
-def test_apply_reports_how_many_events_were_new(ledger: Ledger):
+def test_apply_reports_how_many_events_were_new(ledger: LedgerWriter):
     assert ledger.apply(ONE_RUN) == 5
     assert ledger.apply(ONE_RUN) == 0
     assert ledger.apply([*ONE_RUN, ("6", cancelled(at=END + HOUR))]) == 1
     assert ledger.applied_count() == 6
 
 
-def test_a_batch_that_fails_midway_stores_nothing_and_can_be_redelivered(ledger: Ledger, monkeypatch):
+def test_a_batch_that_fails_midway_stores_nothing_and_can_be_redelivered(ledger: LedgerWriter, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("database went away")
 
@@ -155,13 +156,13 @@ def test_a_batch_that_fails_midway_stores_nothing_and_can_be_redelivered(ledger:
         pytest.param([("1", "RunSucceeded")], "not a job lifecycle event", id="something that is not an event is refused"),
     ],
 )
-def test_bad_input_is_refused_and_changes_nothing(ledger: Ledger, bad, message):
+def test_bad_input_is_refused_and_changes_nothing(ledger: LedgerWriter, bad, message):
     with pytest.raises(ValueError, match=message):
         ledger.apply([*ONE_RUN, *bad])
     assert ledger.applied_count() == 0
 
 
-def test_a_job_accepted_after_its_run_ended_fills_in_the_gpu_type_and_queue(ledger: Ledger):
+def test_a_job_accepted_after_its_run_ended_fills_in_the_gpu_type_and_queue(ledger: LedgerWriter):
     events = lifecycle(gpus=8, started_at=START, ended_at=END, gpu_type="A100")
     ledger.apply(numbered(events[1:]))
     assert ledger.runs()[0].gpu_type == "unknown"
@@ -170,7 +171,7 @@ def test_a_job_accepted_after_its_run_ended_fills_in_the_gpu_type_and_queue(ledg
     assert (run.gpu_type, run.gpus_by_type, run.queue) == ("A100", {"A100": 8}, "research")
 
 
-def test_checkpoints_recorded_after_the_run_ended_still_count_lost_work(ledger: Ledger):
+def test_checkpoints_recorded_after_the_run_ended_still_count_lost_work(ledger: LedgerWriter):
     ledger.apply(numbered(lifecycle(gpus=16, started_at=START, ended_at=END, outcome="preempted")))
     assert ledger.runs()[0].lost_seconds == 16 * 2 * HOUR
     assert ledger.record_checkpoints("r1", [START + HOUR, END - 10 * MINUTE]) == 2
@@ -178,7 +179,7 @@ def test_checkpoints_recorded_after_the_run_ended_still_count_lost_work(ledger: 
     assert ledger.runs()[0].lost_seconds == 16 * 10 * MINUTE
 
 
-def test_a_run_preempted_10_minutes_after_its_last_checkpoint_loses_10_minutes_of_gpus(ledger: Ledger):
+def test_a_run_preempted_10_minutes_after_its_last_checkpoint_loses_10_minutes_of_gpus(ledger: LedgerWriter):
     ledger.record_checkpoints("r1", [START + 30 * MINUTE, END - 10 * MINUTE])
     ledger.apply(numbered(lifecycle(gpus=8, started_at=START, ended_at=END, outcome="preempted")))
     (run,) = ledger.runs()
@@ -186,7 +187,7 @@ def test_a_run_preempted_10_minutes_after_its_last_checkpoint_loses_10_minutes_o
     assert run.idle_seconds == 8 * 10 * MINUTE  # placed at T0, started 10 minutes later
 
 
-def test_open_runs_have_no_stored_charge_but_are_metered_up_to_now(ledger: Ledger):
+def test_open_runs_have_no_stored_charge_but_are_metered_up_to_now(ledger: LedgerWriter):
     ledger.apply(numbered(lifecycle(gpus=4, started_at=START, ended_at=None)))
     (run,) = ledger.runs()
     assert run.gpu_seconds is None and run.ended_at is None
@@ -196,7 +197,7 @@ def test_open_runs_have_no_stored_charge_but_are_metered_up_to_now(ledger: Ledge
     assert ledger.runs()[0].gpu_seconds is None  # metering did not store anything
 
 
-def _two_tenants(ledger: Ledger) -> None:
+def _two_tenants(ledger: LedgerWriter) -> None:
     events = [
         *lifecycle("r1", "j1", "acme", gpus=8, started_at=T0, ended_at=T0 + 2 * HOUR),
         *lifecycle("r2", "j2", "acme", gpus=2, started_at=T0 + HOUR, ended_at=None, gpu_type="L40S"),
@@ -245,17 +246,17 @@ def _two_tenants(ledger: Ledger) -> None:
         ),
     ],
 )
-def test_usage(ledger: Ledger, query, expected):
+def test_usage(ledger: LedgerWriter, query, expected):
     _two_tenants(ledger)
     assert ledger.usage(**query) == expected
 
 
-def test_usage_refuses_an_unknown_grouping(ledger: Ledger):
+def test_usage_refuses_an_unknown_grouping(ledger: LedgerWriter):
     with pytest.raises(ValueError, match="cannot group usage by"):
         ledger.usage(group_by=("colour",))
 
 
-def test_several_runs_of_one_job_are_separate_rows(ledger: Ledger):
+def test_several_runs_of_one_job_are_separate_rows(ledger: LedgerWriter):
     first = lifecycle("r1", gpus=8, started_at=T0, ended_at=T0 + HOUR, outcome="preempted")
     second = [admitted("r2", at=T0 + 2 * HOUR, attempt=2), placed("r2", at=T0 + 2 * HOUR), started("r2", at=T0 + 2 * HOUR)]
     second.append(failed("r2", at=T0 + 3 * HOUR, reason="node_failure"))
@@ -271,7 +272,7 @@ def test_several_runs_of_one_job_are_separate_rows(ledger: Ledger):
     assert ledger.total_gpu_seconds() == 3 * 8 * HOUR
 
 
-def test_a_ledger_created_before_runs_kept_their_end_sequence_gains_the_columns(ledger: Ledger):
+def test_a_ledger_created_before_runs_kept_their_end_sequence_gains_the_columns(ledger: LedgerWriter):
     t = ledger.tables
     with ledger.engine.begin() as conn:  # the tables as an earlier release created them
         conn.execute(sa.text(f"ALTER TABLE {t.runs.name} DROP COLUMN ended_seq"))

@@ -22,16 +22,16 @@ from trainyard.events.jobs import (
     RunStarted,
     RunSucceeded,
 )
-from trainyard.ledger import Ledger
 from trainyard.reports import capacity_report
+from trainyard_accounting.writer import LedgerWriter
 
 KINDS = ["sqlite", *(["postgresql"] if os.environ.get("TRAINYARD_TEST_POSTGRES_URL") else [])]
 
 
 @pytest.fixture(params=KINDS)
-def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ledger]:
+def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LedgerWriter]:
     url = f"sqlite:///{tmp_path / 'ledger.db'}" if request.param == "sqlite" else os.environ["TRAINYARD_TEST_POSTGRES_URL"]
-    made = Ledger(url, prefix=f"r{uuid.uuid4().hex[:12]}_")
+    made = LedgerWriter(url, prefix=f"r{uuid.uuid4().hex[:12]}_")
     made.create_schema()
     yield made
     made.drop_schema()
@@ -53,7 +53,7 @@ def run_events(job: str, tenant: str, placed: float, ended: float, gpus: int = 8
     ]
 
 
-def fill(ledger: Ledger) -> None:
+def fill(ledger: LedgerWriter) -> None:
     events = [
         accept("j1", "acme", T0, [Role(name="trainer", gpus_per_replica=8)]),
         *run_events("j1", "acme", T0 + HOUR, T0 + 3 * HOUR),
@@ -65,7 +65,7 @@ def fill(ledger: Ledger) -> None:
     ledger.apply([(str(i), e) for i, e in enumerate(events, 1)])
 
 
-def test_jobs_carry_acceptance_cancellation_and_the_gpus_asked_for(ledger: Ledger) -> None:
+def test_jobs_carry_acceptance_cancellation_and_the_gpus_asked_for(ledger: LedgerWriter) -> None:
     fill(ledger)
 
     jobs = {j.job_id: j for j in ledger.jobs()}
@@ -77,7 +77,7 @@ def test_jobs_carry_acceptance_cancellation_and_the_gpus_asked_for(ledger: Ledge
     assert [j.job_id for j in ledger.jobs(tenant="globex")] == ["j2"]
 
 
-def test_a_report_from_the_ledger_has_the_queue_waits_and_pending_demand_of_its_jobs(ledger: Ledger) -> None:
+def test_a_report_from_the_ledger_has_the_queue_waits_and_pending_demand_of_its_jobs(ledger: LedgerWriter) -> None:
     fill(ledger)
 
     report = capacity_report(ledger.runs(), ledger.jobs(end=T0 + DAY), {"H100": 16, "A100": 8}, T0, T0 + DAY, T0 + DAY)

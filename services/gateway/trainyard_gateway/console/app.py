@@ -8,12 +8,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from trainyard.api.finance_api import ledger_opener
-from trainyard.api.jobs import JobOperations
 from trainyard.auth import Authenticator, Role
-from trainyard.console import admin, cluster, finance, jobs, session
 from trainyard.settings import Settings
 from trainyard.store import Store
+from trainyard_gateway.console import admin, cluster, finance, jobs, session
+from trainyard_gateway.finance_api import ledger_opener
+from trainyard_gateway.jobs import JobOperations
 
 #: Where each role lands after logging in: the page it came for.
 HOME = {

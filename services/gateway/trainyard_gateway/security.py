@@ -11,27 +11,29 @@ never grant anything: identity comes only from the verified credential.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from typing import Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPBearer
 from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from trainyard.api.errors import UNAVAILABLE, PayloadTooLarge, unauthenticated_response, unavailable_response
 from trainyard.auth import Action, Authenticator, Principal, Unauthenticated, authorize
+from trainyard_gateway.errors import UNAVAILABLE, PayloadTooLarge, unauthenticated_response, unavailable_response
 
 #: Pages anyone may read: liveness, the API's own description and the console's login page.
 PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/login"})
 #: Path prefixes anyone may read: the console's and the API docs' vendored assets.
 PUBLIC_PREFIXES = ("/static/",)
-SCHEME = "bearer"
 
 #: The web console keeps the caller's API token in this cookie (HttpOnly,
 #: SameSite=Strict); it is accepted on console pages only, never on the API.
 SESSION_COOKIE = "trainyard_session"
-#: The console's pages (trainyard.console) besides its home, "/".
+#: The console's pages (trainyard_gateway.console) besides its home, "/".
 CONSOLE_PREFIXES = ("/jobs", "/cluster", "/nodes", "/usage", "/finance", "/admin", "/logout")
 
 
@@ -41,6 +43,13 @@ def is_public(path: str) -> bool:
 
 def is_console_page(path: str) -> bool:
     return path == "/" or any(path == p or path.startswith(p + "/") for p in CONSOLE_PREFIXES)
+
+
+def csrf_token(request: Request) -> str:
+    """The CSRF token of the console's forms: an HMAC of the session token, so
+    any gateway can check it and no other site can compute it ("" without a session)."""
+    token = request.cookies.get(SESSION_COOKIE, "")
+    return hmac.new(token.encode(), b"trainyard-console-csrf", hashlib.sha256).hexdigest()[:40] if token else ""
 
 
 def session_authorization(scope: Scope) -> str | None:
@@ -106,10 +115,20 @@ def principal_of(request: Request) -> Principal:
     return who
 
 
+#: The bearer scheme as FastAPI declares it in the OpenAPI document, on every
+#: route that uses :func:`allow`.  It refuses nothing itself (``auto_error``
+#: off): the :class:`Authentication` middleware has verified the caller.
+BEARER = HTTPBearer(
+    scheme_name="bearer",
+    description="A Trainyard API token (ty_...) or a JWT from the configured issuer; see docs/security.md.",
+    auto_error=False,
+)
+
+
 def allow(action: Action) -> Any:
     """A route dependency: the verified principal, if its role may do ``action`` (else 403)."""
 
-    def dependency(request: Request) -> Principal:
+    def dependency(request: Request, _: Any = Security(BEARER)) -> Principal:
         who = principal_of(request)
         authorize(who, action)
         return who
@@ -132,24 +151,3 @@ async def read_body(request: Request, limit: int, what: str = "a request body") 
             raise too_large
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def declare_security(schema: dict[str, Any]) -> None:
-    """Declare the bearer scheme in an OpenAPI document: required everywhere
-    but on the public pages, with the 401 and 403 answers."""
-    components = schema.setdefault("components", {})
-    components.setdefault("securitySchemes", {})[SCHEME] = {
-        "type": "http",
-        "scheme": "bearer",
-        "description": "A Trainyard API token (ty_...) or a JWT from the configured issuer; see docs/security.md.",
-    }
-    schema["security"] = [{SCHEME: []}]
-    error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
-    for path, operations in schema.get("paths", {}).items():
-        for operation in operations.values():
-            if is_public(path):
-                operation["security"] = []
-                continue
-            responses = operation.setdefault("responses", {})
-            responses.setdefault("401", {"description": "No credentials, or they do not verify", "content": error})
-            responses.setdefault("403", {"description": "The caller's role may not do this", "content": error})

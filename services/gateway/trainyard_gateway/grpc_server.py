@@ -1,5 +1,5 @@
 """The gRPC front door (``trainyard.v1.JobService``) over the same
-:class:`~trainyard.api.jobs.JobOperations` as REST.
+:class:`~trainyard_gateway.jobs.JobOperations` as REST.
 
 Errors map to status codes in one place (:meth:`JobService._serve`):
 bad input -> INVALID_ARGUMENT (details list ``field: message``; the binary
@@ -21,25 +21,27 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
-import msgspec
 
 from trainyard._pb.trainyard.v1 import jobs_pb2 as pb
 from trainyard._pb.trainyard.v1 import jobs_pb2_grpc as pb_grpc
-from trainyard.api.errors import UNAVAILABLE
-from trainyard.api.jobs import (
+from trainyard.auth import Action, Authenticator, PermissionDenied, Principal, Unauthenticated, authorize, tenant_filter
+from trainyard.domain.job import JobSpec, Role, TopologyConstraint, ValidationError
+from trainyard_gateway.decoding import convert
+from trainyard_gateway.errors import UNAVAILABLE
+from trainyard_gateway.jobs import (
+    MAX_LIST_LIMIT,
+    MAX_REASON_CHARS,
+    MAX_SUBMIT_BYTES,
     Conflict,
     InvalidRequest,
     JobIdTaken,
     JobOperations,
-    JobView,
     NotFound,
     check_tenant_name,
     require_valid,
 )
-from trainyard.api.metrics import JOB_STATUSES, GatewayMetrics
-from trainyard.api.rest import MAX_LIST_LIMIT, MAX_REASON_CHARS, MAX_SUBMIT_BYTES, decode_errors
-from trainyard.auth import Action, Authenticator, PermissionDenied, Principal, Unauthenticated, authorize, tenant_filter
-from trainyard.domain.job import JobSpec, Role, TopologyConstraint, ValidationError
+from trainyard_gateway.metrics import JOB_STATUSES, GatewayMetrics
+from trainyard_gateway.schema import JobView
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +87,7 @@ def spec_from_proto(s: pb.JobSpec) -> JobSpec:
     }
     if s.HasField("topology"):
         raw["topology"] = _topology_from_proto(s.topology)
-    try:
-        return msgspec.convert(raw, JobSpec)
-    except msgspec.ValidationError as err:
-        raise InvalidRequest(decode_errors(err, root="spec")) from err
+    return convert(raw, JobSpec, root="spec")
 
 
 def _topology_to_proto(t: TopologyConstraint) -> pb.TopologyConstraint:

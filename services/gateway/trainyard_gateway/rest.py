@@ -1,4 +1,4 @@
-"""The REST front door: FastAPI over :class:`~trainyard.api.jobs.JobOperations`
+"""The REST front door: FastAPI over :class:`~trainyard_gateway.jobs.JobOperations`
 and the Redis projections.
 
 Bodies are decoded and responses encoded with msgspec, so a bad submission
@@ -7,7 +7,7 @@ gets one ``{field, message}`` per problem, named the way the spec names it
 
 Identity: every route but ``/healthz`` and the API's description needs
 ``Authorization: Bearer <API token or JWT>`` (401 without; see
-:mod:`trainyard.api.security`), and each route's action is checked against
+:mod:`trainyard_gateway.security`), and each route's action is checked against
 the role's permissions (403; :mod:`trainyard.auth.policy`).  A researcher or
 tenant-admin acts only inside its tenant: another tenant's job is 404, as if
 it did not exist, and naming another tenant is 403.
@@ -20,102 +20,34 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import msgspec
 import redis.exceptions
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from trainyard.api import finance_api, tokens_api
-from trainyard.api.errors import ErrorBody, error_response, install_error_handlers, json_response
-from trainyard.api.jobs import (
-    InvalidRequest,
+from trainyard.auth import Action, Authenticator, Principal, tenant_filter
+from trainyard.domain.job import ValidationError
+from trainyard.store import Store, views
+from trainyard_gateway import finance_api, openapi, tokens_api
+from trainyard_gateway.console import assets
+from trainyard_gateway.decoding import decode_submission
+from trainyard_gateway.errors import error_response, install_error_handlers, json_response
+from trainyard_gateway.jobs import (
+    MAX_LIST_LIMIT,
+    MAX_REASON_CHARS,
+    MAX_SUBMIT_BYTES,
     JobOperations,
-    JobView,
     check_job_id,
     check_tenant_name,
     require_valid,
 )
-from trainyard.api.metrics import CONTENT_TYPE, JOB_STATUSES, GatewayMetrics
-from trainyard.api.security import Authentication, allow, declare_security, read_body
-from trainyard.auth import Action, Authenticator, Principal, tenant_filter
-from trainyard.console import assets
-from trainyard.domain.job import JobSpec, TopologyLevel, ValidationError
-from trainyard.store import Store, views
-from trainyard.store.views import NodeRecord
+from trainyard_gateway.metrics import CONTENT_TYPE, JOB_STATUSES, GatewayMetrics
+from trainyard_gateway.openapi import answer
+from trainyard_gateway.schema import Cancelling, ErrorBody, Health, JobList, JobView, NodeList, SubmitJobBody, Submitted
+from trainyard_gateway.security import Authentication, allow, read_body
 
 #: Returns usage rows (plain dicts) for one tenant, or for all when ``None``.
 UsageSource = Callable[..., list[dict[str, Any]] | Awaitable[list[dict[str, Any]]]]
-
-#: A job spec is small; this stays far below the 1 MiB NATS payload limit.
-MAX_SUBMIT_BYTES = 256 * 1024
-MAX_LIST_LIMIT = 1000
-MAX_REASON_CHARS = 256
-
-
-# --- wire shapes -------------------------------------------------------------
-
-
-class SubmitJobBody(JobSpec, frozen=True):
-    """A job spec plus an optional ``job_id`` (the idempotency key)."""
-
-    job_id: str | None = None
-
-    def job_spec(self) -> JobSpec:
-        return JobSpec(**{name: getattr(self, name) for name in JobSpec.__struct_fields__})
-
-
-class Submitted(msgspec.Struct):
-    job_id: str
-    status: str  # "submitted": admission will accept or reject it
-
-
-class Cancelling(msgspec.Struct):
-    job_id: str
-    status: str  # "cancelling": the cancel command is published
-
-
-class JobList(msgspec.Struct):
-    jobs: list[JobView]
-
-
-class NodeList(msgspec.Struct):
-    nodes: list[NodeRecord]
-
-
-class Health(msgspec.Struct):
-    status: str  # "ok" or "unavailable"
-    checks: dict[str, str]
-
-
-# --- decoding ------------------------------------------------------------------
-
-_submission = msgspec.json.Decoder(SubmitJobBody)
-
-
-def decode_errors(err: msgspec.MsgspecError, root: str = "body") -> list[ValidationError]:
-    """Turn a msgspec decode/convert error into a field error named like
-    ``validate_job_spec`` names fields (``roles[0].replicas``)."""
-    if not isinstance(err, msgspec.ValidationError):  # ValidationError subclasses DecodeError
-        return [ValidationError(root, f"the body is not valid JSON: {err}")]
-    text = str(err)
-    message, _, rest = text.partition(" - at `$")
-    path = rest.rstrip("`").lstrip(".") if rest else ""
-    if message.startswith("Object missing required field `") and message.endswith("`"):
-        name = message.removeprefix("Object missing required field `").removesuffix("`")
-        path, message = (f"{path}.{name}" if path else name), "is required"
-    if message.startswith("Invalid enum value") and path.endswith("level"):
-        message += "; use one of " + ", ".join(level.value for level in TopologyLevel)
-    return [ValidationError(path or root, message.replace("`", ""))]
-
-
-def decode_submission(raw: bytes) -> SubmitJobBody:
-    try:
-        return _submission.decode(raw)
-    except msgspec.MsgspecError as err:
-        raise InvalidRequest(decode_errors(err)) from err
-    except RecursionError:  # msgspec's depth limit, reached by nesting in an unknown field
-        raise InvalidRequest([ValidationError("body", "nested too deeply; a job spec is a few levels deep")]) from None
 
 
 # --- request counting ----------------------------------------------------------
@@ -151,18 +83,9 @@ class RequestCounter:
 # --- the application -------------------------------------------------------------
 
 
-def _ref(name: str) -> dict[str, Any]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _doc(status: int, description: str, schema: str) -> dict[int, dict[str, Any]]:
-    return {status: {"description": description, "content": {"application/json": {"schema": _ref(schema)}}}}
-
-
-_INVALID = _doc(422, "Bad input: one entry per bad field; nothing changed", "ErrorBody")
-_FORBIDDEN = _doc(403, "The caller's role may not do this, or it names another tenant", "ErrorBody")
-_NOT_FOUND = _doc(404, "No such job (or not visible to this caller)", "ErrorBody")
-_SCHEMAS = (SubmitJobBody, Submitted, Cancelling, JobView, JobList, NodeList, Health, ErrorBody, *tokens_api.SCHEMAS)
+_INVALID = answer(422, "Bad input: one entry per bad field; nothing changed", ErrorBody)
+_FORBIDDEN = answer(403, "The caller's role may not do this, or it names another tenant", ErrorBody)
+_NOT_FOUND = answer(404, "No such job (or not visible to this caller)", ErrorBody)
 
 
 def create_app(
@@ -173,6 +96,9 @@ def create_app(
     metrics: GatewayMetrics | None = None,
     routers: Sequence[APIRouter] = (),
 ) -> FastAPI:
+    """The gateway's app: the job routes, ``routers`` (node operations, finance
+    exports, the console, dead letters) and the API tokens, all behind the
+    bearer scheme; ``/healthz`` and the API's description are public."""
     metrics = metrics or GatewayMetrics()
     app = FastAPI(
         title="Trainyard",
@@ -185,7 +111,7 @@ def create_app(
     app.add_middleware(Authentication, auth=auth)
     app.add_middleware(RequestCounter, metrics=metrics)  # outermost: counts the 401s too
     install_error_handlers(app)
-    _install_schemas(app)
+    openapi.install(app)
     app.mount(assets.STATIC_URL, assets.static_files(), name="static")
 
     @app.get("/docs", include_in_schema=False)
@@ -196,18 +122,43 @@ def create_app(
     async def swagger_ui_redirect() -> Response:
         return assets.swagger_oauth2_redirect()
 
-    @app.post(
+    app.include_router(job_router(ops, store, metrics, usage_source), responses=openapi.GUARDED)
+
+    @app.get(
+        "/healthz",
+        summary="Redis and NATS reachable (no credentials needed)",
+        responses={**answer(200, "Healthy", Health), **answer(503, "Unhealthy", Health)},
+    )
+    async def healthz() -> Response:
+        checks = {"redis": "ok", "nats": "ok" if ops.bus.nc.is_connected else "not connected"}
+        try:
+            await asyncio.wait_for(store.redis.ping(), timeout=2.0)
+        except (redis.exceptions.RedisError, OSError, TimeoutError) as err:
+            checks["redis"] = f"unreachable: {err!r}"
+        healthy = all(v == "ok" for v in checks.values())
+        return json_response(Health("ok" if healthy else "unavailable", checks), 200 if healthy else 503)
+
+    for router in (tokens_api.token_router(ops.bus, auth.tokens), *routers):
+        app.include_router(router, responses=openapi.GUARDED)
+    return app
+
+
+def job_router(
+    ops: JobOperations, store: Store, metrics: GatewayMetrics, usage_source: UsageSource | None
+) -> APIRouter:
+    """Jobs, the node list, usage and the metrics: what a verified caller reads and does."""
+    router = APIRouter()
+
+    @router.post(
         "/v1/jobs",
         status_code=202,
         summary="Submit a job",
         responses={
-            **_doc(202, "Published; admission accepts or rejects it", "Submitted"), **_INVALID, **_FORBIDDEN,
-            **_doc(409, "The job id is another tenant's job's", "ErrorBody"),
-            **_doc(413, f"The body is over {MAX_SUBMIT_BYTES // 1024} KiB", "ErrorBody"),
+            **answer(202, "Published; admission accepts or rejects it", Submitted), **_INVALID, **_FORBIDDEN,
+            **answer(409, "The job id is another tenant's job's", ErrorBody),
+            **answer(413, f"The body is over {MAX_SUBMIT_BYTES // 1024} KiB", ErrorBody),
         },
-        openapi_extra={
-            "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("SubmitJobBody")}}}
-        },
+        openapi_extra=openapi.request_body(SubmitJobBody),
     )
     async def submit_job(request: Request, who: Principal = allow(Action.JOB_SUBMIT)) -> Response:
         body = decode_submission(await read_body(request, MAX_SUBMIT_BYTES, "a job submission"))
@@ -217,18 +168,18 @@ def create_app(
         job_id = await ops.submit(spec, body.job_id, actor=who.actor)
         return json_response(Submitted(job_id=job_id, status="submitted"), 202)
 
-    @app.get(
+    @router.get(
         "/v1/jobs/{job_id}",
         summary="Read a job",
-        responses={**_doc(200, "The job", "JobView"), **_NOT_FOUND, **_INVALID},
+        responses={**answer(200, "The job", JobView), **_NOT_FOUND, **_INVALID},
     )
     async def get_job(job_id: str, who: Principal = allow(Action.JOB_READ)) -> Response:
         return json_response(await ops.get(job_id, tenant_filter(who, Action.JOB_READ, None)))
 
-    @app.get(
+    @router.get(
         "/v1/jobs",
         summary="List jobs, newest first",
-        responses={**_doc(200, "The jobs", "JobList"), **_INVALID, **_FORBIDDEN},
+        responses={**answer(200, "The jobs", JobList), **_INVALID, **_FORBIDDEN},
     )
     async def list_jobs(
         who: Principal = allow(Action.JOB_LIST),
@@ -243,14 +194,14 @@ def create_app(
         tenant = tenant_filter(who, Action.JOB_LIST, tenant)
         return json_response(JobList(await ops.list(tenant=tenant, status=status, limit=limit)))
 
-    @app.delete(
+    @router.delete(
         "/v1/jobs/{job_id}",
         status_code=202,
         summary="Cancel a job",
         responses={
-            **_doc(202, "The cancel command is published", "Cancelling"),
+            **answer(202, "The cancel command is published", Cancelling),
             **_NOT_FOUND,
-            **_doc(409, "The job has already finished", "ErrorBody"),
+            **answer(409, "The job has already finished", ErrorBody),
             **_INVALID,
         },
     )
@@ -263,17 +214,17 @@ def create_app(
         job = await ops.cancel(job_id, scope, reason or "cancelled by user", actor=who.actor)
         return json_response(Cancelling(job_id=job.job_id, status="cancelling"), 202)
 
-    @app.get("/v1/nodes", summary="List nodes with state and free GPUs", responses=_doc(200, "The nodes", "NodeList"))
+    @router.get("/v1/nodes", summary="List nodes with state and free GPUs", responses=answer(200, "The nodes", NodeList))
     async def list_nodes(who: Principal = allow(Action.NODE_LIST)) -> Response:
         return json_response(NodeList(await views.list_nodes(store)))
 
-    @app.get(
+    @router.get(
         "/v1/usage",
         summary="GPU usage rows from accounting",
         description="Researchers and tenant-admins read their own tenant's usage; finance and admins read every "
         "tenant's (`tenant` picks one). `from`/`to` take a date (`to` includes that day), an ISO 8601 time or Unix "
         "seconds; `group_by` is a comma-separated list of tenant, queue, gpu_type, job.",
-        responses={**_FORBIDDEN, **_INVALID, **_doc(501, "No usage source is connected", "ErrorBody")},
+        responses={**_FORBIDDEN, **_INVALID, **answer(501, "No usage source is connected", ErrorBody)},
     )
     async def usage(
         who: Principal = allow(Action.USAGE_READ),
@@ -294,40 +245,8 @@ def create_app(
             rows = await rows
         return json_response(rows)
 
-    @app.get(
-        "/healthz",
-        summary="Redis and NATS reachable (no credentials needed)",
-        responses={**_doc(200, "Healthy", "Health"), **_doc(503, "Unhealthy", "Health")},
-    )
-    async def healthz() -> Response:
-        checks = {"redis": "ok", "nats": "ok" if ops.bus.nc.is_connected else "not connected"}
-        try:
-            await asyncio.wait_for(store.redis.ping(), timeout=2.0)
-        except (redis.exceptions.RedisError, OSError, TimeoutError) as err:
-            checks["redis"] = f"unreachable: {err!r}"
-        healthy = all(v == "ok" for v in checks.values())
-        return json_response(Health("ok" if healthy else "unavailable", checks), 200 if healthy else 503)
-
-    @app.get("/metrics", summary="Prometheus metrics", response_class=Response)
+    @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
     async def prometheus(who: Principal = allow(Action.METRICS_READ)) -> Response:
         return Response(content=await metrics.render(store), media_type=CONTENT_TYPE)
 
-    app.include_router(tokens_api.token_router(ops.bus, auth.tokens))
-    for router in routers:  # node operations, finance exports
-        app.include_router(router)
-    return app
-
-
-def _install_schemas(app: FastAPI) -> None:
-    """Add the msgspec shapes and the bearer scheme to the OpenAPI document."""
-    _, components = msgspec.json.schema_components(_SCHEMAS, ref_template="#/components/schemas/{name}")
-    generate = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = generate()
-            schema.setdefault("components", {}).setdefault("schemas", {}).update(components)
-            declare_security(schema)
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
+    return router

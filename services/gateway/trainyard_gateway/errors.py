@@ -13,25 +13,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
-from trainyard.api.jobs import Conflict, InvalidRequest, NotFound
 from trainyard.auth import KeysUnavailable, PermissionDenied, Unauthenticated, challenge
 from trainyard.domain.job import ValidationError
+from trainyard_gateway.jobs import Conflict, InvalidRequest, NotFound
+from trainyard_gateway.schema import ErrorBody, FieldError
 
 #: Infrastructure failures: the caller should retry.
 UNAVAILABLE = (nats.errors.Error, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, KeysUnavailable)
-
-
-class FieldError(msgspec.Struct):
-    field: str
-    message: str
-
-
-class ErrorBody(msgspec.Struct, omit_defaults=True):
-    """Every error the gateway returns."""
-
-    code: str  # unauthenticated, permission_denied, invalid_argument, not_found, conflict, ...
-    message: str
-    errors: list[FieldError] = []  # one per bad field, for invalid_argument
 
 
 class PayloadTooLarge(Exception):

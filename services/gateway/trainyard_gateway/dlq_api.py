@@ -17,8 +17,6 @@ import msgspec
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from trainyard.api.errors import error_response, json_response
-from trainyard.api.security import allow, read_body
 from trainyard.auth import Action, Principal
 from trainyard.bus import Bus
 from trainyard.bus import deadletters as dlq
@@ -26,17 +24,12 @@ from trainyard.bus.audit import audit
 from trainyard.bus.permissions import STREAMS
 from trainyard.settings import Settings
 from trainyard.store import Store
+from trainyard_gateway.errors import error_response, json_response
+from trainyard_gateway.schema import DeadLetterList, ReplayBody
+from trainyard_gateway.security import allow, read_body
 
 MAX_BODY_BYTES = 4096
 MAX_REASON_CHARS = 256
-
-
-class DeadLetterList(msgspec.Struct):
-    deadletters: list[dlq.DeadLetter]
-
-
-class ReplayBody(msgspec.Struct, frozen=True):
-    reason: str = ""  # why (recorded in the audit stream); who is the verified caller
 
 
 def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:

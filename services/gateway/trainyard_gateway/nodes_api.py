@@ -23,16 +23,12 @@ import msgspec
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from trainyard.api.errors import error_response, json_response
-from trainyard.api.jobs import InvalidRequest
-from trainyard.api.security import allow, read_body
 from trainyard.auth import Action, Principal
 from trainyard.bus import Bus
 from trainyard.bus.audit import audit
 from trainyard.core.health import (
     Cordon,
     Drain,
-    HistoryEntry,
     NodeHealthRecord,
     TransitionRejected,
     Uncordon,
@@ -44,6 +40,10 @@ from trainyard.events import subjects
 from trainyard.events.nodes import CordonNode, DrainNode, UncordonNode
 from trainyard.settings import Settings
 from trainyard.store import Store
+from trainyard_gateway.errors import error_response, json_response
+from trainyard_gateway.jobs import InvalidRequest
+from trainyard_gateway.schema import NodeCommandAccepted, NodeCommandBody, NodeHistory
+from trainyard_gateway.security import allow, read_body
 
 MAX_REASON_CHARS = 256
 MAX_BODY_BYTES = 4096
@@ -53,31 +53,6 @@ _record = msgspec.json.Decoder(NodeHealthRecord)
 
 #: op -> (command for the health core, event published for the health service)
 _OPS = {"cordon": (Cordon, CordonNode), "drain": (Drain, DrainNode), "uncordon": (Uncordon, UncordonNode)}
-
-
-class NodeCommandBody(msgspec.Struct, frozen=True):
-    reason: str  # who acted is the verified caller, never a field of the body
-
-
-class NodeCommandAccepted(msgspec.Struct):
-    node_id: str
-    command: str
-    state: str  # the node's state now
-    expected_state: str  # the state health will move it to
-    status: str = "accepted"
-
-
-class NodeHistory(msgspec.Struct):
-    node_id: str
-    state: str
-    reason: str
-    since: float
-    remedy: str | None
-    gpus: list[int]
-    cordoned_by: str | None
-    lemon: bool
-    incidents: list[float]
-    history: list[HistoryEntry]
 
 
 async def health_record(store: Store, node_id: str) -> NodeHealthRecord | None:

@@ -9,7 +9,6 @@ to one tenant's rows.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import time
 from collections.abc import Callable
 from decimal import Decimal
@@ -18,17 +17,17 @@ from typing import Any
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from trainyard.api.errors import error_response, json_response
-from trainyard.api.jobs import InvalidRequest, check_tenant_name
-from trainyard.api.security import allow
 from trainyard.auth import Action, Principal
 from trainyard.bus import Bus
 from trainyard.domain.job import ValidationError
 from trainyard.ledger import Ledger, RateCardError, chargeback_rows, encode_rows, period_bounds
 from trainyard.ledger.finance_config import read_cost_centres, read_rate_card
-from trainyard.reports import CapacityReport, capacity_from_nodes, capacity_report, parse_capacity
+from trainyard.reports import CapacityReport, capacity_from_nodes, capacity_report, parse_capacity, parse_instant
 from trainyard.settings import Settings
 from trainyard.store import Store, views
+from trainyard_gateway.errors import error_response, json_response
+from trainyard_gateway.jobs import InvalidRequest, check_tenant_name
+from trainyard_gateway.security import allow
 
 FORMATS = {"csv": "text/csv; charset=utf-8", "parquet": "application/vnd.apache.parquet"}
 #: ``group_by`` names the usage endpoint accepts -> ledger grouping keys.
@@ -36,26 +35,13 @@ USAGE_GROUPS = {"tenant": "tenant", "queue": "queue", "gpu_type": "gpu_type", "j
 DEFAULT_USAGE_GROUPS = ("tenant", "gpu_type")
 
 
-def parse_instant(field: str, value: str | None, *, end_of_day: bool = False) -> float | None:
-    """A time as Unix seconds from ``YYYY-MM-DD`` (00:00 UTC; with
-    ``end_of_day`` the next day's 00:00, so the day is included), an ISO 8601
-    date-time (UTC unless it names an offset) or Unix seconds."""
-    if value is None or value == "":
-        return None
+def window_bound(field: str, value: str | None, *, end_of_day: bool = False) -> float | None:
+    """The query parameter ``field`` read by :func:`trainyard.reports.parse_instant`;
+    :class:`InvalidRequest` naming it when it is not a time."""
     try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        if len(value) == 10:
-            day = dt.date.fromisoformat(value) + dt.timedelta(days=1 if end_of_day else 0)
-            return dt.datetime.combine(day, dt.time(), dt.UTC).timestamp()
-        at = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise InvalidRequest(
-            [ValidationError(field, f"{value!r} is not a date (2026-11-01), an ISO 8601 time or Unix seconds")]
-        ) from None
-    return (at if at.tzinfo else at.replace(tzinfo=dt.UTC)).timestamp()
+        return parse_instant(value, end_of_day=end_of_day)
+    except ValueError as err:
+        raise InvalidRequest([ValidationError(field, str(err))]) from None
 
 
 def usage_query(start: str | None, end: str | None, group_by: str | None) -> dict[str, Any]:
@@ -63,8 +49,8 @@ def usage_query(start: str | None, end: str | None, group_by: str | None) -> dic
     ones the caller gave (``start``, ``end``, ``group_by``).  Raises
     :class:`InvalidRequest` naming the bad parameter."""
     query: dict[str, Any] = {}
-    lo = parse_instant("from", start)
-    hi = parse_instant("to", end, end_of_day=True)
+    lo = window_bound("from", start)
+    hi = window_bound("to", end, end_of_day=True)
     if lo is not None and hi is not None and hi <= lo:
         raise InvalidRequest([ValidationError("to", "must be after 'from'")])
     if lo is not None:
@@ -185,7 +171,7 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
         as_of: float | None = Query(None, description="Report as of this Unix time (default: now)"),
         who: Principal = allow(Action.CAPACITY_READ),
     ) -> Response:
-        lo, hi = parse_instant("from", start), parse_instant("to", end, end_of_day=True)
+        lo, hi = window_bound("from", start), window_bound("to", end, end_of_day=True)
         problems = []
         if lo is None or hi is None or lo % 86_400 or hi % 86_400 or hi <= lo:
             problems.append(ValidationError("to", "from and to must be dates (YYYY-MM-DD), to on or after from"))

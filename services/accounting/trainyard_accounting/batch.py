@@ -27,10 +27,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from trainyard.core.accounting.metering import CANCELLED, RunFacts, end_run, meter, observe
 from trainyard.events.jobs import JobAccepted, JobCancelled, JobEvent, JobRejected
-from trainyard.ledger.records import FACT_COLUMNS, facts_from_row
 from trainyard.ledger.schema import LedgerTables
 
 _CHUNK = 500  # keys per IN (...) list
+#: Run columns that hold :class:`RunFacts` fields one to one.
+FACT_COLUMNS = ("attempt", "cluster", "admitted_at", "placed_at", "started_at", "ended_at", "outcome", "ended_seq")
 
 
 def chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
@@ -46,6 +47,16 @@ def insert_ignore(conn: sa.Connection, table: sa.Table) -> Any:
     if dialect == "sqlite":
         return sqlite.insert(table).on_conflict_do_nothing()
     raise RuntimeError(f"the ledger supports SQLite and PostgreSQL, not {dialect}")
+
+
+def facts_from_row(row: Any) -> RunFacts:
+    return RunFacts(
+        run_id=row["run_id"],
+        job_id=row["job_id"],
+        tenant=row["tenant"],
+        placement=dict(row["placement"] or {}),
+        **{c: row[c] for c in FACT_COLUMNS},
+    )
 
 
 def stream_seq(event_id: str) -> int | None:

@@ -16,6 +16,7 @@ from fastapi.responses import HTMLResponse
 from trainyard.auth import Action, Principal
 from trainyard.auth.policy import scope_of
 from trainyard.core.reasons import REASON_TEXT, PendingReason
+from trainyard_gateway.security import csrf_token
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -100,8 +101,6 @@ def fragment(name: str, **context: Any) -> str:
 def page(request: Request, name: str, who: Principal | None, status_code: int = 200, **context: Any) -> HTMLResponse:
     """A whole page: ``name`` inside the layout, with the caller's navigation
     and the CSRF token its forms carry."""
-    from trainyard.console.session import csrf_token  # the session module renders pages too
-
     nav = [(label, path) for label, path, action in NAV if who is not None and may(who, action)]
     html = environment.get_template(name).render(
         request=request, who=who, nav=nav, path=request.url.path, csrf=csrf_token(request) if who else "", **context

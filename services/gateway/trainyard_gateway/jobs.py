@@ -13,69 +13,21 @@ import re
 import time
 import uuid
 
-import msgspec
-
 from trainyard.auth.principal import check_name
 from trainyard.bus import Bus
 from trainyard.bus.audit import audit
 from trainyard.core.lifecycle import JobRecord
 from trainyard.domain.job import JobSpec, ValidationError, validate_job_spec
-from trainyard.events import CancelJob, ReplicaPlacement, SubmitJob, subjects
+from trainyard.events import CancelJob, SubmitJob, subjects
 from trainyard.store import Store, views, waiting
 from trainyard.store.views import TERMINAL
+from trainyard_gateway.schema import JobView
 
 JOB_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # always fullmatch: "$" would let a final newline through
-
-
-class JobView(msgspec.Struct):
-    """A job as the API shows it (REST, gRPC, the console): its record, and
-    why it waits while it does."""
-
-    job_id: str
-    status: str
-    tenant: str
-    queue: str | None = None
-    name: str | None = None
-    priority_class: str | None = None
-    gpus: int = 0
-    order: int = 0
-    attempt: int = 0
-    requeues: int = 0
-    run_id: str | None = None
-    last_seq: int = 0
-    submitted_at: float | None = None
-    accepted_at: float | None = None
-    admitted_at: float | None = None
-    placed_at: float | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-    reason: str | None = None  # why it waits; else why its last run failed, or why it was cancelled
-    message: str | None = None
-    position: int | None = None  # its place in line, while pending
-    not_before: float | None = None  # waiting out a backoff until then
-    expected_start: float | None = None  # placement's estimate, when a reservation holds room for it
-    last_checkpoint_step: int | None = None
-    preempt_deadline: float | None = None  # told to stop by then (preemption notice)
-    errors: list[dict[str, str]] | None = None
-    placement: list[ReplicaPlacement] | None = None
-    spec: JobSpec | None = None
-
-    @classmethod
-    def of(cls, job: JobRecord, why: waiting.Waiting | None = None, with_spec: bool = True) -> JobView:
-        """``job`` as shown, with ``why`` it waits (as the decider of its status said)."""
-        return cls(
-            job_id=job.job_id, status=job.status, tenant=job.tenant, queue=job.queue, name=job.name,
-            priority_class=job.priority_class, gpus=job.gpus, order=job.order, attempt=job.attempt,
-            requeues=job.requeues, run_id=job.run_id or None, last_seq=job.last_seq, submitted_at=job.submitted_at,
-            accepted_at=job.accepted_at, admitted_at=job.admitted_at, placed_at=job.placed_at,
-            started_at=job.started_at, finished_at=job.finished_at,
-            reason=why.reason if why else job.reason or None, message=job.message or None,
-            position=why.position if why else None, not_before=job.not_before,
-            expected_start=why.expected_start if why else None, last_checkpoint_step=job.last_checkpoint_step,
-            preempt_deadline=job.preempt_deadline,
-            errors=None if job.errors is None else [{"field": e.field, "message": e.message} for e in job.errors],
-            placement=list(job.placement) or None, spec=job.job_spec if with_spec else None,
-        )
+#: A job spec is small; this stays far below the 1 MiB NATS payload limit (REST body, gRPC message).
+MAX_SUBMIT_BYTES = 256 * 1024
+MAX_LIST_LIMIT = 1000
+MAX_REASON_CHARS = 256
 
 
 class InvalidRequest(Exception):

@@ -17,10 +17,10 @@ from trainyard.bus import Bus
 from trainyard.config.diff import diff_tenancy
 from trainyard.config.store import BUCKET, TENANCY_KEY
 from trainyard.config.tenancy import QuotaLimits, TenancyConfig, TenancyConfigError, load_tenancy
-from trainyard.console.render import page
-from trainyard.console.session import principal, refusal
 from trainyard.core.admission import queue_key
 from trainyard.store import Store, views
+from trainyard_gateway.console.render import page
+from trainyard_gateway.console.session import principal, refusal
 
 
 def quota_row(level: str, name: str, weight: float, quota: dict[str, QuotaLimits], used: dict[str, int],

@@ -1,7 +1,7 @@
 """Console pages for jobs: my jobs (live), submit from a form or YAML, a job's
 detail with its timeline and run history (live), why it waits, cancel.
 
-Everything goes through :class:`~trainyard.api.jobs.JobOperations` and the
+Everything goes through :class:`~trainyard_gateway.jobs.JobOperations` and the
 projections, with the same role and tenant checks as the REST API: a
 researcher sees and acts on its own tenant only; another tenant's job is "not
 found", as in the API.
@@ -17,26 +17,27 @@ import msgspec
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from trainyard.api.jobs import (
-    Conflict,
-    InvalidRequest,
-    JobOperations,
-    JobView,
-    NotFound,
-    check_job_id,
-    check_tenant_name,
-)
-from trainyard.api.metrics import JOB_STATUSES
-from trainyard.api.rest import decode_submission
 from trainyard.auth import Action, PermissionDenied, Principal, tenant_filter
-from trainyard.console.live import Baselines, Events, stream
-from trainyard.console.render import fragment, page
-from trainyard.console.session import Forbidden, principal, read_form
 from trainyard.domain.job import ValidationError
 from trainyard.ledger import Ledger
 from trainyard.ledger.records import LedgerRun
 from trainyard.store import views
 from trainyard.store.views import TERMINAL
+from trainyard_gateway.console.live import Baselines, Events, stream
+from trainyard_gateway.console.render import fragment, page
+from trainyard_gateway.console.session import Forbidden, principal, read_form
+from trainyard_gateway.decoding import decode_submission
+from trainyard_gateway.jobs import (
+    Conflict,
+    InvalidRequest,
+    JobOperations,
+    NotFound,
+    check_job_id,
+    check_tenant_name,
+)
+from trainyard_gateway.metrics import JOB_STATUSES
+from trainyard_gateway.schema import JobView
+from trainyard_gateway.security import csrf_token
 
 LIST_LIMIT = 200
 GPU_TYPES = ("H100", "A100", "H200", "B200")
@@ -199,7 +200,7 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
             if now == shown:
                 return []
             shown = now
-            return [("job", fragment("_job_detail.html", **await detail_context(who, job), who=who, csrf=_csrf(request)))]
+            return [("job", fragment("_job_detail.html", **await detail_context(who, job), who=who, csrf=csrf_token(request)))]
 
         return stream(poll)
 
@@ -222,12 +223,6 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
         return RedirectResponse(f"/jobs/{job_id}", status_code=303)
 
     return router
-
-
-def _csrf(request: Request) -> str:
-    from trainyard.console.session import csrf_token
-
-    return csrf_token(request)
 
 
 def _may_submit(who: Principal) -> bool:

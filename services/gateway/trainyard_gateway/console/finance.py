@@ -14,21 +14,21 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from trainyard.api.finance_api import (
-    FORMATS,
-    build_capacity_report,
-    chargeback_export,
-    chargeback_filename,
-    parse_instant,
-)
-from trainyard.api.jobs import InvalidRequest, check_tenant_name
 from trainyard.auth import Action, PermissionDenied, tenant_filter
-from trainyard.console.render import page, tenant_colour
-from trainyard.console.session import principal, refusal
 from trainyard.ledger import Ledger, RateCardError, period_bounds
 from trainyard.ledger.records import LedgerRun
 from trainyard.reports import capacity_from_nodes
 from trainyard.store import Store, views
+from trainyard_gateway.console.render import page, tenant_colour
+from trainyard_gateway.console.session import principal, refusal
+from trainyard_gateway.finance_api import (
+    FORMATS,
+    build_capacity_report,
+    chargeback_export,
+    chargeback_filename,
+    window_bound,
+)
+from trainyard_gateway.jobs import InvalidRequest, check_tenant_name
 
 GROUPS = ("tenant", "queue", "gpu_type")
 DAY_S = 86_400.0
@@ -80,7 +80,7 @@ def build_router(store: Store, ledger: Callable[[], Ledger] | None) -> APIRouter
         group = group if group in GROUPS else "tenant"
         try:
             scope = tenant_filter(who, Action.USAGE_READ, None)
-            lo, hi = parse_instant("from", start), parse_instant("to", end, end_of_day=True)
+            lo, hi = window_bound("from", start), window_bound("to", end, end_of_day=True)
         except PermissionDenied as err:
             return page(request, "error.html", who, status_code=403, message=str(err))
         except InvalidRequest as err:
@@ -140,7 +140,7 @@ def build_router(store: Store, ledger: Callable[[], Ledger] | None) -> APIRouter
         today = dt.datetime.now(dt.UTC).date()
         start, end = start or month_start(today).isoformat(), end or today.isoformat()
         try:
-            lo, hi = parse_instant("from", start), parse_instant("to", end, end_of_day=True)
+            lo, hi = window_bound("from", start), window_bound("to", end, end_of_day=True)
         except InvalidRequest as err:
             return page(request, "error.html", who, status_code=422, message=str(err))
         if lo is None or hi is None or lo % DAY_S or hi % DAY_S or hi <= lo:

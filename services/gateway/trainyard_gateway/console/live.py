@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from fastapi.responses import StreamingResponse
 
-from trainyard.api.errors import UNAVAILABLE
+from trainyard_gateway.errors import UNAVAILABLE
 
-log = logging.getLogger("trainyard.console")
+log = logging.getLogger("trainyard_gateway.console")
 
 POLL_S = 1.0
 #: A stream ends after this long; the browser reconnects at once (EventSource does).

@@ -13,15 +13,15 @@ import msgspec
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from trainyard.api.nodes_api import MAX_REASON_CHARS, NODE_ID_RE, NodeCommandRefused, health_record, node_command
 from trainyard.auth import Action, PermissionDenied, authorize
 from trainyard.bus import Bus
-from trainyard.console.live import Baselines, Events, stream
-from trainyard.console.render import fragment, page
-from trainyard.console.session import Forbidden, principal, read_form, refusal
 from trainyard.domain.node import NodeInfo
 from trainyard.events.jobs import ReplicaPlacement
 from trainyard.store import Store, views
+from trainyard_gateway.console.live import Baselines, Events, stream
+from trainyard_gateway.console.render import fragment, page
+from trainyard_gateway.console.session import Forbidden, principal, read_form, refusal
+from trainyard_gateway.nodes_api import MAX_REASON_CHARS, NODE_ID_RE, NodeCommandRefused, health_record, node_command
 
 NODE_STATES = ("healthy", "suspect", "cordoned", "draining", "repair", "lost")
 

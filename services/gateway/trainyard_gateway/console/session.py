@@ -3,7 +3,7 @@
 A person pastes an API token on ``/login``; it is verified with the gateway's
 :class:`~trainyard.auth.Authenticator` and kept in an HttpOnly,
 SameSite=Strict cookie that the Authentication middleware accepts on console
-pages only (:func:`trainyard.api.security.session_authorization`).  Every form
+pages only (:func:`trainyard_gateway.security.session_authorization`).  Every form
 that changes state carries a CSRF token derived from the session token (an
 HMAC, so any gateway can check it and no other site can compute it), and a
 request the browser marks as cross-site is refused.
@@ -11,17 +11,16 @@ request the browser marks as cross-site is refused.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from trainyard.api.errors import UNAVAILABLE
-from trainyard.api.security import SESSION_COOKIE, read_body
 from trainyard.auth import Action, Authenticator, PermissionDenied, Principal, Unauthenticated, authorize
-from trainyard.console.render import page
+from trainyard_gateway.console.render import page
+from trainyard_gateway.errors import UNAVAILABLE
+from trainyard_gateway.security import SESSION_COOKIE, csrf_token, read_body
 
 MAX_FORM_BYTES = 256 * 1024
 SESSION_MAX_AGE_S = 12 * 3600
@@ -29,11 +28,6 @@ SESSION_MAX_AGE_S = 12 * 3600
 
 class Forbidden(Exception):
     """A form without a valid CSRF token, or sent from another site."""
-
-
-def csrf_token(request: Request) -> str:
-    token = request.cookies.get(SESSION_COOKIE, "")
-    return hmac.new(token.encode(), b"trainyard-console-csrf", hashlib.sha256).hexdigest()[:40] if token else ""
 
 
 def same_site(request: Request) -> bool:

@@ -5,55 +5,23 @@ under the verified caller."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from trainyard.api.errors import error_response, json_response
-from trainyard.api.jobs import InvalidRequest
-from trainyard.api.security import allow, read_body
 from trainyard.auth import Action, BadTokenRequest, Principal, TokenRecord, TokenStore, check_grant, may_see
 from trainyard.auth.principal import TENANT_BOUND, parse_role
 from trainyard.auth.tokens import is_token_id
 from trainyard.bus import Bus
 from trainyard.bus.audit import audit
 from trainyard.domain.job import ValidationError
+from trainyard_gateway.errors import error_response, json_response
+from trainyard_gateway.jobs import InvalidRequest
+from trainyard_gateway.openapi import answer, request_body
+from trainyard_gateway.schema import CreatedToken, CreateTokenBody, ErrorBody, TokenInfo, TokenList
+from trainyard_gateway.security import allow, read_body
 
 MAX_BODY_BYTES = 4096
-
-
-class CreateTokenBody(msgspec.Struct, frozen=True):
-    name: str  # 1-64 letters, digits, '_' or '-'
-    role: str  # researcher, tenant-admin, operator, finance or admin
-    tenant: str | None = None  # required for researcher and tenant-admin, refused for the others
-    expires_in_s: float | None = None  # None: until revoked
-
-
-class TokenInfo(msgspec.Struct):
-    id: str
-    name: str
-    role: str
-    tenant: str | None
-    created_at: float
-    created_by: str
-    expires_at: float | None
-    revoked: bool
-    revoked_at: float | None
-    revoked_by: str | None
-
-
-class CreatedToken(msgspec.Struct):
-    token: str  # ty_<id>_<secret>: shown this once, stored only hashed
-    info: TokenInfo
-
-
-class TokenList(msgspec.Struct):
-    tokens: list[TokenInfo]
-
-
-SCHEMAS = (CreateTokenBody, CreatedToken, TokenInfo, TokenList)
 
 
 def info(record: TokenRecord) -> TokenInfo:
@@ -62,11 +30,6 @@ def info(record: TokenRecord) -> TokenInfo:
         created_by=record.created_by, expires_at=record.expires_at, revoked=record.revoked,
         revoked_at=record.revoked_at, revoked_by=record.revoked_by,
     )
-
-
-def _doc(status: int, description: str, schema: str) -> dict[int, dict[str, Any]]:
-    ref = {"$ref": f"#/components/schemas/{schema}"}
-    return {status: {"description": description, "content": {"application/json": {"schema": ref}}}}
 
 
 def _no_store() -> Response:
@@ -80,9 +43,8 @@ def token_router(bus: Bus, tokens: TokenStore | None) -> APIRouter:
         "",
         status_code=201,
         summary="Create an API token (the secret is shown once)",
-        responses={**_doc(201, "The token and its record", "CreatedToken"), **_doc(422, "Bad request", "ErrorBody")},
-        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {
-            "$ref": "#/components/schemas/CreateTokenBody"}}}}},
+        responses={**answer(201, "The token and its record", CreatedToken), **answer(422, "Bad request", ErrorBody)},
+        openapi_extra=request_body(CreateTokenBody),
     )
     async def create_token(request: Request, who: Principal = allow(Action.TOKEN_ADMIN)) -> Response:
         if tokens is None:
@@ -110,7 +72,7 @@ def token_router(bus: Bus, tokens: TokenStore | None) -> APIRouter:
                     record_id=f"audit:token:create:{record.id}")
         return json_response(CreatedToken(token=token, info=info(record)), 201)
 
-    @router.get("", summary="List API tokens (never their secrets)", responses=_doc(200, "The tokens", "TokenList"))
+    @router.get("", summary="List API tokens (never their secrets)", responses=answer(200, "The tokens", TokenList))
     async def list_tokens(who: Principal = allow(Action.TOKEN_ADMIN)) -> Response:
         if tokens is None:
             return _no_store()
@@ -120,7 +82,7 @@ def token_router(bus: Bus, tokens: TokenStore | None) -> APIRouter:
     @router.delete(
         "/{token_id}",
         summary="Revoke an API token (within about a second on every gateway)",
-        responses={**_doc(200, "The revoked token", "TokenInfo"), **_doc(404, "No such token", "ErrorBody")},
+        responses={**answer(200, "The revoked token", TokenInfo), **answer(404, "No such token", ErrorBody)},
     )
     async def revoke_token(token_id: str, who: Principal = allow(Action.TOKEN_ADMIN)) -> Response:
         if tokens is None:

@@ -1,1 +1,0 @@
-"""Job operations shared by the REST and gRPC front doors."""
