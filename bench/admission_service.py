@@ -26,8 +26,8 @@ from trainyard.bus import Bus, PublishRequest, ensure_streams
 from trainyard.core.admission import AdmissionPolicy
 from trainyard.domain import JobSpec, NodeInfo, Role
 from trainyard.events import JobAccepted, NodeRegistered, RunSucceeded, job_subject, subjects
+from trainyard.local.servers import start_nats, start_redis
 from trainyard.store import Projector, Store, views
-from trainyard.testing.servers import start_nats, start_redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "services" / "admission"))
 from trainyard_admission.cycle import AdmissionCycle

@@ -39,10 +39,10 @@ from trainyard.events import (
     subjects,
 )
 from trainyard.events.jobs import ReplicaPlacement
+from trainyard.local.servers import start_nats, start_redis
 from trainyard.settings import Settings
 from trainyard.store import Projector, Store
 from trainyard.testing.auth import issue
-from trainyard.testing.servers import start_nats, start_redis
 from trainyard.testing.streams import read_raw
 from trainyard_accounting.writer import LedgerWriter
 from trainyard_gateway import finance_api, nodes_api

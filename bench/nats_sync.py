@@ -26,7 +26,7 @@ from pathlib import Path
 
 from trainyard.bus import Bus, ensure_streams
 from trainyard.events import JobCancelled, encode, job_subject
-from trainyard.testing.servers import start_nats, start_nats_cluster
+from trainyard.local.servers import start_nats, start_nats_cluster
 
 CASES = [  # (nodes, sync_interval)
     (1, "default"),

@@ -32,9 +32,9 @@ from trainyard.events import (
     RunSucceeded,
     job_subject,
 )
+from trainyard.local.servers import start_nats, start_redis
 from trainyard.store import Projector, Store
 from trainyard.store.projector import wait_until_projected
-from trainyard.testing.servers import start_nats, start_redis
 
 NODES = 1000
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from trainyard.bus import Bus, ensure_streams
+from trainyard.local.servers import Server, start_nats, start_redis
 from trainyard.store import Store
 from trainyard.testing.auth import Callers, issue
-from trainyard.testing.servers import Server, start_nats, start_redis
 
 
 @pytest.fixture(scope="session")

@@ -21,8 +21,8 @@ from trainyard.config.store import ConfigStore
 from trainyard.events import subjects
 from trainyard.events.jobs import CancelJob
 from trainyard.local.credentials import ADMIN, Credentials, new_credentials, write_server_files
+from trainyard.local.servers import Server, start_nats, start_redis
 from trainyard.observability.metrics import LedgerMetrics
-from trainyard.testing.servers import Server, start_nats, start_redis
 from trainyard.testing.tenancy import one_team
 
 CONFIG = one_team("acme", gpus=8)

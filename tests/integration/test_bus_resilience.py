@@ -14,7 +14,7 @@ from trainyard.bus import Bus, ConsumerSpec, PayloadTooLarge, PoisonMessage, run
 from trainyard.bus.client import message_size
 from trainyard.bus.consumer import DEAD_LETTER_KEEP_BYTES
 from trainyard.events import subjects
-from trainyard.testing.servers import Server
+from trainyard.local.servers import Server
 from trainyard.testing.waiting import eventually
 
 SUBJECT = "trainyard.intake.acme"

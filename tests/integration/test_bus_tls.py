@@ -20,10 +20,10 @@ from cryptography.x509.oid import NameOID
 
 from trainyard.bus import Bus, ensure_streams
 from trainyard.local.credentials import ensure_credentials, service_env, write_server_files
+from trainyard.local.servers import ServerError, free_port, redis_server_binary, start_nats, wait_port
 from trainyard.runtime import nats_options, redis_options
 from trainyard.settings import load_settings
 from trainyard.store import Store
-from trainyard.testing.servers import ServerError, free_port, redis_server_binary, start_nats, wait_port
 
 
 def _write(path: Path, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> tuple[str, str]:

@@ -37,8 +37,8 @@ from trainyard.events import (
     RunSucceeded,
 )
 from trainyard.events.codec import encode
+from trainyard.local.servers import Server
 from trainyard.store import Projector, Store, job_hash
-from trainyard.testing.servers import Server
 
 JOBS = ("j0", "j1", "j2")
 NODES = ("n0", "n1")

@@ -14,9 +14,9 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from trainyard.bus import Bus, ensure_streams
 from trainyard.events import JobCancelled
 from trainyard.local.credentials import ADMIN, new_credentials, write_server_files
+from trainyard.local.servers import NatsCluster, start_nats_cluster
 from trainyard.local.supervisor import restart_server
 from trainyard.testing.publish import publish_event
-from trainyard.testing.servers import NatsCluster, start_nats_cluster
 from trainyard.testing.waiting import eventually
 
 

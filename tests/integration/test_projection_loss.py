@@ -25,11 +25,11 @@ from trainyard.events import (
     decode_job_event,
     subjects,
 )
+from trainyard.local.servers import Server, start_redis
 from trainyard.local.supervisor import restart_server
 from trainyard.store import Projector, Store, views
 from trainyard.store.projector import ProjectionLost, wait_until_projected
 from trainyard.testing.publish import publish_event
-from trainyard.testing.servers import Server, start_redis
 from trainyard.testing.waiting import eventually
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from trainyard.local.servers import free_port, start_nats, start_redis
 from trainyard.runtime import close_runtime, open_runtime
 from trainyard.settings import Settings
-from trainyard.testing.servers import free_port, start_nats, start_redis
 
 
 async def wait_for_log(caplog: pytest.LogCaptureFixture, *texts: str, timeout: float = 30.0) -> None:

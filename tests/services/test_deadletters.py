@@ -23,10 +23,10 @@ from trainyard.bus.consumer import DEAD_LETTER_KEEP_BYTES
 from trainyard.cli.main import app as cli
 from trainyard.domain import JobSpec, Role
 from trainyard.events import SubmitJob, subjects
+from trainyard.local.servers import free_port
 from trainyard.settings import Settings
 from trainyard.store import Projector, Store, views
 from trainyard.testing.auth import Callers
-from trainyard.testing.servers import free_port
 from trainyard.testing.waiting import eventually
 from trainyard_admission.handlers import IntakeHandler
 from trainyard_gateway import dlq_api

@@ -26,10 +26,10 @@ from trainyard.events import (
     decode_intake,
     subjects,
 )
+from trainyard.local.servers import free_port
 from trainyard.store import Store
 from trainyard.testing.auth import Callers
 from trainyard.testing.publish import publish_event
-from trainyard.testing.servers import free_port
 from trainyard.testing.streams import project
 from trainyard_gateway.grpc_server import FIELD_ERRORS_METADATA, spec_from_proto, spec_to_proto, start_grpc
 from trainyard_gateway.jobs import JobOperations

@@ -32,11 +32,11 @@ from trainyard.events import (
     decode_intake,
     subjects,
 )
+from trainyard.local.servers import Server, free_port, wait_port
 from trainyard.store import Store, waiting
 from trainyard.store.waiting import Waiting
 from trainyard.testing.auth import Callers
 from trainyard.testing.publish import publish_event
-from trainyard.testing.servers import Server, free_port, wait_port
 from trainyard.testing.streams import project
 from trainyard_gateway.jobs import JobOperations
 from trainyard_gateway.rest import create_app

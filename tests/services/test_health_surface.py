@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from trainyard.cli.nodes import emulate_inject
 from trainyard.emulator import EmulatedCluster
+from trainyard.local.servers import free_port
 from trainyard.settings import load_settings
-from trainyard.testing.servers import free_port
 from trainyard_health.metrics import HealthMetrics
 
 

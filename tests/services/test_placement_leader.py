@@ -26,10 +26,10 @@ from trainyard.core.invariants import check_job_log
 from trainyard.core.placement import place
 from trainyard.cycles import decision_loop
 from trainyard.events import JobPlaced
+from trainyard.local.servers import Server
 from trainyard.runtime import Runtime
 from trainyard.settings import Settings
 from trainyard.store import Projector, Store, views
-from trainyard.testing.servers import Server
 from trainyard.testing.streams import read_job_events
 from trainyard_placement.handlers import PlacementCycle
 from trainyard_placement.main import lease_key

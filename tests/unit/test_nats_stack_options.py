@@ -10,8 +10,8 @@ import pytest
 from trainyard.bus.connection import server_urls
 from trainyard.local import LocalStack, StackConfig
 from trainyard.local.nats_nodes import check_nats, port_names, replicas_for, sync_for
+from trainyard.local.servers import _server_config, check_sync_interval, url_with_user
 from trainyard.local.supervisor import servers
-from trainyard.testing.servers import _server_config, check_sync_interval, url_with_user
 
 
 @pytest.mark.parametrize(

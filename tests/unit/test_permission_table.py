@@ -13,10 +13,10 @@ import pytest
 from trainyard.bus.permissions import ROLES, SERVICES, BusUser, inbox_prefix, nats_config, permissions_for, user_name
 from trainyard.events import subjects
 from trainyard.local.credentials import ADMIN, ensure_credentials, load_credentials, service_env, write_server_files
+from trainyard.local.servers import nats_server_binary
 from trainyard.local.stack import StackState, read_state, state_path
 from trainyard.settings import ConfigurationError, load_settings
 from trainyard.store.acl import redis_acl, rules_for
-from trainyard.testing.servers import nats_server_binary
 
 
 def matches(pattern: str, subject: str) -> bool:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import nats
 
+from trainyard.local.servers import start_nats
 from trainyard.local.supervisor import Backoff, Supervisor, restart_server
-from trainyard.testing.servers import start_nats
 
 
 def test_backoff_doubles_while_a_process_keeps_exiting_and_resets_after_a_healthy_period() -> None:

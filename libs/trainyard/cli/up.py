@@ -37,8 +37,8 @@ def up(
     SIGTERM or SIGHUP (closing the terminal), which stop all of them."""
     from trainyard.cli.settings import cli_settings
     from trainyard.local import LocalStack, PortError, StackConfig, StackRunning
+    from trainyard.local.servers import ServerError
     from trainyard.local.supervisor import Supervisor
-    from trainyard.testing.servers import ServerError
 
     config = StackConfig(
         data_dir=data_dir, nodes=nodes, gpus_per_node=gpus, racks=racks, http_port=http_port,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import msgspec
 
-from trainyard.testing.servers import free_port
+from trainyard.local.servers import free_port
 
 LOCK_FILE = "stack.lock"
 PORTS_FILE = "ports.json"

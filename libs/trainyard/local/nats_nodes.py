@@ -15,7 +15,7 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from trainyard.testing.servers import (
+from trainyard.local.servers import (
     SYNC_ALWAYS,
     SYNC_DEFAULT,
     Server,

@@ -46,8 +46,8 @@ from trainyard.local.lock import (
 )
 from trainyard.local.logs import log_path, log_size, log_tail, logged_ready
 from trainyard.local.nats_nodes import check_nats, declare_streams, port_names, replicas_for, start_stack_nats, sync_for
+from trainyard.local.servers import Server, ServerError, start_redis
 from trainyard.local.state import StackState, read_state, state_path, write_state
-from trainyard.testing.servers import Server, ServerError, start_redis
 
 __all__ = ["SERVICES", "LocalStack", "StackConfig", "StackState", "read_state", "state_path"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 
 from trainyard.local.credentials import ADMIN, BUS_DIR, load_credentials
-from trainyard.testing.servers import url_with_user
+from trainyard.local.servers import url_with_user
 
 
 class StackState(msgspec.Struct):

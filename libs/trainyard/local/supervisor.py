@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from trainyard.testing.servers import Server, wait_port
+from trainyard.local.servers import Server, wait_port
 
 
 def servers(stack) -> dict[str, Server]:  # type: ignore[no-untyped-def]
