@@ -8,7 +8,8 @@ from pathlib import Path
 
 from test_projection import lifecycle
 
-from trainyard.bus import Bus, PoisonMessage
+from trainyard.bus import Bus, ConsumerSpec
+from trainyard.bus.consumer import consume
 from trainyard.events import RunSucceeded, subjects
 from trainyard_accounting.handlers import LedgerHandler
 from trainyard_accounting.writer import LedgerWriter
@@ -20,15 +21,15 @@ async def test_an_event_on_another_writers_subject_is_dead_lettered_and_not_bill
     await bus.publish(subjects.job("acme", "j1", "placement"), forged, msg_id="forged")  # placement may not end runs
     elsewhere = RunSucceeded(at=9.0, job_id="j1", tenant="acme", run_id="j1-r1")
     await bus.publish(subjects.job("beta", "j1", "agent"), elsewhere, msg_id="other-tenant")
-    sub = await bus.js.pull_subscribe(subjects.JOBS_ALL, durable="test-accounting", stream="JOBS")
-    msgs = await sub.fetch(6, timeout=10)
+    spec = ConsumerSpec(stream="JOBS", durable="test-accounting", filter_subject=subjects.JOBS_ALL)
+    msgs = await (await bus.pull(spec)).fetch(6, timeout=10)
     with LedgerWriter(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
         ledger.create_schema()
 
-        outcomes = await LedgerHandler(ledger)(msgs)
+        fates = await consume(bus, spec, LedgerHandler(ledger), msgs)
 
-        assert [type(o).__name__ for o in outcomes] == ["NoneType"] * 4 + ["PoisonMessage"] * 2
-        assert all(isinstance(o, PoisonMessage) for o in outcomes[4:])
-        assert "may not be written by 'placement'" in str(outcomes[4]) and "sent on" in str(outcomes[5])
+        assert fates == ["ack"] * 4 + ["dead-letter"] * 2
+        reasons = [(await bus.js.get_msg("DEADLETTER", seq)).headers["Trainyard-Reason"] for seq in (1, 2)]
+        assert "may not be written by 'placement'" in reasons[0] and "sent on" in reasons[1]
         [run] = ledger.runs()
         assert run.run_id == "j1-r1" and run.outcome is None and run.started_at == 4.0  # still running

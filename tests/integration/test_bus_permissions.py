@@ -15,7 +15,17 @@ import pytest
 import redis.exceptions
 from redis.asyncio import Redis
 
-from trainyard.bus import Bus, ConsumerSpec, PublishDenied, deadletters, ensure_streams, run_consumer
+from trainyard.bus import (
+    Bus,
+    ConsumerSpec,
+    Delivery,
+    Outcome,
+    PublishDenied,
+    PublishRequest,
+    deadletters,
+    ensure_streams,
+    run_consumer,
+)
 from trainyard.bus.permissions import SERVICES, inbox_prefix
 from trainyard.config.store import ConfigStore
 from trainyard.events import subjects
@@ -23,6 +33,7 @@ from trainyard.events.jobs import CancelJob
 from trainyard.local.credentials import ADMIN, Credentials, new_credentials, write_server_files
 from trainyard.local.servers import Server, start_nats, start_redis
 from trainyard.observability.metrics import LedgerMetrics
+from trainyard.testing.fakes import Scripted
 from trainyard.testing.tenancy import one_team
 
 CONFIG = one_team("acme", gpus=8)
@@ -239,25 +250,19 @@ async def test_a_redis_user_runs_only_the_commands_of_its_role(
 
 
 async def test_a_consumer_whose_publish_is_refused_keeps_consuming(connect: Connect) -> None:
-    """A handler that tries a publish its user may not make is retried like
-    any failure; the consumer loop goes on with the next messages."""
+    """A handler whose outcome carries a publish its user may not make is
+    retried like any failure; the consumer loop goes on with the next messages."""
     admission, accounting = await connect("admission"), await connect("accounting")
-    handled: list[str] = []
-    refused: list[BaseException] = []
 
-    async def handler(msgs):  # type: ignore[no-untyped-def]
-        outcomes: list[BaseException | None] = []
-        for msg in msgs:
-            if msg.subject.endswith(".admission") and not refused:
-                try:  # accounting, a reader, tries to write a decision
-                    await accounting.publish(msg.subject, cancel(), msg_id="not-mine")
-                except PublishDenied as err:
-                    refused.append(err)
-                    outcomes.append(err)
-                    continue
-            handled.append(msg.subject)
-            outcomes.append(None)
-        return outcomes
+    def decide(d: Delivery[bytes]) -> Outcome:
+        if d.subject == job("admission") and d.delivered == 1:  # accounting, a reader, tries to write a decision
+            return Outcome.done(PublishRequest(d.subject, cancel(), "not-mine"))
+        return Outcome.done()
+
+    handler = Scripted(decide)
+
+    def handled() -> list[str]:
+        return [d.subject for d in handler.seen if d.subject != job("admission") or d.delivered > 1]
 
     stop = asyncio.Event()
     spec = ConsumerSpec(stream="JOBS", durable="accounting", filter_subject=subjects.JOBS_ALL, retry_delay_s=0.1)
@@ -266,10 +271,11 @@ async def test_a_consumer_whose_publish_is_refused_keeps_consuming(connect: Conn
         await admission.publish(job("admission"), cancel(), msg_id="first")
         await admission.publish(subjects.job("acme", "j-2", "admission"), cancel(job_id="j-2"), msg_id="second")
         deadline = asyncio.get_running_loop().time() + 30
-        while len(handled) < 2 and not loop.done() and asyncio.get_running_loop().time() < deadline:
+        while len(handled()) < 2 and not loop.done() and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.05)
         assert not loop.done()
-        assert len(refused) == 1 and sorted(handled) == sorted([job("admission"), subjects.job("acme", "j-2", "admission")])
+        assert sorted(handled()) == sorted([job("admission"), subjects.job("acme", "j-2", "admission")])
+        assert (await admission.js.stream_info("JOBS")).state.messages == 2  # the denied publish is not there
     finally:
         stop.set()
         await loop

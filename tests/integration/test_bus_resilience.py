@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from nats.aio.msg import Msg
 
-from trainyard.bus import Bus, ConsumerSpec, PayloadTooLarge, PoisonMessage, run_consumer
+from trainyard.bus import Bus, ConsumerSpec, Delivery, Outcome, PayloadTooLarge, Subscription, run_consumer
 from trainyard.bus.client import message_size
 from trainyard.bus.consumer import DEAD_LETTER_KEEP_BYTES
 from trainyard.events import subjects
@@ -20,7 +20,7 @@ from trainyard.testing.waiting import eventually
 SUBJECT = "trainyard.intake.acme"
 
 
-class Recorder:
+class Recorder(Subscription[bytes]):
     """A batch handler that records what it handled: b"bad" is poison, b"deep"
     makes the whole batch fail as JSON nested too deeply would, b"close" closes
     the connection under the consumer (once)."""
@@ -30,19 +30,22 @@ class Recorder:
         self.handled: list[bytes] = []
         self.closed = False
 
-    async def __call__(self, msgs: Sequence[Msg]) -> list[BaseException | None]:
-        if any(m.data == b"deep" for m in msgs):
+    def decode(self, subject: str, data: bytes) -> bytes:
+        return data
+
+    async def handle(self, batch: Sequence[Delivery[bytes]]) -> list[Outcome]:
+        if any(d.event == b"deep" for d in batch):
             raise RecursionError("maximum recursion depth exceeded while deserializing an object")
-        outcomes: list[BaseException | None] = []
-        for m in msgs:
-            if m.data == b"close" and not self.closed:
+        outcomes: list[Outcome] = []
+        for d in batch:
+            if d.event == b"close" and not self.closed:
                 self.closed = True
                 await self.bus.nc.close()  # the acks that follow fail
-            if m.data.startswith(b"bad"):
-                outcomes.append(PoisonMessage(f"bad message of {len(m.data)} bytes"))
+            if d.event.startswith(b"bad"):
+                outcomes.append(Outcome.poison(f"bad message of {len(d.event)} bytes"))
             else:
-                self.handled.append(m.data)
-                outcomes.append(None)
+                self.handled.append(d.event)
+                outcomes.append(Outcome.done())
         return outcomes
 
 
@@ -155,8 +158,9 @@ async def test_a_batch_failing_on_one_deeply_nested_message_dead_letters_only_th
 
 async def test_a_reason_with_line_breaks_cannot_break_the_dead_letter_headers(bus: Bus) -> None:
     class Liar(Recorder):
-        async def __call__(self, msgs: Sequence[Msg]) -> list[BaseException | None]:
-            return [msgspec.ValidationError("line one\r\nNats-Msg-Id: forged\r\n" + "z" * 5000) for _ in msgs]
+        async def handle(self, batch: Sequence[Delivery[bytes]]) -> list[Outcome]:
+            return [Outcome.failed(msgspec.ValidationError("line one\r\nNats-Msg-Id: forged\r\n" + "z" * 5000))
+                    for _ in batch]
 
     await bus.publish_raw(SUBJECT, b"x", {"Nats-Msg-Id": "x"})
     task, stop = await consume(bus, Liar(bus))

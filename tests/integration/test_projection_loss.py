@@ -164,11 +164,9 @@ async def delivered_placed(emulator: EmulatedCluster) -> list[int]:
     counts: list[int] = []
     handle = emulator.handle
 
-    async def counting(msgs):  # type: ignore[no-untyped-def]
-        for msg in msgs:
-            if isinstance(decode_job_event(msg.data), JobPlaced):
-                counts.append(msg.metadata.num_delivered or 1)
-        return await handle(msgs)
+    async def counting(batch):  # type: ignore[no-untyped-def]
+        counts.extend(d.delivered for d in batch if isinstance(d.event, JobPlaced))
+        return await handle(batch)
 
     emulator.handle = counting  # type: ignore[method-assign]
     return counts

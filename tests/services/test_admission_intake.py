@@ -27,6 +27,7 @@ from trainyard.events import (
 )
 from trainyard.store import Projector, Store, views
 from trainyard.store.fleet import read_fleet
+from trainyard.store.projections import RedisProjections
 from trainyard.testing.streams import read_job_events, read_raw
 from trainyard.testing.waiting import eventually
 from trainyard_admission.handlers import IntakeHandler
@@ -39,7 +40,7 @@ async def run_intake(bus: Bus, store: Store, until_jobs_events: int, until_dead:
     """Run admission's intake consumer until the streams hold what we expect."""
     stop = asyncio.Event()
     spec = ConsumerSpec(stream="INTAKE", durable="admission-intake", filter_subject=subjects.INTAKE_ALL)
-    task = asyncio.create_task(run_consumer(bus, spec, IntakeHandler(bus, store, time.time), stop))
+    task = asyncio.create_task(run_consumer(bus, spec, IntakeHandler(RedisProjections(bus, store), time.time), stop))
     try:
         for _ in range(200):
             jobs = (await bus.js.stream_info("JOBS")).state.messages
@@ -146,7 +147,7 @@ class Intake:
             cfg = load_tenancy(tenancy)
             holder.set(compile_tenancy(cfg), cfg, 1)
         spec = ConsumerSpec(stream="INTAKE", durable="admission-intake", filter_subject=subjects.INTAKE_ALL)
-        self.consumer = asyncio.create_task(run_consumer(bus, spec, IntakeHandler(bus, store, time.time, holder), self.stop))
+        self.consumer = asyncio.create_task(run_consumer(bus, spec, IntakeHandler(RedisProjections(bus, store), time.time, holder), self.stop))
         self.projectors = [asyncio.create_task(Projector(bus, store, s).run(self.stop)) for s in ("JOBS", "NODES")]
         self.sent = 0
 

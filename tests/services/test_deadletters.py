@@ -8,16 +8,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import httpx
 import msgspec
 import pytest
 import uvicorn
-from nats.aio.msg import Msg
 from typer.testing import CliRunner
 
-from trainyard.bus import Bus, ConsumerSpec, PoisonMessage, run_consumer
+from trainyard.bus import Bus, ConsumerSpec, Outcome, Subscription, run_consumer
 from trainyard.bus.audit import AuditRecord
 from trainyard.bus.consumer import DEAD_LETTER_KEEP_BYTES
 from trainyard.cli.main import app as cli
@@ -26,7 +26,9 @@ from trainyard.events import SubmitJob, subjects
 from trainyard.local.servers import free_port
 from trainyard.settings import Settings
 from trainyard.store import Projector, Store, views
+from trainyard.store.projections import RedisProjections
 from trainyard.testing.auth import Callers
+from trainyard.testing.fakes import Scripted
 from trainyard.testing.waiting import eventually
 from trainyard_admission.handlers import IntakeHandler
 from trainyard_gateway import dlq_api
@@ -36,7 +38,11 @@ from trainyard_gateway.rest import create_app
 SPEC = JobSpec(tenant="acme", queue="q", roles=[Role(name="t", gpus_per_replica=8)], simulated_duration_s=1.0)
 INTAKE = ConsumerSpec(stream="INTAKE", durable="admission-intake", filter_subject=subjects.INTAKE_ALL, max_deliver=1)
 
-Handler = Callable[[Sequence[Msg]], Awaitable[Sequence[BaseException | None]]]
+
+
+def redis_down() -> Scripted:
+    """A handler that fails every message as if Redis were down."""
+    return Scripted(lambda _: Outcome.failed(ConnectionError("Redis is not answering")))
 
 
 @pytest.fixture
@@ -51,7 +57,7 @@ async def dead_count(bus: Bus) -> int:
     return (await bus.js.stream_info("DEADLETTER")).state.messages
 
 
-async def consume(bus: Bus, spec: ConsumerSpec, handler: Handler, until: Callable[[], Awaitable[bool]]) -> None:
+async def consume(bus: Bus, spec: ConsumerSpec, handler: Subscription[Any], until: Callable[[], Awaitable[bool]]) -> None:
     """Run one consumer until ``until()`` holds."""
     stop = asyncio.Event()
     task = asyncio.create_task(run_consumer(bus, spec, handler, stop))
@@ -65,19 +71,13 @@ async def consume(bus: Bus, spec: ConsumerSpec, handler: Handler, until: Callabl
 async def kill_all(bus: Bus, stream: str, filter_subject: str, reason: str, expect: int) -> None:
     """Dead-letter everything on ``filter_subject`` as poison with ``reason``."""
 
-    async def poison(msgs: Sequence[Msg]) -> list[BaseException | None]:
-        return [PoisonMessage(reason)] * len(msgs)
-
+    poison = Scripted(lambda _: Outcome.poison(reason))
     spec = ConsumerSpec(stream=stream, durable=f"poison-{stream.lower()}", filter_subject=filter_subject)
 
     async def done() -> bool:
         return await dead_count(bus) >= expect
 
     await consume(bus, spec, poison, done)
-
-
-async def redis_down(msgs: Sequence[Msg]) -> list[BaseException | None]:
-    return [ConnectionError("Redis is not answering")] * len(msgs)
 
 
 async def audit_records(bus: Bus) -> list[AuditRecord]:
@@ -94,7 +94,7 @@ async def test_a_submission_given_up_on_is_listed_shown_and_replayed_into_an_acc
     async def one_dead() -> bool:
         return await dead_count(bus) == 1
 
-    await consume(bus, INTAKE, redis_down, one_dead)  # the last delivery gives up
+    await consume(bus, INTAKE, redis_down(), one_dead)  # the last delivery gives up
 
     listed = (await gateway.get("/v1/deadletters", headers=callers.headers("operator"))).json()["deadletters"]
     [letter] = listed
@@ -127,7 +127,7 @@ async def test_a_submission_given_up_on_is_listed_shown_and_replayed_into_an_acc
     stop = asyncio.Event()
     follow = asyncio.create_task(projector.run(stop))
     try:
-        await consume(bus, INTAKE, IntakeHandler(bus, store, time.time), accepted)
+        await consume(bus, INTAKE, IntakeHandler(RedisProjections(bus, store), time.time), accepted)
     finally:
         stop.set()
         await follow
@@ -187,7 +187,7 @@ async def test_the_cli_lists_shows_and_replays_dead_letters(bus: Bus, store: Sto
     async def one_dead() -> bool:
         return await dead_count(bus) == 1
 
-    await consume(bus, INTAKE, redis_down, one_dead)
+    await consume(bus, INTAKE, redis_down(), one_dead)
     app = create_app(JobOperations(bus, store), store, callers.authenticator,
                      routers=[dlq_api.build_router(bus, store, Settings())])
     port = free_port()

@@ -77,31 +77,3 @@ def test_no_module_is_over_400_lines() -> None:
         and lines_of(path) > MAX_LINES
     }
     assert too_long == {}, f"split these along their seams (CONVENTIONS.md, principle 12): {too_long}"
-
-
-def imports_of(path: Path) -> list[tuple[int, str]]:
-    """Every module ``path`` imports, with its line."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            found.extend((node.lineno, a.name) for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.append((node.lineno, node.module))
-    return found
-
-
-def test_production_code_never_imports_the_test_helpers() -> None:
-    offenders = [
-        f"{name}:{line}: {module}"
-        for path in python_files("libs", "services")
-        if not (name := path.relative_to(ROOT).as_posix()).startswith(TESTING)
-        for line, module in imports_of(path)
-        if module == "trainyard.testing" or module.startswith("trainyard.testing.")
-    ]
-    assert offenders == [], "production code must not depend on trainyard.testing"
-
-
-def test_the_import_check_sees_both_forms(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.py"
-    bad.write_text("import trainyard.testing.chaos\nfrom trainyard.testing.waiting import eventually\n")
-    assert [m for _, m in imports_of(bad)] == ["trainyard.testing.chaos", "trainyard.testing.waiting"]

@@ -73,3 +73,37 @@ def test_the_checks_see_every_service_and_catch_a_forbidden_import(tmp_path: Pat
     bad = tmp_path / "bad.py"
     bad.write_text("import redis\nfrom trainyard.bus import Bus\nimport json\n")
     assert {m for m in imports_of(bad) if not allowed_in_pure(m)} == {"redis", "trainyard.bus"}
+
+
+def imports_from_testing(path: Path) -> set[str]:
+    """The modules of trainyard.testing that ``path`` imports (``from
+    trainyard.testing import fakes`` counts as trainyard.testing.fakes)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("trainyard.testing"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "trainyard.testing":
+                found.update(f"trainyard.testing.{a.name}" for a in node.names)
+            elif node.module.startswith("trainyard.testing."):
+                found.add(node.module)
+    return found
+
+
+def test_production_code_never_imports_the_fakes_or_other_test_helpers() -> None:
+    production = [
+        *(p for p in LIBS.rglob("*.py") if not p.is_relative_to(LIBS / "testing")),
+        *(ROOT / "services").rglob("*.py"),
+    ]
+    offenders = {
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in production
+        for module in imports_from_testing(path)
+    }
+    assert offenders == set(), "production code must not depend on trainyard.testing (the servers `trainyard up` starts are trainyard.local.servers)"
+
+
+def test_the_testing_import_check_sees_every_form(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("import trainyard.testing.fakes\nfrom trainyard.testing import fakes\nfrom trainyard.testing.chaos import run\n")
+    assert imports_from_testing(bad) == {"trainyard.testing.fakes", "trainyard.testing.chaos"}

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import PubAck
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, PubAck
 from nats.js.errors import APIError
 
 from trainyard.bus.client import ResilientClient, check_publishable
 from trainyard.events import encode, subjects
+
+if TYPE_CHECKING:
+    from trainyard.bus.consumer import ConsumerSpec
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +134,24 @@ class Bus:
         except Exception:  # noqa: BLE001 - best effort; unacked messages are redelivered
             pass
         await self.nc.close()
+
+    async def pull(self, spec: ConsumerSpec) -> JetStreamContext.PullSubscription:
+        """A pull subscription to the durable consumer ``spec`` names: made, or
+        brought up to date when it was made with older settings."""
+        config = ConsumerConfig(
+            durable_name=spec.durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=spec.ack_wait_s,
+            max_deliver=-1,  # the consumer loop decides when a message is dead, never the server
+            max_ack_pending=spec.max_ack_pending,
+            filter_subject=spec.filter_subject,
+        )
+        try:
+            await self.js.add_consumer(spec.stream, config)
+        except nats.errors.Error as err:
+            log.warning("%s: could not update the consumer: %r", spec.durable, err)
+        return await self.js.pull_subscribe(spec.filter_subject, durable=spec.durable, stream=spec.stream, config=config)
 
     @staticmethod
     def _headers(req: PublishRequest) -> dict[str, str]:

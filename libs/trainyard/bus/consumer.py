@@ -1,11 +1,13 @@
-"""Durable pull consumers, and the one place where a handler's outcome becomes
-ack, nak-with-delay or dead-letter.
+"""Durable pull consumers, and the one place where a subscription's outcome
+becomes published events and ack, nak-with-delay or dead-letter.
 
-Handlers never ack or nak themselves.  They return normally (ack), raise
-:class:`RetryLater` (nak with a delay), :class:`NotCaughtUp` (a valid message
-that waits for a projection: nak with a growing, capped delay, for as long as
-it takes, never dead-lettered), or raise :class:`PoisonMessage` (the message is
-copied to the dead-letter stream with the reason, then terminated).  Broken
+A consumer runs a :class:`~trainyard.bus.subscription.Subscription`: the bus
+decodes each message into the subscription's event type, hands the batch to
+its handler, publishes the events each outcome carries and settles each
+message by its outcome's fate (see ``subscription.py``).  A message that does
+not decode is poison.  :class:`NotCaughtUp` (a valid message that waits for a
+projection) is nakked with a growing, capped delay, for as long as it takes,
+never dead-lettered; :class:`RetryLater` with its delay.  Broken
 infrastructure (NATS, Redis, the database) and unexpected exceptions are
 retried with a delay until ``max_deliver``; the last attempt dead-letters.
 The server itself never gives up on a message (its ``max_deliver`` is
@@ -19,72 +21,40 @@ dead-lettered.  A dead letter keeps the first :data:`DEAD_LETTER_KEEP_BYTES`
 of the data with the original size, subject and sequence, so it always fits
 in a message.  Failures to ack, nak, terminate or dead-letter are logged and
 the message is left to be redelivered; they never end the consumer.
+
+The same loop runs over the real bus (:class:`~trainyard.bus.Bus`) and over
+the in-memory fake in ``trainyard.testing.fakes``: both are a :class:`Broker`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Protocol
 
 import msgspec
 import nats.errors
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.api import PubAck
 
-from trainyard.bus.client import PayloadTooLarge, header_value
-from trainyard.bus.connection import Bus
-from trainyard.events import JobEvent, decode_job_event, subject_disagrees, subjects
+from trainyard.bus.client import header_value
+from trainyard.bus.connection import WrongLastSequence
+from trainyard.bus.subscription import (
+    POISON_ERRORS,
+    Delivery,
+    NotCaughtUp,
+    Outcome,
+    PoisonMessage,
+    RetryLater,
+    Subscription,
+)
+from trainyard.events import subjects
 
 log = logging.getLogger(__name__)
 
-
-class PoisonMessage(Exception):
-    """The message can never be handled (bad encoding, impossible content)."""
-
-
-def job_event_of(msg: Msg) -> JobEvent:
-    """The job event in ``msg``; :class:`PoisonMessage` when it is not one, or when its
-    subject disagrees with its body (another writer's subject, another tenant's job), which
-    no reader of JOBS acts on."""
-    try:
-        event = decode_job_event(msg.data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as err:
-        raise PoisonMessage(f"not a job event: {err}") from None
-    problem = subject_disagrees(msg.subject, event)
-    if problem:
-        raise PoisonMessage(problem)
-    return event
-
-
-#: Exceptions that mean "this message can never be handled", wherever raised.
-POISON_ERRORS: tuple[type[BaseException], ...] = (
-    PoisonMessage,
-    msgspec.DecodeError,
-    msgspec.ValidationError,
-    RecursionError,
-    UnicodeError,
-    PayloadTooLarge,
-)
-
 #: How much of a dead message's data its dead letter keeps.
 DEAD_LETTER_KEEP_BYTES = 64 * 1024
-
-
-class RetryLater(Exception):
-    def __init__(self, reason: str, delay_s: float = 1.0) -> None:
-        super().__init__(reason)
-        self.delay_s = delay_s
-
-
-class NotCaughtUp(RetryLater):
-    """The message is valid, but a projection it needs has not caught up with
-    it (lagging, or rebuilt after a loss): wait and retry, never dead-letter."""
-
-    def __init__(self, reason: str, delay_s: float = 0.1, max_delay_s: float = 0.5) -> None:
-        super().__init__(reason, delay_s)
-        self.max_delay_s = max_delay_s
 
 
 class ConsumerSpec(msgspec.Struct, frozen=True):
@@ -98,11 +68,51 @@ class ConsumerSpec(msgspec.Struct, frozen=True):
     retry_delay_s: float = 1.0
 
 
-#: A batch handler returns one outcome per message: None (ack) or an exception.
-BatchHandler = Callable[[Sequence[Msg]], Awaitable[Sequence[BaseException | None]]]
+class _Sequences(Protocol):
+    @property
+    def stream(self) -> int: ...
 
 
-async def dead_letter(bus: Bus, stream: str, msg: Msg, reason: str) -> None:
+class _Metadata(Protocol):
+    @property
+    def sequence(self) -> _Sequences: ...
+    @property
+    def num_delivered(self) -> int: ...
+    @property
+    def timestamp(self) -> datetime: ...
+
+
+class Pulled(Protocol):
+    """A message fetched from a durable consumer (``nats.aio.msg.Msg``, or the fake's)."""
+
+    subject: str
+    data: bytes
+
+    @property
+    def metadata(self) -> _Metadata: ...
+    async def ack(self) -> None: ...
+    async def nak(self, delay: float | None = None) -> None: ...
+    async def term(self) -> None: ...
+
+
+class Puller(Protocol):
+    async def fetch(self, batch: int = 1, timeout: float | None = 5) -> Sequence[Pulled]: ...
+
+
+class Broker(Protocol):
+    """What a consumer needs of a bus."""
+
+    generation: int  # bumped when the connection was opened anew: pull again
+
+    async def publish(
+        self, subject: str, message: Any, msg_id: str, expected_last_subject_seq: int | None = None,
+        fence_subject: str | None = None,
+    ) -> PubAck: ...
+    async def publish_raw(self, subject: str, data: bytes, headers: dict[str, str]) -> PubAck: ...
+    async def pull(self, spec: ConsumerSpec) -> Puller: ...
+
+
+async def dead_letter(bus: Broker, stream: str, msg: Pulled, reason: str) -> None:
     """Copy ``msg`` to the dead-letter stream with ``reason``: the first
     :data:`DEAD_LETTER_KEEP_BYTES` of its data, its size, subject and sequence."""
     meta = msg.metadata
@@ -130,7 +140,7 @@ def poison_reason(outcome: BaseException) -> str:
     return f"cannot be handled: {outcome}"
 
 
-async def _kill(bus: Bus, spec: ConsumerSpec, msg: Msg, reason: str) -> str:
+async def _kill(bus: Broker, spec: ConsumerSpec, msg: Pulled, reason: str) -> str:
     try:
         await dead_letter(bus, spec.stream, msg, reason)
     except Exception as err:  # noqa: BLE001 - the message stays; it is tried again later
@@ -141,86 +151,118 @@ async def _kill(bus: Bus, spec: ConsumerSpec, msg: Msg, reason: str) -> str:
     return "dead-letter"
 
 
-async def settle(bus: Bus, spec: ConsumerSpec, msg: Msg, outcome: BaseException | None) -> str:
-    """Map one outcome to its fate; returns the fate's name (for metrics).
-    Never raises: a failure to settle leaves the message to be redelivered."""
+async def settle(bus: Broker, spec: ConsumerSpec, msg: Pulled, fate: BaseException | None) -> str:
+    """Map one fate to ack, nak or dead letter; returns the fate's name (for
+    metrics).  Never raises: a failure to settle leaves the message to be redelivered."""
     try:
-        return await _settle(bus, spec, msg, outcome)
+        return await _settle(bus, spec, msg, fate)
     except Exception as err:  # noqa: BLE001 - redelivered after ack_wait; handlers are idempotent
         log.warning("%s: could not settle %s: %r; it will be redelivered", spec.durable, msg.subject, err)
         return "unsettled"
 
 
-async def _settle(bus: Bus, spec: ConsumerSpec, msg: Msg, outcome: BaseException | None) -> str:
-    if outcome is None:
+async def _settle(bus: Broker, spec: ConsumerSpec, msg: Pulled, fate: BaseException | None) -> str:
+    if fate is None:
         await msg.ack()
         return "ack"
     delivered = msg.metadata.num_delivered or 1
-    if isinstance(outcome, POISON_ERRORS):
-        return await _kill(bus, spec, msg, poison_reason(outcome))
-    if isinstance(outcome, NotCaughtUp):
-        await msg.nak(delay=min(outcome.delay_s * delivered, outcome.max_delay_s))
+    if isinstance(fate, POISON_ERRORS):
+        return await _kill(bus, spec, msg, poison_reason(fate))
+    if isinstance(fate, NotCaughtUp):
+        await msg.nak(delay=min(fate.delay_s * delivered, fate.max_delay_s))
         return "wait"
     if delivered >= spec.max_deliver:
-        return await _kill(bus, spec, msg, f"gave up after {delivered} deliveries: {outcome!r}")
-    delay = outcome.delay_s if isinstance(outcome, RetryLater) else spec.retry_delay_s * min(delivered, 10)
-    if not isinstance(outcome, RetryLater):
-        log.warning("%s: retrying %s in %.1fs after %r", spec.durable, msg.subject, delay, outcome)
+        return await _kill(bus, spec, msg, f"gave up after {delivered} deliveries: {fate!r}")
+    delay = fate.delay_s if isinstance(fate, RetryLater) else spec.retry_delay_s * min(delivered, 10)
+    if not isinstance(fate, RetryLater):
+        log.warning("%s: retrying %s in %.1fs after %r", spec.durable, msg.subject, delay, fate)
     await msg.nak(delay=delay)
     return "retry"
 
 
-async def handle_batch(handler: BatchHandler, msgs: Sequence[Msg], durable: str = "") -> list[BaseException | None]:
-    """One outcome per message.  A poison error that fails the whole batch is
-    traced to its message by handling the batch again one message at a time."""
+def delivery(msg: Pulled, event: Any) -> Delivery[Any]:
+    meta = msg.metadata
     try:
-        outcomes = list(await handler(msgs))
+        stored_at: float | None = meta.timestamp.timestamp()
+    except Exception:  # noqa: BLE001 - no timestamp to read: the handler uses its own clock
+        stored_at = None
+    return Delivery(event, msg.subject, meta.sequence.stream, meta.num_delivered or 1, stored_at)
+
+
+async def handle_batch(
+    subscription: Subscription[Any], batch: Sequence[Delivery[Any]], durable: str = ""
+) -> list[Outcome]:
+    """One outcome per delivery.  A poison error that fails the whole batch is
+    traced to its message by handling the batch again one delivery at a time."""
+    if not batch:
+        return []
+    try:
+        outcomes = list(await subscription.handle(batch))
     except POISON_ERRORS as err:
-        if len(msgs) == 1:
-            return [err]
-        log.warning("%s: batch of %d failed with %r; handling one message at a time", durable, len(msgs), err)
-        return [(await handle_batch(handler, [m], durable))[0] for m in msgs]
+        if len(batch) == 1:
+            return [Outcome.failed(err)]
+        log.warning("%s: batch of %d failed with %r; handling one message at a time", durable, len(batch), err)
+        return [(await handle_batch(subscription, [d], durable))[0] for d in batch]
     except Exception as err:  # noqa: BLE001 - the whole batch failed: infrastructure, most likely
-        log.warning("%s: batch of %d failed: %r", durable, len(msgs), err)
-        return [err] * len(msgs)
-    if len(outcomes) != len(msgs):
-        bug = RuntimeError(f"the handler gave {len(outcomes)} outcomes for {len(msgs)} messages")
-        return [bug] * len(msgs)
+        log.warning("%s: batch of %d failed: %r", durable, len(batch), err)
+        return [Outcome.failed(err)] * len(batch)
+    if len(outcomes) != len(batch):
+        bug = RuntimeError(f"the handler gave {len(outcomes)} outcomes for {len(batch)} messages")
+        return [Outcome.failed(bug)] * len(batch)
     return outcomes
 
 
-async def run_consumer(bus: Bus, spec: ConsumerSpec, handler: BatchHandler, stop: asyncio.Event) -> None:
-    """Fetch batches from a durable consumer and settle each message, until ``stop``.
+async def publish_outcome(
+    bus: Broker, subscription: Subscription[Any], done: Delivery[Any], outcome: Outcome
+) -> Outcome:
+    """Publish what ``outcome`` carries, in order; the outcome to settle by:
+    ``outcome`` itself once all are stored, or why one was not."""
+    for req in outcome.publish:
+        try:
+            try:
+                ack = await bus.publish(
+                    req.subject, req.message, req.msg_id, req.expected_last_subject_seq, req.fence_subject
+                )
+            except WrongLastSequence:
+                return Outcome(fate=(await subscription.refused(done, req)).fate)
+            subscription.published(done, req, ack)
+        except Exception as err:  # noqa: BLE001 - settled like a handler's failure; republished under the same id
+            return Outcome.failed(err)
+    return outcome
+
+
+async def consume(bus: Broker, spec: ConsumerSpec, subscription: Subscription[Any], msgs: Sequence[Pulled]) -> list[str]:
+    """One fetched batch, start to end: decode, handle, publish, settle.
+    Returns each message's fate (``ack``, ``retry``, ``wait``, ``dead-letter``, ``unsettled``)."""
+    outcomes: list[Outcome] = [Outcome()] * len(msgs)
+    decoded: list[tuple[int, Delivery[Any]]] = []
+    for i, msg in enumerate(msgs):
+        try:
+            decoded.append((i, delivery(msg, subscription.decode(msg.subject, msg.data or b""))))
+        except Exception as err:  # noqa: BLE001 - a decode error is poison; settle() says what else is
+            outcomes[i] = Outcome.failed(err)
+    handled = await handle_batch(subscription, [d for _, d in decoded], spec.durable)
+    published = await asyncio.gather(
+        *(publish_outcome(bus, subscription, d, outcome) for (_, d), outcome in zip(decoded, handled, strict=True))
+    )
+    for (i, _), outcome in zip(decoded, published, strict=True):
+        outcomes[i] = outcome
+    return [await settle(bus, spec, msg, outcome.fate) for msg, outcome in zip(msgs, outcomes, strict=True)]
+
+
+async def run_consumer(bus: Broker, spec: ConsumerSpec, subscription: Subscription[Any], stop: asyncio.Event) -> None:
+    """Fetch batches from a durable consumer and :func:`consume` each, until ``stop``.
 
     Only a consumer that cannot be made at start raises; after that the loop
     keeps going through lost connections and bad messages, subscribing again
     when the bus had to open its connection anew."""
-    config = ConsumerConfig(
-        durable_name=spec.durable,
-        ack_policy=AckPolicy.EXPLICIT,
-        deliver_policy=DeliverPolicy.ALL,
-        ack_wait=spec.ack_wait_s,
-        max_deliver=-1,  # settle() decides when a message is dead, never the server
-        max_ack_pending=spec.max_ack_pending,
-        filter_subject=spec.filter_subject,
-    )
-
-    async def subscribe() -> JetStreamContext.PullSubscription:
-        try:  # create, or bring a consumer made with older settings up to date
-            await bus.js.add_consumer(spec.stream, config)
-        except nats.errors.Error as err:
-            log.warning("%s: could not update the consumer: %r", spec.durable, err)
-        return await bus.js.pull_subscribe(
-            spec.filter_subject, durable=spec.durable, stream=spec.stream, config=config
-        )
-
     generation = bus.generation
-    sub = await subscribe()
+    sub = await bus.pull(spec)
     while not stop.is_set():
         if generation != bus.generation:  # the connection was opened anew: subscriptions are gone
             try:
                 generation = bus.generation
-                sub = await subscribe()
+                sub = await bus.pull(spec)
             except (TimeoutError, nats.errors.Error) as err:
                 log.warning("%s: could not subscribe again: %r", spec.durable, err)
                 generation = -1
@@ -234,6 +276,4 @@ async def run_consumer(bus: Bus, spec: ConsumerSpec, handler: BatchHandler, stop
             log.warning("%s: fetch failed: %r", spec.durable, err)
             await asyncio.sleep(0.5)
             continue
-        outcomes = await handle_batch(handler, msgs, spec.durable)
-        for msg, outcome in zip(msgs, outcomes, strict=True):
-            await settle(bus, spec, msg, outcome)
+        await consume(bus, spec, subscription, msgs)

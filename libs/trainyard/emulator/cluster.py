@@ -25,13 +25,11 @@ import uuid
 from collections.abc import Callable, Sequence
 
 import nats.errors
-from nats.aio.msg import Msg
 from redis.exceptions import RedisError
 
 from trainyard.agent.control import agent_control_wildcard, emulator_control_subject
 from trainyard.agent.node import NodeAgent
-from trainyard.bus import Bus, ConsumerSpec, PoisonMessage, PublishRequest, job_event_of, run_consumer
-from trainyard.bus.consumer import NotCaughtUp
+from trainyard.bus import Bus, ConsumerSpec, Delivery, JobEvents, Outcome, PublishRequest, run_consumer
 from trainyard.core.lifecycle import JobRecord
 from trainyard.domain.node import NodeInfo
 from trainyard.emulator.control import EmulatorControl
@@ -40,6 +38,7 @@ from trainyard.events import (
     JobAccepted,
     JobAdmitted,
     JobCancelled,
+    JobEvent,
     JobPlaced,
     NodeHeartbeat,
     NodeRegistered,
@@ -89,7 +88,9 @@ def default_topology(
     return out
 
 
-class EmulatedCluster:
+class EmulatedCluster(JobEvents):
+    """Fake GPU nodes, and the binder of runs placed on them (a subscription to JOBS)."""
+
     def __init__(
         self, bus: Bus, store: Store, nodes: list[NodeInfo], clock: Callable[[], float] = time.time,
         heartbeat_interval_s: float = 1.0, telemetry_interval_s: float = 5.0,
@@ -271,15 +272,11 @@ class EmulatedCluster:
             checkpointer.cancel()
         self.runs.pop(run_id or "", None)
 
-    async def handle(self, msgs: Sequence[Msg]) -> list[BaseException | None]:
-        outcomes: list[BaseException | None] = [None] * len(msgs)
-        starts: list[tuple[int, JobPlaced]] = []
-        for i, msg in enumerate(msgs):
-            try:
-                event = job_event_of(msg)  # a placement that placement did not write is never acted on
-            except PoisonMessage as err:
-                outcomes[i] = err
-                continue
+    async def handle(self, batch: Sequence[Delivery[JobEvent]]) -> list[Outcome]:
+        outcomes = [Outcome.done()] * len(batch)
+        starts: list[tuple[int, int, JobPlaced]] = []  # (index, stream sequence, placement)
+        for i, delivery in enumerate(batch):
+            event = delivery.event
             if isinstance(event, JobAccepted):
                 self.durations[event.job_id] = event.spec.simulated_duration_s or DEFAULT_DURATION_S
                 if event.spec.simulated_checkpoint_interval_s:
@@ -293,7 +290,7 @@ class EmulatedCluster:
                 self._pending.add(task)
                 task.add_done_callback(self._pending.discard)
             elif isinstance(event, JobPlaced) and self._mine(event):
-                starts.append((i, event))
+                starts.append((i, delivery.seq, event))
             elif isinstance(event, JobCancelled):
                 self._stop_run(event.run_id)
                 self.durations.pop(event.job_id, None)
@@ -301,35 +298,36 @@ class EmulatedCluster:
                 self._stop_run(event.run_id)
         # A placement for a job accepted before this process started: the
         # projection knows its duration and whether the run already started.
-        unknown = [e.job_id for _, e in starts if e.job_id not in self.durations or e.run_id in self.finished]
+        unknown = [e.job_id for _, _, e in starts if e.job_id not in self.durations or e.run_id in self.finished]
         jobs = {j.job_id: j for j in await views.get_jobs(self.store, unknown)} if unknown else {}
 
-        async def start(i: int, event: JobPlaced) -> None:
+        async def start(seq: int, event: JobPlaced) -> Outcome:
             if event.run_id in self.finished or event.run_id in self.running:
-                return
+                return Outcome.done()
             started_at = None
             duration = self.durations.get(event.job_id)
             if duration is None:
                 job = jobs.get(event.job_id)
-                seq = msgs[i].metadata.sequence.stream
                 if job is None or job.last_seq < seq:
                     epoch, applied = await self.store.projection_state("jobs")
                     if job is None and epoch and applied >= seq:
-                        outcomes[i] = PoisonMessage("a placement of a job the log never accepted")
-                    else:  # a valid placement: wait for the projection however long it lags
-                        outcomes[i] = NotCaughtUp("the job projection has not caught up with this placement")
-                    return
+                        return Outcome.poison("a placement of a job the log never accepted")
+                    # A valid placement: wait for the projection however long it lags.
+                    return Outcome.wait("the job projection has not caught up with this placement")
                 if job.run_id != event.run_id or job.status not in ("placed", "running"):
-                    return  # the run is over or was superseded
+                    return Outcome.done()  # the run is over or was superseded
                 duration = _duration(job)
                 started_at = job.started_at
             try:
                 nodes = sorted({r.node_id for r in event.replicas})
                 await self._start(event.job_id, event.tenant, event.run_id, duration, started_at, nodes)
             except Exception as err:  # noqa: BLE001 - settled by the consumer loop
-                outcomes[i] = err
+                return Outcome.failed(err)
+            return Outcome.done()
 
-        await asyncio.gather(*(start(i, e) for i, e in starts))
+        started = await asyncio.gather(*(start(seq, e) for _, seq, e in starts))
+        for (i, _, _), outcome in zip(starts, started, strict=True):
+            outcomes[i] = outcome
         return outcomes
 
     async def resume(self, timeout: float | None = None) -> None:
@@ -370,7 +368,7 @@ class EmulatedCluster:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), delay)
                     delay = min(delay * 2, 5.0)
-            await run_consumer(self.bus, spec, self.handle, stop)
+            await run_consumer(self.bus, spec, self, stop)
 
         try:
             await asyncio.gather(self.heartbeat_loop(stop), self.telemetry_loop(stop), bind())

@@ -12,7 +12,7 @@ import functools
 import msgspec
 
 from trainyard.bus import Bus
-from trainyard.bus.consumer import NotCaughtUp
+from trainyard.bus.subscription import NotCaughtUp
 from trainyard.core.admission.fit import FleetSummary
 from trainyard.domain.node import NodeInfo
 from trainyard.store.projector import Store, wait_until_projected

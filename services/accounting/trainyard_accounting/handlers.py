@@ -6,10 +6,11 @@ redelivery after a crash between commit and ack charges nothing twice.
 Checkpoints are recorded too, so work lost to preemption or a node failure is
 measured from the run's last checkpoint.
 
-A message that is not a job event is dead-lettered.  An event the ledger
-cannot store (a value too large for its column, say) must not hold up the
-events around it: when a batch fails for such a reason, its events are
-applied one at a time and only the one that fails is dead-lettered.
+A message that is not a job event, or whose subject disagrees with its body
+(a forged writer's event), is dead-lettered by the bus and never billed.  An
+event the ledger cannot store (a value too large for its column, say) must
+not hold up the events around it: when a batch fails for such a reason, its
+events are applied one at a time and only the one that fails is dead-lettered.
 Database outages are not bad data: they fail the batch, which is retried.
 """
 
@@ -19,10 +20,9 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from nats.aio.msg import Msg
 from sqlalchemy.exc import DataError, IntegrityError
 
-from trainyard.bus import PoisonMessage, job_event_of
+from trainyard.bus import Delivery, JobEvents, Outcome
 from trainyard.events import (
     CheckpointSaved,
     JobCancelled,
@@ -30,9 +30,9 @@ from trainyard.events import (
     RunFailed,
     RunSucceeded,
 )
-from trainyard.ledger import Ledger
 from trainyard.observability.logs import kv
 from trainyard.observability.metrics import LedgerMetrics
+from trainyard_accounting.writer import LedgerWriter
 
 log = logging.getLogger(__name__)
 
@@ -51,21 +51,16 @@ def run_outcome(event: JobEvent) -> str | None:
     return None
 
 
-class LedgerHandler:
-    def __init__(self, ledger: Ledger, metrics: LedgerMetrics | None = None) -> None:
+class LedgerHandler(JobEvents):
+    """Every JOBS event into the ledger, keyed by its stream sequence."""
+
+    def __init__(self, ledger: LedgerWriter, metrics: LedgerMetrics | None = None) -> None:
         self.ledger = ledger
         self.metrics = metrics
 
-    async def __call__(self, msgs: Sequence[Msg]) -> list[BaseException | None]:
-        outcomes: list[BaseException | None] = [None] * len(msgs)
-        events: list[tuple[int, str, JobEvent]] = []
-        for i, msg in enumerate(msgs):
-            try:
-                event = job_event_of(msg)  # a forged writer's event is never billed
-            except PoisonMessage as err:
-                outcomes[i] = err
-                continue
-            events.append((i, str(msg.metadata.sequence.stream), event))
+    async def handle(self, batch: Sequence[Delivery[JobEvent]]) -> list[Outcome]:
+        outcomes = [Outcome.done()] * len(batch)
+        events = [(i, str(d.seq), d.event) for i, d in enumerate(batch)]
         # The database calls block; keep the event loop (and acks) moving.
         try:
             await asyncio.to_thread(self.ledger.apply, [(event_id, event) for _, event_id, event in events])
@@ -92,7 +87,7 @@ class LedgerHandler:
             self.metrics.metered.labels(outcome.split(":", 1)[0]).inc()
 
     async def _one_at_a_time(
-        self, events: list[tuple[int, str, JobEvent]], outcomes: list[BaseException | None]
+        self, events: list[tuple[int, str, JobEvent]], outcomes: list[Outcome]
     ) -> list[tuple[int, str, JobEvent]]:
         """Apply each event alone; the ones the ledger refuses become poison."""
         stored = []
@@ -100,7 +95,7 @@ class LedgerHandler:
             try:
                 await asyncio.to_thread(self.ledger.apply, [(event_id, event)])
             except BAD_DATA as err:
-                outcomes[i] = PoisonMessage(f"the ledger cannot store this {type(event).__name__}: {err!r}"[:1000])
+                outcomes[i] = Outcome.poison(f"the ledger cannot store this {type(event).__name__}: {err!r}"[:1000])
                 continue
             stored.append((i, event_id, event))
         return stored

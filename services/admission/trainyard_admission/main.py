@@ -14,6 +14,7 @@ from trainyard.events import subjects
 from trainyard.observability.metrics import AdmissionMetrics, ProjectionMetrics, refresh_every, serve_metrics
 from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard.store import Projector
+from trainyard.store.projections import RedisProjections
 from trainyard_admission.cycle import AdmissionCycle
 from trainyard_admission.handlers import IntakeHandler
 from trainyard_admission.tenancy import TenancyHolder
@@ -27,7 +28,7 @@ async def main(rt: Runtime) -> None:
     metrics = AdmissionMetrics()
     projections = ProjectionMetrics(metrics.registry, [jobs, nodes])
     serve_metrics("admission", metrics.registry, rt.settings)
-    intake = IntakeHandler(rt.bus, rt.store, time.time, tenancy, metrics=metrics)
+    intake = IntakeHandler(RedisProjections(rt.bus, rt.store), time.time, tenancy, metrics=metrics)
     cycle = AdmissionCycle(
         rt.bus, rt.store, jobs, AdmissionPolicy(), time.time, node_projector=(nodes,), tenancy=tenancy,
         placement_timeout_s=rt.settings.placement_timeout_s, cluster=rt.settings.cluster, metrics=metrics,

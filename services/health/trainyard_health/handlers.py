@@ -20,9 +20,8 @@ import logging
 from collections.abc import Callable, Sequence
 
 import msgspec
-from nats.aio.msg import Msg
 
-from trainyard.bus import PoisonMessage, RetryLater
+from trainyard.bus import Delivery, Outcome, PoisonMessage, RetryLater, Subscription
 from trainyard.core.health import (
     Cordon,
     Drain,
@@ -37,7 +36,7 @@ from trainyard.core.health import (
 )
 from trainyard.core.health.liveness import heartbeat_resumes
 from trainyard.domain.node import NodeState
-from trainyard.events import NodeHeartbeat, NodeLost, NodeRegistered, decode_node_event
+from trainyard.events import NodeEvent, NodeHeartbeat, NodeLost, NodeRegistered, decode_node_event
 from trainyard.events.nodes import CordonNode, DrainNode, GpuTelemetry, UncordonNode, XidObserved
 from trainyard_health.fencing import ProjectionBehind
 from trainyard_health.monitor import Monitor
@@ -50,7 +49,17 @@ COMMAND_MAX_AGE_S = 300.0
 log = logging.getLogger(__name__)
 
 
-class TelemetryHandler:
+class _NodeEvents(Subscription[NodeEvent]):
+    """Subscriptions to events about nodes (NODES and TELEMETRY)."""
+
+    def decode(self, subject: str, data: bytes) -> NodeEvent:
+        try:
+            return decode_node_event(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as err:
+            raise PoisonMessage(f"not a node event: {err}") from None
+
+
+class TelemetryHandler(_NodeEvents):
     """Heartbeats, samples and XIDs from agents; one batch -> one monitor decision."""
 
     def __init__(self, monitor: Monitor, clock: Callable[[], float]) -> None:
@@ -58,20 +67,18 @@ class TelemetryHandler:
         self.store = monitor.store
         self.clock = clock
 
-    async def __call__(self, msgs: Sequence[Msg]) -> list[BaseException | None]:
-        outcomes: list[BaseException | None] = [None] * len(msgs)
+    async def handle(self, batch: Sequence[Delivery[NodeEvent]]) -> list[Outcome]:
+        outcomes = [Outcome.done()] * len(batch)
         now = self.clock()
         findings: list[Finding] = []
         beats: list[tuple[str, str, float]] = []
         records = self.monitor.records
-        for i, msg in enumerate(msgs):
-            try:
-                event = decode_node_event(msg.data)
-            except (msgspec.DecodeError, msgspec.ValidationError) as err:
-                outcomes[i] = PoisonMessage(f"not a node event: {err}")
-                continue
+        for i, delivery in enumerate(batch):
+            event = delivery.event
             if isinstance(event, NodeHeartbeat):
-                beats.append((event.node_id, event.boot_id, stored_at(msg, now)))
+                # When JetStream stored it: the fleet's clock for heartbeats.
+                at = delivery.stored_at if delivery.stored_at is not None else now
+                beats.append((event.node_id, event.boot_id, at))
             elif isinstance(event, XidObserved):
                 record = await records.load(event.node_id)
                 findings += evaluate_xids(record, event.events, self.monitor.policy)
@@ -79,7 +86,7 @@ class TelemetryHandler:
                     self.monitor.metrics.xids.labels(str(x.xid)).inc()
             elif isinstance(event, GpuTelemetry):
                 if event.sample.node_id != event.node_id:
-                    outcomes[i] = PoisonMessage(f"sample of {event.sample.node_id} sent as {event.node_id}")
+                    outcomes[i] = Outcome.poison(f"sample of {event.sample.node_id} sent as {event.node_id}")
                     continue
                 record = await records.load(event.node_id)
                 previous = await records.previous_sample(event.node_id)
@@ -94,42 +101,34 @@ class TelemetryHandler:
             for node_id in resumed:
                 log.warning("node %s heartbeats again with the boot declared lost: bringing it back", node_id)
                 await self.monitor.on_command(HeartbeatResumed(node_id=node_id, same_boot=True))
-        except VersionConflict as err:
-            raise RetryLater(f"record of {err} changed meanwhile", 0.1) from err
-        except ProjectionBehind as err:
-            raise RetryLater(str(err), 0.5) from err
+        except (VersionConflict, ProjectionBehind) as err:
+            raise retry_of(err) from err
         return outcomes
 
 
-def stored_at(msg: Msg, fallback: float) -> float:
-    """When JetStream stored the message (the fleet's clock for heartbeats)."""
-    try:
-        return msg.metadata.timestamp.timestamp()
-    except Exception:  # noqa: BLE001 - not a JetStream message: the receiver's clock
-        return fallback
+def retry_of(err: VersionConflict | ProjectionBehind) -> RetryLater:
+    """A health record changed meanwhile: retry at once; a projection behind: a little later."""
+    if isinstance(err, VersionConflict):
+        return RetryLater(f"record of {err} changed meanwhile", 0.1)
+    return RetryLater(str(err), 0.5)
 
 
-class NodeEventsHandler:
+class NodeEventsHandler(_NodeEvents):
     """Registrations, losses and operator commands from the NODES stream."""
 
     def __init__(self, monitor: Monitor, clock: Callable[[], float]) -> None:
         self.monitor = monitor
         self.clock = clock
 
-    async def __call__(self, msgs: Sequence[Msg]) -> list[BaseException | None]:
-        outcomes: list[BaseException | None] = [None] * len(msgs)
-        for i, msg in enumerate(msgs):
+    async def handle(self, batch: Sequence[Delivery[NodeEvent]]) -> list[Outcome]:
+        outcomes = []
+        for delivery in batch:
             try:
-                event = decode_node_event(msg.data)
-            except (msgspec.DecodeError, msgspec.ValidationError) as err:
-                outcomes[i] = PoisonMessage(f"not a node event: {err}")
+                await self.one(delivery.event)
+            except (VersionConflict, ProjectionBehind) as err:
+                outcomes.append(Outcome.failed(retry_of(err)))
                 continue
-            try:
-                await self.one(event)
-            except VersionConflict as err:
-                outcomes[i] = RetryLater(f"record of {err} changed meanwhile", 0.1)
-            except ProjectionBehind as err:
-                outcomes[i] = RetryLater(str(err), 0.5)
+            outcomes.append(Outcome.done())
         return outcomes
 
     async def one(self, event: object) -> None:
