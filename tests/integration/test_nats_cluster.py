@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import nats.errors
 from nats.js.api import AckPolicy, ConsumerConfig
@@ -18,6 +20,8 @@ from trainyard.local.servers import NatsCluster, start_nats_cluster
 from trainyard.local.supervisor import restart_server
 from trainyard.testing.publish import publish_event
 from trainyard.testing.waiting import eventually
+
+T = TypeVar("T")
 
 
 class Publisher:
@@ -87,6 +91,18 @@ async def all_current(bus: Bus, stream: str = "JOBS") -> bool:
     return len(peers) == 2 and all(p.current and not p.offline and not p.lag for p in peers)
 
 
+async def answered(call: Callable[[], Awaitable[T]], what: str) -> T:
+    """``call()``'s answer, asked again while JetStream is electing a leader (503, timeouts)."""
+
+    async def attempt() -> tuple[T] | None:
+        try:
+            return (await call(),)
+        except (TimeoutError, nats.errors.Error):
+            return None
+
+    return (await eventually(attempt, timeout=30, what=what))[0]
+
+
 async def more_acked(publisher: Publisher, than: int) -> bool:
     return len(publisher.acked) >= than
 
@@ -102,8 +118,8 @@ async def test_killing_any_node_loses_nothing_acknowledged_and_the_node_catches_
     publisher, reader = Publisher(bus), Reader(bus)
     tasks: list[asyncio.Task[None]] = []
     try:
-        await ensure_streams(bus.js, replicas=3)
-        info = await bus.js.stream_info("JOBS")
+        await answered(lambda: ensure_streams(bus.js, replicas=3), "streams created")
+        info = await answered(lambda: bus.js.stream_info("JOBS"), "JOBS stream info")
         assert info.config.num_replicas == 3 and info.cluster is not None
         tasks = [asyncio.create_task(publisher.run()), asyncio.create_task(reader.run())]
         await eventually(lambda: more_acked(publisher, 50), what="events acknowledged before the kill")
@@ -129,7 +145,7 @@ async def test_killing_any_node_loses_nothing_acknowledged_and_the_node_catches_
         await tasks[0]
 
         # Nothing acknowledged is lost, nothing is stored twice, and the reader got it all.
-        stored = await bus.js.stream_info("JOBS")
+        stored = await answered(lambda: bus.js.stream_info("JOBS"), "JOBS stream info after the kills")
         assert stored.state.messages == len(publisher.acked)
         assert sorted(publisher.acked.values()) == list(range(1, len(publisher.acked) + 1))
 
@@ -138,7 +154,7 @@ async def test_killing_any_node_loses_nothing_acknowledged_and_the_node_catches_
 
         await eventually(everything_read, what="the consumer read every acknowledged event")
         for seq in (1, len(publisher.acked) // 2, len(publisher.acked)):
-            msg = await bus.js.get_msg("JOBS", seq)
+            msg = await answered(lambda seq=seq: bus.js.get_msg("JOBS", seq), f"message {seq}")
             assert msg.headers and msg.headers["Nats-Msg-Id"] in publisher.acked
     finally:
         publisher.stop.set()
