@@ -81,6 +81,7 @@ class Simulator(AdmissionView, Samples, SchedulingCycle):
         self.hist_used: dict[tuple[str, str], float] = {}  # used_q at that time
         self.used_s: dict[str, float] = dict.fromkeys(workload.quotas, 0.0)  # GPU-seconds placed per tenant
         self.recent_preemptions: list[float] = []
+        self.preempting = False  # the last cycle's admission preempted (the next one decides with the cluster)
         self.events: list = []
         self.table = JobTable()  # the lifecycle fold over every event the simulation emits
         self.log_seq = 0  # sequence of the last event on the simulated log

@@ -27,8 +27,9 @@ class SchedulingCycle:
         self._decay_history()
         # 1. Admission: the jobs that could fit, the holders, the capacity in service.
         snapshot = self._admission_snapshot()
-        if self.policy.service_preemption and snapshot.pending and self.allocs:
-            # preemption by attained service is frequent: decide once, with the cluster
+        if self.preempting and snapshot.pending and self.allocs:
+            # the last cycle preempted (under load, preemption by attained service is frequent): decide once,
+            # with the cluster, rather than twice
             snapshot = self._with_cluster(snapshot)
         result = admit(snapshot, self.admission, now)
         if result.preemptions and snapshot.cluster is None:
@@ -36,6 +37,7 @@ class SchedulingCycle:
             # (built only when someone would preempt, since it costs O(nodes))
             snapshot = self._with_cluster(snapshot)
             result = admit(snapshot, self.admission, now)
+        self.preempting = bool(result.preemptions)
         if self.scenario.trace_decisions:
             self.decisions.append(("admit", snapshot, now, result))
         for a in result.admitted:
