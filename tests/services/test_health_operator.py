@@ -9,6 +9,7 @@ import json
 import time
 
 import httpx
+import nats.errors
 import pytest
 from health_fixtures import CLUSTER, fleet, harness
 from test_health_service import consume, eventually
@@ -117,8 +118,13 @@ async def test_an_emulated_node_answers_checks_and_injected_faults_reach_health(
                 reply = decode_reply(msg.data)
                 return reply.ok, reply.message
 
-            await asyncio.sleep(0.5)
-            assert (await ask(op="xid", node_id="n99", xid=79))[0] is False
+            async def unknown_node_refused() -> bool:  # the emulator answers once it has subscribed
+                try:
+                    return (await ask(op="xid", node_id="n99", xid=79))[0] is False
+                except nats.errors.NoRespondersError:
+                    return False
+
+            assert await eventually(unknown_node_refused, what="the emulator answers its control subject")
             assert (await ask(op="xid", node_id="n1", gpu=9, xid=79))[0] is False
             # Overheating: suspect, checks fail while hot -> cordoned.
             assert (await ask(op="overheat", node_id="n3", gpu=1, temperature_c=96.0))[0]
