@@ -82,7 +82,12 @@ async def test_a_redelivered_xid_fails_each_run_once_and_changes_state_once(bus,
             for i in range(3):  # the same XID, reported three times under different message ids
                 await xid(h, "n2", 79, msg_id=f"again-{i}")
             await eventually(lambda: _in(h, "n2", "repair"))
-            await asyncio.sleep(0.5)
+
+            async def both_failed() -> bool:
+                return len([e for e in await h.job_events() if isinstance(e, RunFailed)]) >= 2
+
+            await eventually(both_failed, what="both runs on n2 failed")
+            await asyncio.sleep(0.5)  # and no third failure follows from the repeated reports
             failed = sorted((e.job_id, e.reason) for e in await h.job_events() if isinstance(e, RunFailed))
             assert failed == [("a", "node_failure"), ("b", "node_failure")]
             changes = [(e.previous, e.state) for e in await h.node_events() if isinstance(e, NodeStateChanged)]
