@@ -9,10 +9,11 @@ by that key here lets a cycle hand admission only the jobs that could matter
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, insort
 from collections.abc import Iterator
 from heapq import heappop, heappush
 
+from trainyard.core.admission.ordering import level_bounds, service_level
 from trainyard.core.admission.tree import Scheduling
 
 Key = tuple[int, int, int, int]  # (-priority, service level, order, job index)
@@ -28,7 +29,7 @@ class PendingQueues:
         self.lists: dict[str, list[Key]] = {q: [] for q in queues}
         self.where: dict[int, tuple[str, Key]] = {}  # job index -> its queue and key
         self.las = scheduling.order == "las"
-        self.levels = [h * 3600.0 for h in scheduling.service_levels_gpu_h]
+        self.levels = level_bounds(scheduling)
         self.starvation_s = scheduling.starvation_s
         self.starving: list[tuple[float, int]] = []  # (when it starves, job index) of jobs below the first level
 
@@ -36,7 +37,7 @@ class PendingQueues:
         return len(self.where)
 
     def level(self, attained_gpu_s: float) -> int:
-        return bisect_right(self.levels, attained_gpu_s) if self.las and attained_gpu_s else 0
+        return service_level(self.levels, attained_gpu_s) if self.las else 0
 
     def add(self, queue: str, i: int, priority: int, order: int, attained_gpu_s: float, submitted: float,
             now: float) -> None:

@@ -3,11 +3,11 @@ service level, and the quota bookkeeping of taking a victim away or a gang in (p
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from trainyard.core.admission.fairshare import FairShare
+from trainyard.core.admission.ordering import service_level
 from trainyard.core.admission.quota import Demand, QuotaState
 from trainyard.core.admission.snapshot import PendingJob, RunningJob
 
@@ -50,11 +50,6 @@ class Candidate:
         self.taken = False  # chosen as a victim this cycle
         # service level reached so far, this run included (least attained service; 0 when off)
         self.level = 0 if levels is None else service_level(levels, job.attained_gpu_s + max(self.ran, 0.0) * gpus)
-
-
-def service_level(levels: Sequence[float], attained_gpu_s: float) -> int:
-    """The least-attained-service level of a job that has received ``attained_gpu_s`` (0: the first)."""
-    return bisect_right(levels, attained_gpu_s) if attained_gpu_s > 0 else 0
 
 
 def choose(

@@ -31,6 +31,7 @@ from trainyard.core.admission.ordering import (
     WITHIN_NOMINAL,
     DemandCache,
     group_pending,
+    level_bounds,
     never_fits,
     service_order,
 )
@@ -113,7 +114,7 @@ def _admit_with_tenancy(
     claimed = [False] * nf  # types a blocked job may already preempt for this cycle
     # least attained service: besides the first blocked job of each type, any job short of GPUs may stop a run
     # that has received more service (preemption.py checks whose and how long it ran)
-    levels = ([h * 3600.0 for h in scheduling.service_levels_gpu_h]
+    levels = (level_bounds(scheduling)
               if tenancy.preemption.attained_service and scheduling.order == "las" else None)
 
     # 2. Queues in priority, then service (or submission) order.

@@ -13,7 +13,7 @@ smallest fair share:
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from itertools import pairwise
 from operator import attrgetter
 
@@ -30,6 +30,16 @@ def queue_order(job: PendingJob) -> tuple[int, int, str]:
     return (-job.priority, job.order, job.job_id)
 
 
+def level_bounds(scheduling: Scheduling) -> list[float]:
+    """Attained GPU-seconds at which a job moves down a least-attained-service level."""
+    return [h * 3600.0 for h in scheduling.service_levels_gpu_h]
+
+
+def service_level(bounds: Sequence[float], attained_gpu_s: float) -> int:
+    """The least-attained-service level of a job that has received ``attained_gpu_s`` (0: the first)."""
+    return bisect_right(bounds, attained_gpu_s) if attained_gpu_s > 0 else 0
+
+
 def service_order(scheduling: Scheduling, now: float) -> Callable[[PendingJob], tuple[int, int, str]] | None:
     """Sort key inside a queue after priority, or None for plain submission order.
 
@@ -40,13 +50,13 @@ def service_order(scheduling: Scheduling, now: float) -> Callable[[PendingJob], 
     """
     if scheduling.order != "las":
         return None
-    levels = [h * 3600.0 for h in scheduling.service_levels_gpu_h]
+    levels = level_bounds(scheduling)
     starved_before = now - scheduling.starvation_s
 
     def key(job: PendingJob) -> tuple[int, int, str]:
         if job.submitted_at is not None and job.submitted_at < starved_before:
             return (-1, job.order, job.job_id)
-        return (bisect_right(levels, job.attained_gpu_s) if job.attained_gpu_s else 0, job.order, job.job_id)
+        return (service_level(levels, job.attained_gpu_s), job.order, job.job_id)
 
     return key
 

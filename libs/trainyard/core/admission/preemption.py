@@ -53,11 +53,10 @@ from trainyard.core.admission.candidates import (
     over_nominal,
     reclaimable,
     release,
-    service_level,
     take,
 )
 from trainyard.core.admission.fairshare import FairShare
-from trainyard.core.admission.ordering import WITHIN_NOMINAL
+from trainyard.core.admission.ordering import WITHIN_NOMINAL, service_level
 from trainyard.core.admission.quota import Demand, QuotaState
 from trainyard.core.admission.snapshot import Preemption
 from trainyard.core.admission.tree import PreemptionSettings
