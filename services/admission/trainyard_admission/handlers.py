@@ -12,7 +12,7 @@ command, and asks :meth:`IntakeHandler.refused` what a refused one means.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 from nats.js.api import PubAck
@@ -28,6 +28,7 @@ from trainyard.core.admission.commands import (
     subject_tenant,
     submit_errors,
 )
+from trainyard.core.admission.fit import FleetSummary
 from trainyard.domain.job import ValidationError
 from trainyard.domain.limits import job_id_problem
 from trainyard.events import (
@@ -104,19 +105,27 @@ class IntakeHandler(Subscription[IntakeMessage]):
             return Unreadable(str(err), job_id, id_problem)
 
     async def handle(self, batch: Sequence[Delivery[IntakeMessage]]) -> list[Outcome]:
-        return await each(batch, self._decide)
+        read: list[FleetSummary] = []
 
-    async def _decide(self, delivery: Delivery[IntakeMessage]) -> Outcome:
+        async def fleet() -> FleetSummary:  # read once per batch, by the first submission that needs it
+            if not read:
+                read.append(await self.projections.fleet())
+            return read[0]
+
+        return await each(batch, lambda delivery: self._decide(delivery, fleet))
+
+    async def _decide(self, delivery: Delivery[IntakeMessage], fleet: Callable[[], Awaitable[FleetSummary]]) -> Outcome:
         tenant = _tenant_of(delivery.subject)
         cmd = delivery.event
         if isinstance(cmd, Unreadable):
             return Outcome.done(_rejection_of(tenant, cmd, self.clock))
         if isinstance(cmd, SubmitJob):
-            return Outcome.done(await self._decide_submit(delivery, tenant, cmd))
+            return Outcome.done(await self._decide_submit(delivery, tenant, cmd, fleet))
         cancel = await self._decide_cancel(tenant, cmd)
         return Outcome.done() if cancel is None else Outcome.done(cancel)
 
-    async def _decide_submit(self, delivery: Delivery[IntakeMessage], tenant: str, cmd: SubmitJob) -> PublishRequest:
+    async def _decide_submit(self, delivery: Delivery[IntakeMessage], tenant: str, cmd: SubmitJob,
+                             fleet: Callable[[], Awaitable[FleetSummary]]) -> PublishRequest:
         if cmd.job_id is not None and (problem := job_id_problem(cmd.job_id)) is not None:
             raise PoisonMessage(f"job_id: {problem}")  # nothing can be filed under an id that breaks the id rule
         job_id = cmd.job_id or f"j{delivery.seq}"
@@ -125,7 +134,7 @@ class IntakeHandler(Subscription[IntakeMessage]):
         except ValueError as err:
             raise PoisonMessage(f"job_id {job_id!r}: {err}") from err
         errors = submit_errors(cmd.spec, cmd.job_id, delivery.subject, tenant, self.tenancy.compiled)
-        if not errors and never_fits(cmd.spec, await self.projections.fleet()):
+        if not errors and never_fits(cmd.spec, await fleet()):
             # Refuse only on a fleet view that holds every node registered so far.
             errors = never_fits(cmd.spec, await self.projections.caught_up_fleet())
         if errors:
