@@ -27,8 +27,6 @@ class Blocked(NamedTuple):
     # it may also reclaim lent quota and preempt for fair share (with backfill: once it holds a reservation,
     # that is once it has waited; priority preemption never waits)
     may_reclaim: bool = True
-    # it blocked only where it could make room by least attained service (not the first of its type to block)
-    service_only: bool = False
 
 
 class Candidate:

@@ -226,7 +226,8 @@ def _admit_with_tenancy(
                         claimed[t] = True
                     blocked.append(Blocked(job, q, demand, cls, len(waiting), may_reclaim=start is not None))
                 elif levels is not None and not borrow_only:
-                    blocked.append(Blocked(job, q, demand, cls, len(waiting), may_reclaim=False, service_only=True))
+                    # not the first of its type: it may make room for priority or by attained service only
+                    blocked.append(Blocked(job, q, demand, cls, len(waiting), may_reclaim=False))
                 add_waiting(Waiting(job.job_id, reason, i))
                 continue
             if reason is None and shadows is not None:
