@@ -80,19 +80,42 @@ def select_victims(
         (v for v in preemptible_candidates if any(r.node_id in topo.nodes for r in v.replicas)),
         key=lambda v: (cost(v), v.run_id),
     )
-    touched: dict[tuple[Level, str], list[RunningAlloc]] = {}
+    touched: dict[tuple[Level, str], list[RunningAlloc]] = {}  # domain -> candidates in it, cheapest first
+    held: dict[tuple[Level, str], int] = {}  # domain -> GPUs of the primary type its candidates hold there
     for v in victims:
-        keys = {(d.level, d.key) for r in v.replicas if r.node_id in topo.nodes for d in topo.nodes[r.node_id].chain}
-        for where in sorted(keys):
+        keys: set[tuple[Level, str]] = set()
+        for r in v.replicas:
+            node = topo.nodes.get(r.node_id)
+            if node is None:
+                continue
+            primary_node = node.info.gpu_type == primary
+            for d in node.chain:
+                where = (d.level, d.key)
+                keys.add(where)
+                if primary_node:
+                    held[where] = held.get(where, 0) + len(r.gpus)
+        for where in keys:
             touched.setdefault(where, []).append(v)
+    need = spec.gpus_by_type.get(primary, 0)
     widest = widest_level(spec)
     best: tuple[float, Level, str, list[RunningAlloc], list[ReplicaPlacement]] | None = None
-    # 3. Per domain: stop the cheapest runs in it until the gang fits there.
+    # 3. Per domain (tightest level first, then by key): stop the cheapest runs in it until the gang fits there.
     for level in Level:
         if level > widest or (level is Level.CLUSTER and best is not None):
             break
-        for (lvl, key), inside in sorted(touched.items(), key=lambda t: (t[0][0], t[0][1])):
-            if lvl != level or (level is not Level.NODE and tree.levels[level].get(key) is None):
+        for (lvl, key), inside in sorted(touched.items()):
+            if lvl != level:
+                continue
+            domain = tree.levels[level].get(key)
+            if domain is None and level is not Level.NODE:
+                continue
+            # Domains that cannot win are skipped without trying them: one too small for the gang even with
+            # every candidate in it stopped, or one whose cheapest candidate alone costs what the best costs
+            # (every domain needs a victim, since the gang fits nowhere now, and a tie goes to the domain
+            # met first).
+            if domain is not None and domain.free + held.get((lvl, key), 0) < need:
+                continue
+            if best is not None and cost(inside[0]) >= best[0]:
                 continue
             found = _free_domain(topo, spec, level, key, inside, cost, limit)
             if found is None:

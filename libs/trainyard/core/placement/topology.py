@@ -86,6 +86,34 @@ class Node(Domain):
         self.chain: list[Domain] = []  # this node, then every ancestor up to the root
         self.path: tuple[str, ...] = ()  # (zone, block, rack, nvlink, node) for rank order
 
+    @classmethod
+    def leaf(cls, info: NodeInfo, above: list[Domain], width: int, free_gpus: list[int]) -> Node:
+        """A node under ``above`` (its parent first, up to the root) with ``free_gpus`` (sorted, unique) free.
+
+        What ``__init__`` and the aggregates of a lone node come to, without the general path: a cycle
+        builds thousands of these.
+        """
+        node = cls.__new__(cls)
+        count = len(free_gpus)
+        gpus = info.gpus
+        node.key = info.node_id
+        node.level = Level.NODE
+        node.parent = above[0]
+        node.children = []
+        node.free = count
+        hist = [0] * (width + 1)
+        hist[count] = 1
+        node.hist = hist
+        node.capacity = gpus
+        node.whole = int(count == gpus)
+        node.node_count = 1
+        node.info = info
+        node.gpus = gpus
+        node.free_gpus = free_gpus
+        node.chain = [node, *above]
+        node.path = (info.zone, info.block, info.rack, info.nvlink_domain or info.node_id, info.node_id)
+        return node
+
 
 class Tree:
     """Every schedulable node of one GPU type, with domain indexes per level."""
@@ -179,25 +207,21 @@ class Topology:
                 above = ancestors[where] = [parent]
                 while above[-1].parent is not None:
                     above.append(above[-1].parent)
-            parent = above[0]
-            node = Node(info, parent, tree.width, [g for g in free if 0 <= g < info.gpus])
-            parent.children.append(node)
+            gpus = info.gpus
+            node = Node.leaf(info, above, tree.width, sorted({g for g in free if 0 <= g < gpus}))
+            above[0].children.append(node)
             tree.levels[Level.NODE][node.key] = node
-            node.chain = [node, *above]
-            node.path = (info.zone, info.block, info.rack, info.nvlink, info.node_id)
-            count = len(node.free_gpus)
-            node.capacity = info.gpus
-            node.node_count = 1
-            node.free = count
-            node.hist[count] = 1
-            node.whole = int(count == info.gpus)
+
+        def by_key(d: Domain) -> str:
+            return d.key
+
         for tree in trees.values():
             _roll_up(tree.root)
-        for tree in trees.values():
             for level, index in tree.levels.items():
                 tree.largest[level] = max((d.capacity for d in index.values()), default=0)
-                for d in index.values():
-                    d.children.sort(key=lambda c: c.key)
+                if level is not Level.NODE:  # nodes have no children
+                    for d in index.values():
+                        d.children.sort(key=by_key)
         return cls(trees, capacity)
 
     def take(self, node: Node, gpus: Iterable[int]) -> list[int]:
