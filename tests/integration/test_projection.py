@@ -91,6 +91,15 @@ async def test_a_job_moves_through_its_lifecycle_and_frees_its_gpus(bus: Bus, st
     assert await views.violations(store) == []
 
 
+async def test_a_jobs_tenant_is_read_alone_and_none_before_the_projection_has_it(bus: Bus, store: Store) -> None:
+    assert await views.job_tenant(store, "j1") is None
+    await lifecycle(bus, "j1", "j1-r1", "n1", [0, 1])
+    await project(bus, store, "JOBS")
+    assert await views.job_tenant(store, "j1") == "acme"
+    await store.redis.hset(store.key("job", "j2"), "tenant", "acme")  # a hash without a status is no job
+    assert await views.job_tenant(store, "j2") is None
+
+
 async def test_replaying_the_stream_twice_changes_nothing(bus: Bus, store: Store) -> None:
     await lifecycle(bus, "j1", "j1-r1", "n1", [0, 1])
     await project(bus, store, "JOBS")

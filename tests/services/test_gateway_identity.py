@@ -213,3 +213,12 @@ async def test_a_tenant_admin_hands_out_tokens_only_inside_its_tenant(
         assert field_or_words in response.json()["message"]
     else:
         assert field_or_words in [e["field"] for e in response.json()["errors"]]
+
+
+def test_a_routes_permission_check_runs_on_the_event_loop_not_in_a_worker_thread() -> None:
+    import inspect
+
+    from trainyard.auth import Action
+    from trainyard_gateway.security import allow
+
+    assert inspect.iscoroutinefunction(allow(Action.JOB_SUBMIT).dependency)

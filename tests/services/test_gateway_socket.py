@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from trainyard_gateway.main import bind_http
+from trainyard_gateway.main import bind_http, http_server
 
 
 async def test_accepted_connections_have_nodelay() -> None:
@@ -44,3 +44,11 @@ def test_a_port_in_use_names_the_address() -> None:
             raise AssertionError("a second bind on a listening port succeeded")
     finally:
         first.close()
+
+
+def test_the_rest_server_parses_http_with_httptools() -> None:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    server = http_server(lambda scope, receive, send: None, "127.0.0.1", 0, 1.0)
+    server.config.load()
+    assert server.config.http_protocol_class is HttpToolsProtocol

@@ -67,6 +67,13 @@ async def get_job(store: Store, job_id: str, fields: Iterable[str] | None = None
     return jobs[0] if jobs else None
 
 
+async def job_tenant(store: Store, job_id: str) -> str | None:
+    """The tenant of the job, read alone (its status and tenant, not the whole
+    hash); None when the projection has not folded it."""
+    status, tenant = await store.redis.hmget(store.key("job", job_id), "status", "tenant")
+    return tenant if status else None
+
+
 async def job_specs(store: Store, job_ids: list[str]) -> dict[str, JobSpec]:
     """The specs of ``job_ids``, decoded (a spec never changes: readers keep them)."""
     return {j.job_id: spec for j in await get_jobs(store, job_ids, ("spec",)) if (spec := j.job_spec) is not None}

@@ -79,8 +79,8 @@ class JobOperations:
     async def submit(self, spec: JobSpec, job_id: str | None = None, *, actor: str) -> str:
         job_id = job_id or new_job_id()
         require_valid(check_job_id(job_id), check_tenant_name(spec.tenant), validate_job_spec(spec))
-        owner = await views.get_job(self.store, job_id)
-        if owner is not None and owner.tenant != spec.tenant:
+        owner = await views.job_tenant(self.store, job_id)
+        if owner is not None and owner != spec.tenant:
             raise JobIdTaken(f"job id {job_id!r} is already taken; choose another job_id (or leave it out)")
         now = self.clock()
         command = SubmitJob(at=now, spec=spec, job_id=job_id)

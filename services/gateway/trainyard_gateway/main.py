@@ -66,6 +66,20 @@ def build_usage_source(settings: Settings) -> UsageSource | None:
     return usage
 
 
+def http_server(app: object, host: str, port: int, grace_s: float) -> HttpServer:
+    """uvicorn for the REST app, with httptools' C parser (a dependency): h11,
+    in pure Python, costs a quarter more CPU per request."""
+    config = uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        host=host,
+        port=port,
+        http="httptools",
+        log_level="warning",
+        timeout_graceful_shutdown=int(grace_s),
+    )
+    return HttpServer(config)
+
+
 def bind_http(host: str, port: int) -> socket.socket:
     """The REST listening socket. It is made with ``IPPROTO_TCP`` named: asyncio
     sets TCP_NODELAY on an accepted connection only when its socket says TCP,
@@ -125,11 +139,7 @@ async def main(rt: Runtime) -> None:
     except OSError as err:
         raise SystemExit(f"trainyard-gateway: {err} (set TRAINYARD_GATEWAY_HTTP_PORT)") from err
     http_port = sock.getsockname()[1]
-    http = HttpServer(
-        uvicorn.Config(
-            app, host=gw.host, port=http_port, log_level="warning", timeout_graceful_shutdown=int(gw.shutdown_grace_s)
-        )
-    )
+    http = http_server(app, gw.host, http_port, gw.shutdown_grace_s)
     try:
         grpc_server = await start_grpc(ops, auth, gw.host, gw.grpc_port, metrics)
     except OSError as err:

@@ -128,7 +128,7 @@ BEARER = HTTPBearer(
 def allow(action: Action) -> Any:
     """A route dependency: the verified principal, if its role may do ``action`` (else 403)."""
 
-    def dependency(request: Request, _: Any = Security(BEARER)) -> Principal:
+    async def dependency(request: Request, _: Any = Security(BEARER)) -> Principal:  # async: no thread hop
         who = principal_of(request)
         authorize(who, action)
         return who
