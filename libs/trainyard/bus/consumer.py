@@ -66,6 +66,11 @@ class ConsumerSpec(msgspec.Struct, frozen=True):
     ack_wait_s: float = 30.0
     max_ack_pending: int = 20_000
     retry_delay_s: float = 1.0
+    #: After a fetch that did not fill the batch, wait this long and take what
+    #: arrived meanwhile (up to ``batch``) before handling: fewer, fuller
+    #: batches for a steady trickle (heartbeats).  0: handle what came at once.
+    #: A lone message is handled after ``linger_s``, never held longer.
+    linger_s: float = 0.0
 
 
 class _Sequences(Protocol):
@@ -250,6 +255,20 @@ async def consume(bus: Broker, spec: ConsumerSpec, subscription: Subscription[An
     return [await settle(bus, spec, msg, outcome.fate) for msg, outcome in zip(msgs, outcomes, strict=True)]
 
 
+async def fetch(sub: Puller, spec: ConsumerSpec) -> list[Pulled]:
+    """One batch: what is there (waiting up to 0.5 s for the first message),
+    then, when the batch is not full and ``spec.linger_s`` is set, what came
+    within ``linger_s`` more."""
+    msgs = list(await sub.fetch(spec.batch, timeout=0.5))
+    if spec.linger_s > 0 and len(msgs) < spec.batch:
+        await asyncio.sleep(spec.linger_s)
+        try:
+            msgs += await sub.fetch(spec.batch - len(msgs), timeout=0.05)
+        except TimeoutError:  # nothing more came: handle what there is
+            pass
+    return msgs
+
+
 async def run_consumer(bus: Broker, spec: ConsumerSpec, subscription: Subscription[Any], stop: asyncio.Event) -> None:
     """Fetch batches from a durable consumer and :func:`consume` each, until ``stop``.
 
@@ -269,7 +288,7 @@ async def run_consumer(bus: Broker, spec: ConsumerSpec, subscription: Subscripti
                 await asyncio.sleep(0.5)
                 continue
         try:
-            msgs = await sub.fetch(spec.batch, timeout=0.5)
+            msgs = await fetch(sub, spec)
         except TimeoutError:  # nothing to fetch (nats.errors.TimeoutError is one too)
             continue
         except nats.errors.Error as err:  # reconnecting, slow consumer, ...: try again shortly

@@ -52,6 +52,7 @@ class LivenessCheck:
         self.catch_up_wait_s = catch_up_wait_s
         self.first_seen: dict[tuple[str, str], float] = {}  # boots never heard from -> when this process first saw them
         self.last_verdict: LivenessVerdict | None = None
+        self.judged_nodes: list[views.NodeRecord] = []  # the projected nodes the last verdict was judged on
 
     async def caught_up(self) -> bool:
         """True once every heartbeat stored when called has been read and recorded."""
@@ -75,7 +76,7 @@ class LivenessCheck:
         view = HeartbeatView(caught_up=caught_up, newest_at=max(heartbeats.values(), default=None), now=now)
         start = min(view.newest_at, now) if view.newest_at is not None else now
         watches, stale = [], []
-        nodes = await views.list_nodes(self.store)
+        nodes = self.judged_nodes = await views.list_nodes(self.store)
         registered = {n.node_id: n.boot_id or "" for n in nodes}
         for node in nodes:
             if node.info is None:
@@ -100,7 +101,7 @@ class LivenessCheck:
             else:
                 log.info("liveness not judged: %s", verdict.reason)
             return verdict
-        nodes = {n.node_id: n for n in await views.list_nodes(self.store)}
+        nodes = {n.node_id: n for n in self.judged_nodes}  # read once per check: the same view the verdict saw
         requests = []
         for silent in verdict.lost:
             node = nodes.get(silent.node_id)

@@ -36,6 +36,21 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
 return 1
 """
 
+#: A batch of heartbeats in one call: KEYS = (health:hb, nodestate); ARGV[1] =
+#: the node hash prefix, then (node id, boot id, stream time) per heartbeat,
+#: applied in order.  Per heartbeat: 1 if it moved its boot's time forward, the
+#: node's registered boot, its projected state (nil when absent).
+_HEARTBEATS = """
+local out = {}
+for i = 2, #ARGV, 3 do
+  local node, boot, at = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  out[#out + 1] = redis.call('ZADD', KEYS[1], 'GT', 'CH', at, node .. '/' .. boot)
+  out[#out + 1] = redis.call('HGET', ARGV[1] .. node, 'boot_id')
+  out[#out + 1] = redis.call('HGET', KEYS[2], node)
+end
+return out
+"""
+
 
 class HeartbeatRead(msgspec.Struct, frozen=True):
     """One heartbeat as stored, with what the projection says of its node."""
@@ -56,6 +71,7 @@ class RecordStore:
         self.store = store
         self.redis = store.redis
         self._save = store.redis.register_script(_SAVE)
+        self._heartbeats = store.redis.register_script(_HEARTBEATS)
 
     def _k(self, name: str) -> str:
         return self.store.key("health", name)
@@ -112,12 +128,10 @@ class RecordStore:
         """Store ``(node id, boot id, stream time)`` heartbeats; each moves its boot's time forward only."""
         if not beats:
             return []
-        pipe = self.redis.pipeline(transaction=False)
+        args: list[str] = [self.store.key("node", "")]
         for node_id, boot_id, at in beats:
-            pipe.zadd(self._k("hb"), {f"{node_id}/{boot_id}": at}, gt=True, ch=True)
-            pipe.hget(self.store.key("node", node_id), "boot_id")
-            pipe.hget(self.store.key("nodestate"), node_id)
-        results = await pipe.execute()
+            args += (node_id, boot_id, repr(at))
+        results = await self._heartbeats(keys=[self._k("hb"), self.store.key("nodestate")], args=args)
         return [
             HeartbeatRead(node_id, boot_id, bool(results[3 * i]), results[3 * i + 1], results[3 * i + 2])
             for i, (node_id, boot_id, _) in enumerate(beats)
