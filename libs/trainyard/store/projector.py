@@ -126,6 +126,7 @@ class Projector:
         self.changed = asyncio.Event()  # set after every applied batch
         self._touched: set[str] = set()  # ids of entities with events since the last drain
         self.lost_count = 0  # times Redis was found to have lost the projection
+        self.unseen_count = 0  # times events another process applied were skipped, never seen here
         self.epoch = ""  # the generation of the projection this process folds into
         self._through = 0  # the last sequence handed to apply
         self._moved = asyncio.Event()  # set (and replaced) whenever position changes
@@ -295,6 +296,8 @@ class Projector:
 
     async def _follow(self, stop: asyncio.Event, filter_subject: str, batch_size: int) -> None:
         start = max(self.position, await self._check_not_lost()) + 1
+        if start - 1 > self.position:
+            self.unseen_count += 1  # their ids never reach drain_touched: caches must start over
         # Redis holds this epoch through start - 1 (another projector may have
         # rebuilt it meanwhile): this process has seen that much applied, even
         # if no message before start is ever delivered to it.

@@ -43,17 +43,10 @@ from trainyard.events import JobAdmitted, PreemptionNotice, RunFailed, subjects
 from trainyard.observability.logs import kv
 from trainyard.observability.metrics import AdmissionMetrics
 from trainyard.store import Projector, Store, views, waiting
+from trainyard_admission.backlog import Backlog
 from trainyard_admission.tenancy import TenancyHolder
 
 log = logging.getLogger(__name__)
-
-#: What a cycle reads of every pending and active job (besides the head; the
-#: spec is read once per job).
-READS = (
-    "run_id", "attempt", "not_before", "priority_class", "last_checkpoint_step", "last_checkpoint_at", "admitted_at",
-    "notice_at", "preempt_deadline", "preemptor", "submitted_at", "started_at", "attained_gpu_s",
-)
-
 
 def run_id_for(job_id: str, attempt: int) -> str:
     return f"{job_id}-r{attempt}"
@@ -80,76 +73,33 @@ class AdmissionCycle:
         self.projections = [projector, *node_projector]  # caught up before every snapshot
         self.policy = policy
         self.clock = clock
-        self.window = window  # how many of the oldest pending jobs one cycle considers
         self.tenancy = tenancy or TenancyHolder()
         self.placement_timeout_s = placement_timeout_s
-        self._demand: dict[str, tuple[str, dict[str, int]]] = {}  # job id -> (queue, GPUs by type)
-        self._specs: dict[str, JobSpec] = {}  # job id -> spec, while pending or active (specs never change)
+        # the pending and active jobs, kept between cycles and re-read where they changed
+        self.backlog = Backlog(store, projector, self.tenancy, window)
         # the cluster for topology-aware preemption; None: victims by GPU counts
         self.cluster = views.ClusterReader(store, cluster) if cluster is not None else None
-        self._cache: dict[str, JobRecord] = {}  # job id -> its record (READS), while pending or active
-        self._lost_seen = 0
         self.last_timings: dict[str, float] = {}  # seconds per step of the last cycle
-        self._reasons: dict[str, waiting.Waiting] = {}  # why each job waits, as last written (to write changes)
+        self._reasons: dict[str, tuple[str, int]] = {}  # why each job waits, as last written (to write changes)
         self._changed: set[str] = set()  # jobs with events since their reason was written
         self.metrics = metrics  # None: not exported (tests that do not look)
-
-    async def _rows(self, ids: list[str]) -> dict[str, JobRecord]:
-        """The records of ``ids``, re-reading from Redis only jobs that had
-        events since the last cycle (or that this process has not seen yet)."""
-        if self.projector.lost_count != self._lost_seen:
-            self._lost_seen = self.projector.lost_count
-            self._cache.clear()
-            self._reasons.clear()
-        touched = self.projector.drain_touched()
-        for job_id in touched:
-            self._cache.pop(job_id, None)
-        self._changed |= touched  # their records changed: write their reasons again
-        missing = [j for j in ids if j not in self._cache]
-        if missing:
-            self._cache.update((j.job_id, j) for j in await views.get_jobs(self.store, missing, READS))
-        unknown = [j for j in ids if j in self._cache and j not in self._demand]
-        if unknown:
-            for job_id, spec in (await views.job_specs(self.store, unknown)).items():
-                self._demand[job_id] = (spec.queue, spec.gpus_by_type)
-                self._specs[job_id] = spec
-        wanted = set(ids)
-        for job_id in [j for j in self._cache if j not in wanted]:
-            del self._cache[job_id]  # no longer pending or active
-        return {j: self._cache[j] for j in ids if j in self._cache and j in self._demand}
+        self._active: list[str] = []  # the active jobs of the last snapshot
 
     async def snapshot(self) -> tuple[AdmissionSnapshot, dict[str, JobRecord]]:
-        pending_ids = await views.pending_window(self.store, self.window)
-        active_ids = await views.ids_in(self.store, "active")
-        rows = await self._rows(pending_ids + active_ids)
-        for job_id in [j for j in self._demand if j not in rows]:
-            del self._demand[job_id]  # no longer pending or active
-            self._specs.pop(job_id, None)
-        pending, running = [], []
-        for job_id, r in rows.items():
-            queue, demand = self._demand[job_id]
-            limit = float(self._specs[job_id].max_runtime_s)
-            priority, preemptible, only_borrow = self.tenancy.priority_class(r.priority_class)
-            if r.status == "pending":
-                pending.append(
-                    PendingJob(job_id, r.tenant, queue, r.order, demand, priority, r.not_before, only_borrow,
-                               runtime_limit_s=limit, attained_gpu_s=r.attained_gpu_s, submitted_at=r.submitted_at)
-                )
-            elif r.active:
-                admitted_at = r.admitted_at or 0.0
-                started_at = r.started_at
-                running.append(
-                    RunningJob(job_id, r.tenant, queue, demand, admitted_at, r.last_checkpoint_at, priority,
-                               preemptible, only_borrow, r.notice_at,
-                               expected_end=(started_at if started_at is not None else admitted_at) + limit,
-                               attained_gpu_s=r.attained_gpu_s)
-                )
+        """The core's snapshot, and the records of the jobs in it (pending and active)."""
+        pending_ids, active_ids = await self.backlog.read()
+        if self.backlog.reset:
+            self._reasons.clear()  # Redis may have lost them too: write them all again
+        self._changed |= self.backlog.touched  # their records changed: write their reasons again
+        pending = self.backlog.pending_jobs(pending_ids)
+        running = self.backlog.running_jobs(active_ids)
+        self._active = active_ids
         capacity = await views.gpus_by_type(self.store, "capacity")
         in_use = await views.gpus_by_type(self.store, "inuse")
         history, recent = await self._fair_share_state(running)
         cluster, specs = await self._cluster(pending, running, active_ids)
         snapshot = AdmissionSnapshot(pending, capacity, in_use, running, history, recent, cluster, specs)
-        return snapshot, rows
+        return snapshot, self.backlog.records
 
     async def _cluster(
         self, pending: list[PendingJob], running: list[RunningJob], active_ids: list[str]
@@ -162,7 +112,7 @@ class AdmissionCycle:
         if not (p.within_queue or p.reclaim or p.fair_share):
             return None, {}
         cluster, _ = await self.cluster.read(active_ids)
-        return cluster, {j.job_id: self._specs[j.job_id] for j in pending}
+        return cluster, {j.job_id: self.backlog.spec(j.job_id) for j in pending}
 
     async def _fair_share_state(self, running: list[RunningJob]) -> tuple[dict[str, dict[str, float]], list[float]]:
         """Decay the usage table by the time since the last cycle, add what the
@@ -216,9 +166,10 @@ class AdmissionCycle:
         t.append(clock())
         # 4. Say why everyone else waits (only what changed since the last cycle), and
         #    forget the reasons of jobs no longer waiting here.
-        reasons = {w.job_id: waiting.Waiting(w.reason.value, w.position) for w in result.waiting}
-        changed = {j: r for j, r in reasons.items() if j in self._changed or self._reasons.get(j) != r}
-        await waiting.write(self.store, "pending", changed, gone=self._reasons.keys() - reasons.keys())
+        reasons = {w.job_id: (w.reason.value, w.position) for w in result.waiting}
+        last, touched = self._reasons, self._changed
+        changed = {j: waiting.Waiting(*r) for j, r in reasons.items() if last.get(j) != r or j in touched}
+        await waiting.write(self.store, "pending", changed, gone=last.keys() - reasons.keys())
         self._reasons, self._changed = reasons, set()
         t.append(clock())
         # 5. Read our own writes before the next cycle.
@@ -238,7 +189,7 @@ class AdmissionCycle:
         """Log one published decision, and count it."""
         event = req.message
         r = rows.get(event.job_id)
-        queue = self._demand.get(event.job_id, ("", {}))[0]
+        queue = (r.queue if r is not None else None) or ""
         if isinstance(event, JobAdmitted):
             decision = "admitted"
             log.info("job admitted", extra=kv(decision=decision, job_id=event.job_id, run_id=event.run_id,
@@ -289,10 +240,9 @@ class AdmissionCycle:
     def _stops(self, rows: dict[str, JobRecord], now: float) -> list[PublishRequest]:
         """Victims past their grace period, and gangs placement did not place in time."""
         held = [
-            HeldRun(job_id, r.status, r.admitted_at, r.preempt_deadline, r.started_at,
-                    float(self._specs[job_id].max_runtime_s))
-            for job_id, r in rows.items()
-            if r.run_id
+            HeldRun(job_id, r.status, r.admitted_at, r.preempt_deadline, r.started_at, self.backlog.limit(job_id))
+            for job_id in self._active
+            if (r := rows[job_id]).run_id
         ]
         out = []
         for stop in overdue(held, now, self.placement_timeout_s):
@@ -300,7 +250,7 @@ class AdmissionCycle:
             if stop.reason == "preempted":
                 message = f"preempted for {r.preemptor or 'a waiting job'}"
             elif stop.reason == "timeout":
-                message = f"stopped at its run-time limit of {self._specs[stop.job_id].max_runtime_s}s"
+                message = f"stopped at its run-time limit of {self.backlog.spec(stop.job_id).max_runtime_s}s"
             else:
                 message = f"not placed within {self.placement_timeout_s:.0f}s"
             event = RunFailed(at=now, job_id=stop.job_id, tenant=r.tenant, run_id=r.run_id or "", reason=stop.reason,
