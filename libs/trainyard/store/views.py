@@ -52,15 +52,6 @@ def _read_jobs(pipe: Pipeline, store: Store, job_ids: list[str], fields: Iterabl
     return read
 
 
-async def get_jobs(store: Store, job_ids: list[str], fields: Iterable[str] | None = None) -> list[JobRecord]:
-    """The records of the jobs among ``job_ids`` the projection holds, in
-    order: whole, or only ``fields`` (and the head; the others take their
-    defaults) for a reader that needs a few."""
-    pipe = store.redis.pipeline(transaction=False)
-    read = _read_jobs(pipe, store, job_ids, fields)
-    return job_hash.decode_rows(job_ids, read, await pipe.execute())
-
-
 #: Reads the same fields (ARGV) of many hashes (KEYS) in one call: one reply
 #: per hash, its values in the order of ARGV (nil where a field is absent).
 _HMGET_MANY = """
@@ -70,18 +61,24 @@ for i, key in ipairs(KEYS) do
 end
 return out
 """
+_CHUNK = 4096  # jobs per script call: bounds one call's time in the server
 
 
-async def read_many(store: Store, job_ids: list[str], fields: Iterable[str], chunk: int = 4096) -> list[JobRecord]:
-    """What :func:`get_jobs` returns for ``fields``, for many jobs: each chunk of
-    ``chunk`` jobs in one script call (the HMGETs run in the server), so the
+async def get_jobs(store: Store, job_ids: list[str], fields: Iterable[str] | None = None) -> list[JobRecord]:
+    """The records of the jobs among ``job_ids`` the projection holds, in
+    order: whole, or only ``fields`` (and the head; the others take their
+    defaults) for a reader that needs a few.  Selected fields are read
+    :data:`_CHUNK` jobs per script call (the HMGETs run in the server), so the
     client packs and parses one command per chunk, not one per job."""
     read = job_hash.read_fields(fields)
-    assert read is not None
+    if read is None:
+        pipe = store.redis.pipeline(transaction=False)
+        _read_jobs(pipe, store, job_ids, None)
+        return job_hash.decode_rows(job_ids, None, await pipe.execute())
     script = store.redis.register_script(_HMGET_MANY)
     out: list[JobRecord] = []
-    for i in range(0, len(job_ids), chunk):
-        ids = job_ids[i : i + chunk]
+    for i in range(0, len(job_ids), _CHUNK):
+        ids = job_ids[i : i + _CHUNK]
         rows = await script(keys=[store.key("job", j) for j in ids], args=list(read))
         out.extend(job_hash.decode_rows(ids, read, rows))
     return out

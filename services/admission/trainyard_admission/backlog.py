@@ -12,7 +12,7 @@ cycle (one ``ZCARD``), and read whole again when they differ.
 Everything is read again from scratch when the projector found Redis had lost
 the projection (a wipe, a failover) or skipped events another process applied
 (their ids never reach ``drain_touched``).  The first read, and every such
-read, reads the jobs in chunks of one script call each (:func:`views.read_many`),
+read, reads the jobs in chunks of one script call each (:func:`views.get_jobs`),
 and decodes a job's spec only when something needs it (the run-time limit is
 read from the spec's JSON alone).
 """
@@ -94,7 +94,7 @@ class Backlog:
         self.reset = True
 
     async def _read(self, job_ids: list[str]) -> list[JobRecord]:
-        records = await views.read_many(self.store, job_ids, READS)
+        records = await views.get_jobs(self.store, job_ids, READS)
         for r in records:
             self.records[r.job_id] = r
             if r.spec is not None:
