@@ -148,15 +148,30 @@ def serve(name: str, main: Callable[[Runtime], Awaitable[None]]) -> None:
 
     profile_to = settings.profile_dir
     if not profile_to:
-        asyncio.run(_run())
+        run_loop(settings, _run())
         return
     import cProfile
 
     profiler = cProfile.Profile()
     try:
-        profiler.runcall(asyncio.run, _run())
+        profiler.runcall(run_loop, settings, _run())
     finally:
         profiler.dump_stats(os.path.join(profile_to, f"{name}.prof"))
+
+
+def loop_factory(settings: Settings) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop ``settings.event_loop`` names (None: the standard library's)."""
+    if settings.event_loop == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop
+    return None
+
+
+def run_loop(settings: Settings, main: Awaitable[T]) -> T:
+    """Run ``main`` to the end on the event loop the settings choose."""
+    with asyncio.Runner(loop_factory=loop_factory(settings)) as runner:
+        return runner.run(main)  # type: ignore[arg-type]
 
 
 async def run_tasks(stop: asyncio.Event, *coros: Awaitable[None]) -> None:

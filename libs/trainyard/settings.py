@@ -21,6 +21,10 @@ import msgspec
 DEFAULT_DATA_DIR = ".trainyard"
 
 
+#: The event loops a service may run on (``TRAINYARD_EVENT_LOOP``).
+EVENT_LOOPS = ("uvloop", "asyncio")
+
+
 class ConfigurationError(Exception):
     pass
 
@@ -83,6 +87,7 @@ class Settings(msgspec.Struct, frozen=True):
     health_metrics_addr: str = "127.0.0.1"
     accounting_metrics_port: int = 0
     accounting_metrics_addr: str = "127.0.0.1"
+    event_loop: str = "uvloop"  # "uvloop" (libuv, less CPU per message) or "asyncio" (the standard library's)
     profile_dir: str = ""  # a service writes <dir>/<service>.prof (cProfile) when it stops; "": no profile
     # The command line: these beat the running `trainyard up` stack's state.json.
     api_url: str = ""  # the gateway; "": the running stack's, else http://127.0.0.1:8080
@@ -129,6 +134,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     if settings.heartbeat_timeout_s <= settings.heartbeat_interval_s:
         raise ConfigurationError(
             "TRAINYARD_HEARTBEAT_TIMEOUT_S must be larger than TRAINYARD_HEARTBEAT_INTERVAL_S"
+        )
+    if settings.event_loop not in EVENT_LOOPS:
+        raise ConfigurationError(
+            f"TRAINYARD_EVENT_LOOP: {settings.event_loop!r} is not an event loop; use one of {', '.join(EVENT_LOOPS)}"
         )
     if not settings.redis_prefix.endswith(":"):
         raise ConfigurationError("TRAINYARD_REDIS_PREFIX must end with ':'")

@@ -4,6 +4,7 @@ preference for a variable that is set over the running stack's state."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from trainyard.cli.client import resolve_api_url, resolve_token, use_token
 from trainyard.cli.config import nats_url
 from trainyard.cli.finance import _ledger_url
 from trainyard.local.state import StackState, write_state
+from trainyard.runtime import run_loop
 from trainyard.settings import ConfigurationError, Settings, load_settings, variable
 from trainyard.sim.workloads import traces_dir
 
@@ -40,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
         pytest.param("TRAINYARD_CLUSTER", "east", "cluster", "east", id="the cluster fault injection addresses"),
         pytest.param("TRAINYARD_REDIS_PREFIX", "ty2:", "redis_prefix", "ty2:", id="the Redis prefix the capacity report reads"),
         pytest.param("TRAINYARD_LEDGER_URL", "sqlite:////srv/l.db", "ledger_url", "sqlite:////srv/l.db", id="the ledger"),
+        pytest.param("TRAINYARD_EVENT_LOOP", "asyncio", "event_loop", "asyncio", id="the standard library's event loop"),
     ],
 )
 def test_the_loader_reads_each_setting_from_the_environment_it_is_given(
@@ -69,11 +72,21 @@ def test_unset_settings_keep_their_documented_defaults() -> None:
                      id="a port that is not a number names its variable"),
         pytest.param({"TRAINYARD_HEARTBEAT_INTERVAL_S": "soon"}, "TRAINYARD_HEARTBEAT_INTERVAL_S: Expected `float`",
                      id="a duration that is not a number names its variable"),
+        pytest.param({"TRAINYARD_EVENT_LOOP": "trio"}, "TRAINYARD_EVENT_LOOP: 'trio' is not an event loop; use one of uvloop, asyncio",
+                     id="an unknown event loop names the ones there are"),
     ],
 )
 def test_a_bad_value_stops_the_process_naming_the_variable(environ: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         load_settings(environ)
+
+
+@pytest.mark.parametrize(("name", "loop_module"), [("uvloop", "uvloop"), ("asyncio", "asyncio")])
+def test_a_service_runs_on_the_event_loop_its_settings_name(name: str, loop_module: str) -> None:
+    async def which() -> str:
+        return type(asyncio.get_running_loop()).__module__.split(".")[0]
+
+    assert run_loop(load_settings({"TRAINYARD_EVENT_LOOP": name}), which()) == loop_module
 
 
 def test_an_empty_number_is_unset_and_an_empty_text_is_empty() -> None:
