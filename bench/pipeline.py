@@ -8,6 +8,10 @@ latency.
 
     python bench/pipeline.py                       # 250, 500, 1000 jobs/s for 10 s each
     python bench/pipeline.py --rates 500 --seconds 20
+    python bench/pipeline.py --rates 100 --seconds 30  # CPU per job at a steady 100 jobs/s
+
+After the rates it prints each process's CPU milliseconds per placed job at
+each rate (user + system, from /proc, over the rate's window).
 """
 
 from __future__ import annotations
@@ -113,7 +117,7 @@ def cpu_seconds(stack: LocalStack) -> dict[str, float]:
     for name, pid in procs.items():
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            out[name] = round((int(fields[11]) + int(fields[12])) / ticks, 1)
+            out[name] = (int(fields[11]) + int(fields[12])) / ticks
         except OSError:
             out[name] = float("nan")
     return out
@@ -137,12 +141,22 @@ def main() -> None:
             time.sleep(3.0)  # nodes register, leaders take their leases
             print(f"cluster: {args.nodes} nodes x 8 GPUs; jobs: 1 GPU, 0.5 s each; {args.seconds:.0f} s per rate")
             print(f"{'offered/s':>10} {'placed':>8} {'placed/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+            per_job = []
             for rate in args.rates:
+                before = cpu_seconds(stack)
                 r = asyncio.run(measure(stack, rate, args.seconds))
+                spent = {n: cpu_seconds(stack)[n] - v for n, v in before.items()}
+                per_job.append((rate, {n: 1000 * v / max(r["placed"], 1) for n, v in spent.items()}))
                 print(f"{r['offered_actual_per_s']:>10.0f} {r['placed']:>8.0f} {r['placed_per_s']:>9.0f} "
                       f"{r['p50_ms']:>8.0f} {r['p99_ms']:>8.0f}", flush=True)
                 time.sleep(2.0)
-            print("CPU seconds per process over the run:", cpu_seconds(stack))
+            print("\nCPU milliseconds per placed job, per process (from submission until the run's end was metered):")
+            names = list(per_job[0][1]) if per_job else []
+            print(f"{'offered/s':>10} " + " ".join(f"{n:>11}" for n in names) + "  admission+placement")
+            for rate, ms in per_job:
+                both = ms.get("admission", 0.0) + ms.get("placement", 0.0)
+                print(f"{rate:>10} " + " ".join(f"{ms[n]:>11.2f}" for n in names) + f"  {both:>19.2f}")
+            print("CPU seconds per process over the run:", {n: round(v, 1) for n, v in cpu_seconds(stack).items()})
         finally:
             if stack.exited():
                 print(f"processes that exited: {stack.exited()}", file=sys.stderr)

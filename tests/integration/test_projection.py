@@ -362,3 +362,24 @@ async def test_the_fold_forgets_why_a_job_waited_as_its_status_changes(bus: Bus,
         if status in waiting.WAITING:  # what the decider of this status says about it
             await waiting.write(store, status, {"j1": waiting.Waiting("quota_exhausted", 1, 5.0)})
     assert set(await store.redis.hkeys(store.key("job", "j1"))) <= set(job_hash.FIELDS)
+
+
+async def test_a_projection_goes_on_after_redis_forgets_its_scripts(bus: Bus, store: Store) -> None:
+    """The fold runs by SHA; a Redis whose script cache was flushed (restarted
+    with its data, or SCRIPT FLUSH) gets the script again, and nothing is
+    folded twice."""
+    node = NodeInfo(node_id="n1", cluster="c1", gpu_type="H100", gpus=8)
+    await bus.publish(subjects.node("c1", "n1"), NodeRegistered(at=0.0, node=node, boot_id="b1"), msg_id="reg-n1")
+    await project(bus, store, "NODES")
+    await lifecycle(bus, "j1", "j1-r1", "n1", [0, 1])
+    await project(bus, store, "JOBS")
+    await store.redis.script_flush()
+    await lifecycle(bus, "j2", "j2-r1", "n1", [2, 3, 4])
+    projector = await project(bus, store, "JOBS")
+
+    assert [await store.redis.script_exists(store._apply_job.sha)] == [[True]]
+    jobs = {j.job_id: j.status for j in await views.list_jobs(store)}
+    assert jobs == {"j1": "running", "j2": "running"}
+    [record] = await views.list_nodes(store)
+    assert record.free_gpus == [5, 6, 7]
+    assert projector.position == (await bus.js.stream_info("JOBS")).state.last_seq

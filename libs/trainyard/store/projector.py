@@ -15,7 +15,8 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError, RedisError
 
 from trainyard.bus.connection import Bus
 from trainyard.events import decode_job_event, decode_node_event, subject_disagrees, subjects
@@ -53,6 +54,21 @@ class Store:
         self._apply_job = redis.register_script(_lua("apply_job_event.lua"))
         self._apply_node = redis.register_script(_lua("apply_node_event.lua"))
         self._join = redis.register_script(_JOIN)
+
+    async def run_script(self, script: AsyncScript, calls: list[Sequence[str | bytes]]) -> list[Any]:
+        """``script`` per argument list in ``calls`` (key: the prefix) as one pipeline of EVALSHA, without redis-py's
+        SCRIPT EXISTS round trip; a Redis that lost the script loads it and runs again (folds are seq-fenced)."""
+        for attempt in range(2):
+            pipe = self.redis.pipeline(transaction=False)
+            for args in calls:
+                pipe.evalsha(script.sha, 1, self.prefix, *args)
+            try:
+                return await pipe.execute()
+            except NoScriptError:
+                if attempt:
+                    raise
+                script.sha = await self.redis.script_load(script.script)
+        raise AssertionError("unreachable")
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "ty:", **options: Any) -> Store:
@@ -155,9 +171,9 @@ class Projector:
         Raises :class:`ProjectionLost` if the fold refused any of them."""
         if not self.epoch:
             await self.join()
-        pipe = self.store.redis.pipeline(transaction=False)
         script = self.store._apply_job if self.stream == "JOBS" else self.store._apply_node
         through = self._through if after is None else after
+        calls = []
         for seq, data, *subject in batch:
             try:
                 args = self._fold_args(seq, data, subject[0] if subject else None, through)
@@ -166,9 +182,9 @@ class Projector:
                 # the fold: record it and move on.
                 log.error("%s seq %d is not projected: %s", self.stream, seq, err)
                 args = self._fold_args(seq, None, None, through)
-            await script(keys=[self.store.prefix], args=args, client=pipe)
+            calls.append(args)
             through = max(through, seq)
-        results = await pipe.execute()
+        results = await self.store.run_script(script, calls)
         refused = [(item[0], r) for item, r in zip(batch, results, strict=True) if r in _REFUSED]
         if refused:
             seq, code = refused[0]
