@@ -130,10 +130,13 @@ def first_cancel(a: tuple[float, int | None], b: tuple[float, int | None]) -> bo
 def lock_rows(conn: sa.Connection, table: sa.Table, column: sa.Column, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Rows whose ``column`` is in ``keys``, keyed by primary key, locked for update."""
     pk = next(iter(table.primary_key.columns))
+    name = pk.name
     rows: dict[str, dict[str, Any]] = {}
     for chunk in chunks(keys):
         stmt = sa.select(table).where(column.in_(chunk)).order_by(pk).with_for_update()
-        rows.update({row._mapping[pk.name]: dict(row._mapping) for row in conn.execute(stmt)})
+        for row in conn.execute(stmt):
+            values = row._asdict()
+            rows[values[name]] = values
     return rows
 
 
@@ -199,7 +202,7 @@ def write_runs(
     jobs = dict(jobs or {})
     for chunk in chunks(sorted({f.job_id for f in changed.values()} - set(jobs))):
         for r in conn.execute(sa.select(t.jobs).where(t.jobs.c.job_id.in_(chunk))):
-            jobs[r.job_id] = dict(r._mapping)
+            jobs[r.job_id] = r._asdict()
     checkpoints: dict[str, list[float]] = {}
     failed = sorted(r for r, f in changed.items() if f.outcome and f.outcome.startswith("failed:"))
     for chunk in chunks(failed):
