@@ -30,6 +30,7 @@ from trainyard.sim.cluster import SimCluster
 from trainyard.sim.failures import FailureSource, progress_lost
 from trainyard.sim.policies import Policy, first_order
 from trainyard.sim.queues import PendingQueues
+from trainyard.sim.report import FairPeriod
 from trainyard.sim.scheduling import SchedulingCycle
 from trainyard.sim.state import ARRIVE, DETECT, FAIL, FINISH, REPAIR, STOP, TICK, JobState, Scenario
 from trainyard.sim.views import AdmissionView, Samples
@@ -99,6 +100,7 @@ class Simulator(AdmissionView, Samples, SchedulingCycle):
         self.timeline: list[tuple[float, float, int, int, int]] = []  # (t, utilisation, pending, running, down)
         self.fragmentation: list[tuple[float, dict[str, float]]] = []
         self.jain_samples: list[float] = []  # Jain's index of held vs fair GPUs, at samples with contention
+        self.fair_periods: dict[int, FairPeriod] = {}  # the same samples summed per FAIR_PERIOD_S (report.py)
         self.violations: list[str] = []
         self.decisions: list[tuple] = []  # ("admit", snapshot, now, result) / ("place", snapshot, requests, now, result)
         self.failure_log: list[tuple[float, str, str]] = []  # (t, node, cause)

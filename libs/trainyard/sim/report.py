@@ -8,6 +8,8 @@ received / fair.  Over a whole run in which every job finishes, every tenant
 gets about what it asked for, so ``jain_index`` tends to 1; ``jain_contended``
 is the same index on the GPUs held at each timeline sample while jobs were
 waiting, averaged: the fairness users feel while they queue.
+``jain_contended_24h`` sums those samples per day before taking the index, so
+gangs too large for a tenant's instantaneous share may take turns.
 """
 
 from __future__ import annotations
@@ -38,6 +40,38 @@ def jain(values: list[float]) -> float:
     if not values or not any(values):
         return 1.0
     return sum(values) ** 2 / (len(values) * sum(v * v for v in values))
+
+
+FAIR_PERIOD_S = 24 * 3600.0  # the period of ``jain_contended_24h``
+
+
+class FairPeriod:
+    """Contended samples of one period summed: GPUs held and wanted per tenant, GPUs placed."""
+
+    __slots__ = ("held", "wanted", "placed")
+
+    def __init__(self, held: dict[str, float], wanted: dict[str, float], placed: float = 0.0) -> None:
+        self.held, self.wanted, self.placed = held, wanted, placed
+
+    def add(self, held: dict[str, int], wanted: dict[str, int], placed: int) -> None:
+        for tenant, w in wanted.items():
+            self.held[tenant] = self.held.get(tenant, 0.0) + held.get(tenant, 0)
+            self.wanted[tenant] = self.wanted.get(tenant, 0.0) + w
+        self.placed += placed
+
+    def jain(self, entitled: dict[str, float]) -> float:
+        """Jain's index of GPU-time held against the weighted max-min split of the GPU-time placed in the
+        period, capped by what each tenant wanted in it: a tenant may be over its share in one sample and
+        under in the next, as indivisible gangs must take turns."""
+        fair = water_fill(self.wanted, entitled, self.placed)
+        return jain([self.held.get(t, 0.0) / f for t, f in fair.items() if f > 0])
+
+
+def period_fairness(periods: dict[int, FairPeriod], entitled: dict[str, float]) -> float | None:
+    """Mean of :meth:`FairPeriod.jain` over the periods with contention (None: none had any)."""
+    if not periods:
+        return None
+    return round(sum(p.jain(entitled) for p in periods.values()) / len(periods), 4)
 
 
 def water_fill(demands: dict[str, float], weights: dict[str, float], total: float) -> dict[str, float]:
@@ -106,6 +140,7 @@ def summarise(sim: Simulator) -> dict:
         "fragmentation": {k: round(sum(f.get(k, 0.0) for f in frag) / len(frag), 4) for k in frag_keys},
         "jain_index": round(jain(ratios), 4),
         "jain_contended": round(sum(sim.jain_samples) / len(sim.jain_samples), 4) if sim.jain_samples else None,
+        "jain_contended_24h": period_fairness(sim.fair_periods, sim.entitled),
         "fairness": fairness,
         "preemptions": sum(st.preemptions for st in sim.jobs),
         "node_failures": len(sim.failure_log),
@@ -290,6 +325,7 @@ def merge_partitions(parts: dict[str, Simulator], workload: str) -> dict:
         "fragmentation": {},
         "jain_index": None,
         "jain_contended": None,
+        "jain_contended_24h": None,
         "fairness": {t: {"received": round(used[t] / total_used, 4), "entitled": round(s["gpus"] / gpus, 4),
                          "fair": None, "ratio": None, "demand_gpu_s": s["fairness"][t]["demand_gpu_s"]}
                      for t, s in sums.items()},

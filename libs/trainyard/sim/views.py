@@ -10,7 +10,7 @@ import math
 from trainyard.core.admission import AdmissionSnapshot, PendingJob, decay_usage
 from trainyard.core.placement import fragmentation
 from trainyard.sim.policies import multifactor
-from trainyard.sim.report import jain, water_fill
+from trainyard.sim.report import FAIR_PERIOD_S, FairPeriod, jain, water_fill
 
 
 class AdmissionView:
@@ -97,6 +97,10 @@ class Samples:
             fair = water_fill(wanted, self.entitled, placed)
             ratios = [self.held_by[t] / f for t, f in fair.items() if f > 0]
             self.jain_samples.append(jain(ratios))
+            period = self.fair_periods.get(int(t // FAIR_PERIOD_S))
+            if period is None:
+                period = self.fair_periods[int(t // FAIR_PERIOD_S)] = FairPeriod({}, {})
+            period.add(self.held_by, wanted, placed)
 
     def _frag_every(self) -> float:
         jobs = self.workload.jobs

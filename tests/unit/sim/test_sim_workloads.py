@@ -118,6 +118,41 @@ def test_water_fill_caps_small_demands_and_splits_the_rest_by_weight():
     assert fair["b"] == pytest.approx(30.0) and fair["c"] == pytest.approx(60.0)
 
 
+def test_gangs_that_take_turns_are_unfair_in_each_sample_and_fair_over_the_day():
+    from trainyard.sim.report import FairPeriod, jain, period_fairness, water_fill
+
+    entitled = {"a": 0.5, "b": 0.5}
+    # two tenants with 16-GPU gangs on a 16-GPU cluster, each wanting 16 all day, holding it in turn
+    samples = [({"a": 16, "b": 0}, {"a": 16, "b": 16}), ({"a": 0, "b": 16}, {"a": 16, "b": 16})] * 6
+    day, instant = FairPeriod({}, {}), []
+    for held, wanted in samples:
+        fair = water_fill(wanted, entitled, 16)
+        instant.append(jain([held[t] / f for t, f in fair.items()]))
+        day.add(held, wanted, 16)
+    assert instant == [0.5] * 12
+    assert period_fairness({0: day}, entitled) == 1.0
+    # one tenant holding the cluster the whole day while the other waits is unfair either way
+    hog = FairPeriod({}, {})
+    for _ in range(12):
+        hog.add({"a": 16, "b": 0}, {"a": 16, "b": 16}, 16)
+    assert period_fairness({0: hog}, entitled) == 0.5
+    assert period_fairness({}, entitled) is None
+
+
+def test_the_report_gives_the_per_day_index_of_a_contended_run():
+    from trainyard.sim import Scenario
+    from trainyard.sim.report import summarise
+    from trainyard.sim.scenarios import prepare, run_policies
+
+    plan = prepare(workload="synthetic", jobs=400, nodes=8, seed=1, load=1.2, target_load=1.2)
+    [sim] = run_policies(plan.workload, plan.nodes, ["trainyard"], Scenario(seed=1, record_events=False))
+    summary = summarise(sim)
+    assert sim.fair_periods and summary["jain_contended"] is not None
+    assert 0.0 < summary["jain_contended_24h"] <= 1.0
+    assert summary["jain_contended_24h"] == round(
+        sum(p.jain(sim.entitled) for p in sim.fair_periods.values()) / len(sim.fair_periods), 4)
+
+
 def test_a_job_carries_its_gpu_type_queue_and_class_into_its_spec_and_through_scaling():
     from trainyard.sim import SimJob, Workload
 
