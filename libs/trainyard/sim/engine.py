@@ -28,9 +28,9 @@ from trainyard.domain.job import ValidationError
 from trainyard.events.jobs import JobAccepted, JobRejected, RunFailed, RunSucceeded
 from trainyard.sim.cluster import SimCluster
 from trainyard.sim.failures import FailureSource, progress_lost
+from trainyard.sim.fairness import FairPeriod
 from trainyard.sim.policies import Policy, first_order
 from trainyard.sim.queues import PendingQueues
-from trainyard.sim.report import FairPeriod
 from trainyard.sim.scheduling import SchedulingCycle
 from trainyard.sim.state import ARRIVE, DETECT, FAIL, FINISH, REPAIR, STOP, TICK, JobState, Scenario
 from trainyard.sim.views import AdmissionView, Samples

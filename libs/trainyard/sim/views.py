@@ -9,8 +9,8 @@ import math
 
 from trainyard.core.admission import AdmissionSnapshot, PendingJob, decay_usage
 from trainyard.core.placement import fragmentation
+from trainyard.sim.fairness import FAIR_PERIOD_S, FairPeriod, jain, water_fill
 from trainyard.sim.policies import multifactor
-from trainyard.sim.report import FAIR_PERIOD_S, FairPeriod, jain, water_fill
 
 
 class AdmissionView:

@@ -8,7 +8,8 @@ from typer.testing import CliRunner
 
 from trainyard.cli.main import app
 from trainyard.sim import load_philly, synthetic
-from trainyard.sim.report import jain, percentile
+from trainyard.sim.fairness import jain
+from trainyard.sim.report import percentile
 from trainyard.sim.scenarios import build, parse_quotas
 from trainyard.sim.workloads import gang_of, traces_dir
 
@@ -111,7 +112,7 @@ def test_cli_run_json_and_bad_policy():
 
 
 def test_water_fill_caps_small_demands_and_splits_the_rest_by_weight():
-    from trainyard.sim.report import water_fill
+    from trainyard.sim.fairness import water_fill
 
     fair = water_fill({"a": 10.0, "b": 100.0, "c": 100.0}, {"a": 1.0, "b": 1.0, "c": 2.0}, 100.0)
     assert fair["a"] == pytest.approx(10.0)
@@ -119,7 +120,7 @@ def test_water_fill_caps_small_demands_and_splits_the_rest_by_weight():
 
 
 def test_gangs_that_take_turns_are_unfair_in_each_sample_and_fair_over_the_day():
-    from trainyard.sim.report import FairPeriod, jain, period_fairness, water_fill
+    from trainyard.sim.fairness import FairPeriod, jain, period_fairness, water_fill
 
     entitled = {"a": 0.5, "b": 0.5}
     # two tenants with 16-GPU gangs on a 16-GPU cluster, each wanting 16 all day, holding it in turn
