@@ -33,8 +33,9 @@ from trainyard.sim.policies import Policy, first_order
 from trainyard.sim.queues import PendingQueues
 from trainyard.sim.scheduling import SchedulingCycle
 from trainyard.sim.state import ARRIVE, DETECT, FAIL, FINISH, REPAIR, STOP, TICK, JobState, Scenario
+from trainyard.sim.tenancy import tenancy_for
 from trainyard.sim.views import AdmissionView, Samples
-from trainyard.sim.workloads import GPU_TYPE, QUEUE, Workload, tenancy_for
+from trainyard.sim.workloads import GPU_TYPE, QUEUE, Workload
 
 __all__ = ["ARRIVE", "DETECT", "FAIL", "FINISH", "REPAIR", "STOP", "TICK", "Scenario", "Simulator", "simulate"]
 

@@ -41,7 +41,8 @@ from pathlib import Path
 from trainyard.domain.job import GPU_TYPE_RE, MAX_RUNTIME_S
 from trainyard.domain.limits import NAME_RE
 from trainyard.domain.node import NodeInfo
-from trainyard.sim.workloads import GPU_TYPE, PRIORITY_CLASSES, QUEUE, SimJob, Workload, estimate_limit, gang_of
+from trainyard.sim.tenancy import PRIORITY_CLASSES
+from trainyard.sim.workloads import GPU_TYPE, QUEUE, SimJob, Workload, estimate_limit, gang_of
 
 TRACE_REQUIRED = ("submit_time", "duration", "gpus", "tenant")
 TRACE_OPTIONAL = ("gpu_type", "queue", "priority_class", "runtime_estimate", "job_id")

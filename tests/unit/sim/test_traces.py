@@ -12,6 +12,7 @@ from trainyard.core.admission.tree import TreeIndex
 from trainyard.events.jobs import JobPlaced
 from trainyard.sim import Scenario, load_philly, synthetic
 from trainyard.sim.scenarios import prepare, simulate_partitions
+from trainyard.sim.tenancy import tenancy_for
 from trainyard.sim.traces import (
     MAX_ERRORS,
     TraceError,
@@ -21,7 +22,7 @@ from trainyard.sim.traces import (
     write_nodes,
     write_trace,
 )
-from trainyard.sim.workloads import GPU_TYPE, QUEUE, tenancy_for, traces_dir
+from trainyard.sim.workloads import GPU_TYPE, QUEUE, traces_dir
 
 HEADER = "submit_time,duration,gpus,gpu_type,tenant,queue,priority_class,runtime_estimate,job_id\n"
 GOOD = HEADER + (
