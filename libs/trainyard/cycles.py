@@ -16,12 +16,14 @@ log = logging.getLogger(__name__)
 
 async def decision_loop(
     rt: Runtime, run_once: Callable[[], Awaitable[int]], lease: Lease, triggers: list[Projector], name: str,
-    metrics: DeciderMetrics | None = None,
+    metrics: DeciderMetrics | None = None, standby: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Run a cycle whenever a projection changes (or every cycle interval) while we lead.
 
     A cycle that decided something runs again at once: its own decisions
-    changed what the next one sees.
+    changed what the next one sees.  While another process leads, ``standby``
+    (if given) runs at the same moments instead: a decider keeps what it reads
+    current there, so that it is hot when it takes over.
     """
     stopped = asyncio.ensure_future(rt.stop.wait())
     leading = False
@@ -43,6 +45,11 @@ async def decision_loop(
                 if metrics is not None:
                     metrics.leader.set(1 if leading else 0)
             if not leading:
+                if standby is not None:
+                    try:
+                        await standby()
+                    except Exception as err:  # noqa: BLE001 - infrastructure; tried again on the next wake-up
+                        log.warning("%s standby read failed: %r", name, err)
                 continue
             try:
                 while await run_once() and not rt.stop.is_set():

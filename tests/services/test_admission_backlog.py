@@ -4,11 +4,18 @@ after jobs change between cycles and after Redis is wiped and rebuilt."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from test_admission_cycle import Clock, admission, cancel, spec
 from test_placement_cycle import NOW, Harness, harness
 
 from trainyard.bus import Bus
+from trainyard.bus.lease import Lease
+from trainyard.cycles import decision_loop
 from trainyard.events import RunFailed
+from trainyard.runtime import Runtime
+from trainyard.settings import Settings
 from trainyard.store import Store, views
 from trainyard.testing.publish import publish_event
 from trainyard_admission.cycle import AdmissionCycle
@@ -21,12 +28,17 @@ async def seen(cycle: AdmissionCycle) -> tuple[dict[str, tuple[int, float, float
     return pending, {r.job_id for r in snapshot.running}
 
 
-async def started(h: Harness) -> AdmissionCycle:
+async def seeded(h: Harness) -> None:
+    """One node held by a running job, and two jobs waiting for it."""
     await h.node("n1")
     await h.running("first", spec(), {"n1": list(range(8))}, NOW - 100)
     for job_id in ("a", "b"):
         await h.submit(job_id, spec(), admit=False)
     await h.settle()
+
+
+async def started(h: Harness) -> AdmissionCycle:
+    await seeded(h)
     cycle = admission(h, Clock(NOW))
     await cycle.run_once()
     return cycle
@@ -64,3 +76,67 @@ async def test_after_a_redis_wipe_and_rebuild_the_pending_set_and_reasons_are_ri
     assert kept == fresh
     assert reasons == ["a", "b", "c"]  # written again after the wipe
     assert first is not None and first.status == "running"
+
+
+async def test_a_standby_reads_the_backlog_and_its_first_cycle_rereads_only_what_changed(bus: Bus, store: Store) -> None:
+    async with harness(bus, store) as h:
+        await seeded(h)
+        standby = admission(h, Clock(NOW))
+        await standby.warm()
+        read_while_standing_by = set(standby.backlog.records)
+        # The old leader said why "b" waits; then jobs change before the standby takes over.
+        await h.store.redis.hset(h.store.key("why", "pending"), "b", '{"reason":"stale"}')
+        await cancel(h, "a")
+        await h.submit("c", spec(), admit=False)
+        await h.settle()
+        await standby.run_once()
+        reread = standby.backlog.touched
+        kept = await seen(standby)
+        fresh = await seen(admission(h, Clock(NOW)))
+        reasons = await store.redis.hgetall(store.key("why", "pending"))
+    assert read_while_standing_by == {"first", "a", "b"}
+    assert {"a", "c"} <= reread and "b" not in reread and "first" not in reread
+    assert kept == fresh and set(kept[0]) == {"b", "c"}
+    assert sorted(reasons) == ["b", "c"] and "stale" not in reasons["b"]  # every reason written on taking over
+
+
+async def test_the_decision_loop_keeps_a_standby_warm_and_decides_nothing_while_another_leads(
+    bus: Bus, store: Store
+) -> None:
+    stop = asyncio.Event()
+    leader = await Lease.open(bus, "admission.test", holder="leader", ttl_s=5.0)
+    standby_lease = await Lease.open(bus, "admission.test", holder="standby", ttl_s=5.0)
+    assert await leader.try_acquire()
+    async with harness(bus, store) as h:
+        for job_id in ("a", "b"):
+            await h.submit(job_id, spec(), admit=False)
+        await h.settle()
+        cycle = admission(h, Clock(NOW))
+        decided: list[int] = []
+
+        async def run_once() -> int:
+            decided.append(await cycle.run_once())
+            return 0
+
+        rt = Runtime("standby", Settings(cycle_interval_s=0.05, cycle_coalesce_s=0.01), bus, store, stop)
+        tasks = [
+            asyncio.create_task(standby_lease.keep(stop)),
+            asyncio.create_task(decision_loop(rt, run_once, standby_lease, [h.jobs, h.nodes], "admission",
+                                              standby=cycle.warm)),
+        ]
+        try:
+            deadline = time.monotonic() + 10
+            while set(cycle.backlog.records) != {"a", "b"} and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            warmed = set(cycle.backlog.records)
+            await h.submit("c", spec(), admit=False)  # seen while standing by too
+            while "c" not in cycle.backlog.records and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            warmed_again = set(cycle.backlog.records)
+            reasons = await store.redis.hkeys(store.key("why", "pending"))
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)
+            await leader.release()
+    assert warmed == {"a", "b"} and warmed_again == {"a", "b", "c"}
+    assert decided == [] and reasons == []  # a standby neither decides nor says why jobs wait

@@ -75,7 +75,7 @@ _encode = msgspec.json.Encoder().encode
 _RUN_EVENTS = (JobPlaced, RunStarted, RunSucceeded, RunFailed, PreemptionNotice, CheckpointSaved)
 
 
-class JobRecord(msgspec.Struct, frozen=True, kw_only=True):
+class JobRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One job as the projection keeps it (the Redis hash ``job:<id>``, one
     field per field here but the id, which is in the key): the read model of
     a job for every reader, decoded from the hash by

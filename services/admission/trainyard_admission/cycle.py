@@ -31,6 +31,7 @@ from trainyard.core.admission import (
     AdmissionSnapshot,
     PendingJob,
     RunningJob,
+    Waiting,
     admit,
     decay_usage_table,
     queue_key,
@@ -80,17 +81,14 @@ class AdmissionCycle:
         # the cluster for topology-aware preemption; None: victims by GPU counts
         self.cluster = views.ClusterReader(store, cluster) if cluster is not None else None
         self.last_timings: dict[str, float] = {}  # seconds per step of the last cycle
-        self._reasons: dict[str, tuple[str, int]] = {}  # why each job waits, as last written (to write changes)
+        self._reasons: dict[str, Waiting] = {}  # why each job waits, as last written (to write changes)
         self._changed: set[str] = set()  # jobs with events since their reason was written
         self.metrics = metrics  # None: not exported (tests that do not look)
         self._active: list[str] = []  # the active jobs of the last snapshot
 
     async def snapshot(self) -> tuple[AdmissionSnapshot, dict[str, JobRecord]]:
         """The core's snapshot, and the records of the jobs in it (pending and active)."""
-        pending_ids, active_ids = await self.backlog.read()
-        if self.backlog.reset:
-            self._reasons.clear()  # Redis may have lost them too: write them all again
-        self._changed |= self.backlog.touched  # their records changed: write their reasons again
+        pending_ids, active_ids = await self._read_backlog()
         pending = self.backlog.pending_jobs(pending_ids)
         running = self.backlog.running_jobs(active_ids)
         self._active = active_ids
@@ -100,6 +98,27 @@ class AdmissionCycle:
         cluster, specs = await self._cluster(pending, running, active_ids)
         snapshot = AdmissionSnapshot(pending, capacity, in_use, running, history, recent, cluster, specs)
         return snapshot, self.backlog.records
+
+    async def _read_backlog(self) -> tuple[list[str], list[str]]:
+        pending_ids, active_ids = await self.backlog.read()
+        if self.backlog.reset:
+            self._reasons.clear()  # Redis may have lost them too: write them all again
+        self._changed |= self.backlog.touched  # their records changed: write their reasons again
+        return pending_ids, active_ids
+
+    async def warm(self) -> None:
+        """Read the pending and active jobs without deciding: what a standby does
+        while another process leads, so that its first cycle as leader re-reads
+        only the jobs that changed since, as every later cycle does.
+
+        A standby writes no reasons and forgets those it wrote when it last led:
+        the leader has written since, so its first cycle writes them all."""
+        for projector in self.projections:
+            await projector.caught_up()
+        pending_ids, _ = await self._read_backlog()
+        self.backlog.pending_jobs(pending_ids)
+        self._reasons.clear()
+        self._changed.clear()  # every reason is written on taking over
 
     async def _cluster(
         self, pending: list[PendingJob], running: list[RunningJob], active_ids: list[str]
@@ -166,9 +185,10 @@ class AdmissionCycle:
         t.append(clock())
         # 4. Say why everyone else waits (only what changed since the last cycle), and
         #    forget the reasons of jobs no longer waiting here.
-        reasons = {w.job_id: (w.reason.value, w.position) for w in result.waiting}
+        reasons = {w.job_id: w for w in result.waiting}
         last, touched = self._reasons, self._changed
-        changed = {j: waiting.Waiting(*r) for j, r in reasons.items() if last.get(j) != r or j in touched}
+        changed = {j: waiting.Waiting(w.reason.value, w.position) for j, w in reasons.items()
+                   if j in touched or last.get(j) != w}
         await waiting.write(self.store, "pending", changed, gone=last.keys() - reasons.keys())
         self._reasons, self._changed = reasons, set()
         t.append(clock())

@@ -44,7 +44,7 @@ async def main(rt: Runtime) -> None:
             lease.keep(rt.stop),
             config.follow(tenancy.use, rt.stop),
             run_consumer(rt.bus, spec, intake, rt.stop),
-            decision_loop(rt, cycle.run_once, lease, [jobs, nodes], "admission", metrics),
+            decision_loop(rt, cycle.run_once, lease, [jobs, nodes], "admission", metrics, standby=cycle.warm),
             refresh_every(rt.stop, lambda: projections.refresh(rt.bus)),
         )
     finally:

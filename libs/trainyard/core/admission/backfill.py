@@ -100,6 +100,14 @@ class Shadows:
                 return Shadow(job_id, max(end, self.now), avail - need)
         return Shadow(job_id, math.inf, 0)  # running jobs alone will never make room
 
+    def holds_all(self, demand: Demand) -> bool:
+        """Do earlier jobs hold the reservations of every type of ``demand`` (so :meth:`reserve` gives None)?"""
+        by_type = self.by_type
+        for t, _ in demand:  # noqa: SIM110 - a loop: called for every job short of GPUs
+            if by_type[t] is None:
+                return False
+        return True
+
     def allows(self, demand: Demand, end: float) -> bool:
         """Would a job of ``demand`` that runs until ``end`` at the latest leave every reservation intact?"""
         for t, d in demand:

@@ -36,7 +36,7 @@ from trainyard.core.admission.ordering import (
     service_order,
 )
 from trainyard.core.admission.preemption import preempt
-from trainyard.core.admission.quota import QuotaState
+from trainyard.core.admission.quota import Demand, QuotaState
 from trainyard.core.admission.snapshot import (
     AdmissionPolicy,
     AdmissionResult,
@@ -206,22 +206,26 @@ def _admit_with_tenancy(
                     if reason is FAIR_SHARE:
                         break
             start: float | None = inf
+            # short of GPUs it could get now (always so when too few are free), or of the whole tree's quota
             if shadows is not None and (
-                reason is INSUFFICIENT_GPUS or (reason is COHORT_EXHAUSTED and fail is not None and not fail[1])
+                reason is INSUFFICIENT_GPUS
+                or (reason is COHORT_EXHAUSTED and fail is not None and not fail[1]
+                    and _short_of(demand, free, root_limit, root_claim))
             ):
-                short = [min(free[t], root_limit[t] - root_claim[t]) for t in range(nf)]  # GPUs it could get now
-                if any(short[t] < d for t, d in demand):
-                    if scheduling.reserve and (job.submitted_at is None or now - job.submitted_at >= reserve_after):
-                        start = shadows.reserve(job.job_id, demand, short)
-                    else:
-                        start = None  # it waits without a reservation and without holding up the line
+                if not (scheduling.reserve and (job.submitted_at is None or now - job.submitted_at >= reserve_after)):
+                    start = None  # it waits without a reservation and without holding up the line
+                elif shadows.holds_all(demand):
+                    start = None  # earlier jobs hold the reservations of all its types
+                else:
+                    short = [min(free[t], root_limit[t] - root_claim[t]) for t in range(nf)]  # GPUs it could get now
+                    start = shadows.reserve(job.job_id, demand, short)
             if start is None or start < inf:
                 # backfill: short of GPUs (or of the whole tree's quota, the same thing), the job waits without
                 # holding up the line.  Only the first such job of each type may make room by preemption, so
                 # two jobs never preempt for the same GPUs: for priority at once, to reclaim lent quota (or for
                 # fair share) once it holds the type's reservation.
                 assert reason is not None  # start moved off inf only for a job short of GPUs or of quota
-                if not borrow_only and not any(claimed[t] for t, _ in demand):
+                if not borrow_only and not _any_of(claimed, demand):
                     for t, _ in demand:
                         claimed[t] = True
                     blocked.append(Blocked(job, q, demand, cls, len(waiting), may_reclaim=start is not None))
@@ -277,6 +281,22 @@ def _admit_with_tenancy(
 
     # 6. Every job left waiting has a reason and a place.
     return AdmissionResult(admitted=admitted, waiting=waiting, preemptions=preemptions)
+
+
+def _short_of(demand: Demand, free: list[int], root_limit: list[int], root_claim: list[int]) -> bool:
+    """Is the gang short of some type among the GPUs free and the root's quota left?"""
+    for t, d in demand:  # noqa: SIM110 - a loop: this runs for every waiting job, any() over a generator costs more
+        if free[t] < d or root_limit[t] - root_claim[t] < d:
+            return True
+    return False
+
+
+def _any_of(flags: list[bool], demand: Demand) -> bool:
+    """Is any type of the gang flagged?"""
+    for t, _ in demand:  # noqa: SIM110 - a loop, as in _short_of
+        if flags[t]:
+            return True
+    return False
 
 
 def _admit_fifo(snapshot: AdmissionSnapshot, policy: AdmissionPolicy, now: float) -> AdmissionResult:

@@ -13,9 +13,10 @@ smallest fair share:
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from itertools import pairwise
 from operator import attrgetter
+from typing import NamedTuple
 
 from trainyard.core.admission.quota import Demand
 from trainyard.core.admission.snapshot import PendingJob
@@ -40,8 +41,15 @@ def service_level(bounds: Sequence[float], attained_gpu_s: float) -> int:
     return bisect_right(bounds, attained_gpu_s) if attained_gpu_s > 0 else 0
 
 
-def service_order(scheduling: Scheduling, now: float) -> Callable[[PendingJob], tuple[int, int, str]] | None:
-    """Sort key inside a queue after priority, or None for plain submission order.
+class ServiceOrder(NamedTuple):
+    """Least attained service inside a queue, after priority: see :func:`service_order`."""
+
+    levels: list[float]  # attained GPU-seconds at which a job moves down a level
+    starved_before: float  # a job submitted before this goes ahead of every level (aging)
+
+
+def service_order(scheduling: Scheduling, now: float) -> ServiceOrder | None:
+    """How to rank jobs inside a queue after priority, or None for plain submission order.
 
     Least attained service (Tiresias-like, without knowing run times): jobs
     whose earlier runs received fewer GPU-hours go first, by levels, each
@@ -50,27 +58,27 @@ def service_order(scheduling: Scheduling, now: float) -> Callable[[PendingJob], 
     """
     if scheduling.order != "las":
         return None
-    levels = level_bounds(scheduling)
-    starved_before = now - scheduling.starvation_s
-
-    def key(job: PendingJob) -> tuple[int, int, str]:
-        if job.submitted_at is not None and job.submitted_at < starved_before:
-            return (-1, job.order, job.job_id)
-        return (service_level(levels, job.attained_gpu_s), job.order, job.job_id)
-
-    return key
+    return ServiceOrder(level_bounds(scheduling), now - scheduling.starvation_s)
 
 
-def group_pending(
-    pending: Iterable[PendingJob], key: Callable[[PendingJob], tuple[int, int, str]] | None = None
-) -> dict[tuple[str, str], list[PendingJob]]:
-    """Pending jobs by ``(tenant, queue)``, each list by priority, then ``key`` (default: :func:`queue_order`)."""
-    if key is not None:
-        jobs = sorted(pending, key=key)
-    else:
-        jobs = sorted(pending, key=attrgetter("order"))
-        if any(a.order == b.order for a, b in pairwise(jobs)):
-            jobs.sort(key=attrgetter("order", "job_id"))  # equal submission order: job id breaks the tie
+def group_pending(pending: Iterable[PendingJob], order: ServiceOrder | None = None) -> dict[tuple[str, str], list[PendingJob]]:
+    """Pending jobs by ``(tenant, queue)``, each list by priority, then ``order``'s rank (if any), then
+    submission order, then job id.
+
+    Three stable sorts on keys read in C (submission order, rank, priority) rather than one on a key
+    built in Python for every job: the same order, a fraction of the time."""
+    jobs = sorted(pending, key=attrgetter("order"))
+    if any(a.order == b.order for a, b in pairwise(jobs)):
+        jobs.sort(key=attrgetter("order", "job_id"))  # equal submission order: job id breaks the tie
+    if order is not None:
+        starved_before, levels = order.starved_before, order.levels
+        rank = [
+            -1 if (at := job.submitted_at) is not None and at < starved_before
+            else (bisect_right(levels, got) if (got := job.attained_gpu_s) > 0 else 0)
+            for job in jobs
+        ]  # -1: starved (ahead of every level); else the service level
+        if rank and min(rank) != max(rank):
+            jobs = [jobs[k] for k in sorted(range(len(jobs)), key=rank.__getitem__)]  # stable: by rank, then as above
     jobs.sort(key=attrgetter("priority"), reverse=True)  # stable: equal priorities keep the order above
     groups: dict[tuple[str, str], list[PendingJob]] = {}
     for job in jobs:

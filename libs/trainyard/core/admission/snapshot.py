@@ -20,7 +20,7 @@ def queue_key(tenant: str, queue: str) -> str:
     return f"{tenant}/{queue}"
 
 
-class PendingJob(msgspec.Struct, frozen=True):
+class PendingJob(msgspec.Struct, frozen=True, gc=False):
     job_id: str
     tenant: str
     queue: str
@@ -34,7 +34,7 @@ class PendingJob(msgspec.Struct, frozen=True):
     submitted_at: float | None = None  # when it was submitted (aging)
 
 
-class RunningJob(msgspec.Struct, frozen=True):
+class RunningJob(msgspec.Struct, frozen=True, gc=False):
     """A job that holds GPUs: admitted, placed or running."""
 
     job_id: str
@@ -70,11 +70,11 @@ class AdmissionPolicy(msgspec.Struct, frozen=True):
     max_preemptors_per_cycle: int = 64  # waiting jobs that may look for victims in one cycle
 
 
-class Admit(msgspec.Struct, frozen=True):
+class Admit(msgspec.Struct, frozen=True, gc=False):
     job_id: str
 
 
-class Waiting(msgspec.Struct, frozen=True):
+class Waiting(msgspec.Struct, frozen=True, gc=False):
     job_id: str
     reason: PendingReason
     # 1-based place: among pending jobs of the same GPU type (no tenancy), or
