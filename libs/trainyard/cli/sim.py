@@ -268,8 +268,8 @@ def convert_philly(
     traces: str = TRACES, start: str = START, end: str = END, limit: int = LIMIT,
 ) -> None:
     """The Philly jobs (Jeon et al., ATC'19; CC BY 4.0) as a trace file, and their cluster as a node list."""
+    from trainyard.sim.trace_writers import convert_philly as convert
     from trainyard.sim.traces import TraceError
-    from trainyard.sim.traces import convert_philly as convert
 
     console = Console()
     try:

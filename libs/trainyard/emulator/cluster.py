@@ -92,8 +92,13 @@ class EmulatedCluster(JobEvents):
     """Fake GPU nodes, and the binder of runs placed on them (a subscription to JOBS)."""
 
     def __init__(
-        self, bus: Bus, store: Store, nodes: list[NodeInfo], clock: Callable[[], float] = time.time,
-        heartbeat_interval_s: float = 1.0, telemetry_interval_s: float = 5.0,
+        self,
+        bus: Bus,
+        store: Store,
+        nodes: list[NodeInfo],
+        clock: Callable[[], float] = time.time,
+        heartbeat_interval_s: float = 1.0,
+        telemetry_interval_s: float = 5.0,
     ) -> None:
         self.bus = bus
         self.store = store
@@ -172,7 +177,13 @@ class EmulatedCluster(JobEvents):
         return any(r.node_id in self.nodes for r in event.replicas)
 
     async def _start(
-        self, job_id: str, tenant: str, run_id: str, duration: float, started_at: float | None, nodes: Sequence[str] = (),
+        self,
+        job_id: str,
+        tenant: str,
+        run_id: str,
+        duration: float,
+        started_at: float | None,
+        nodes: Sequence[str] = (),
     ) -> None:
         if run_id in self.running:
             return
@@ -183,8 +194,12 @@ class EmulatedCluster(JobEvents):
                 msg_id=f"{run_id}:started",
             )
             started_at = self.clock()
-            log.info("run started", extra=kv(decision="started", job_id=job_id, run_id=run_id, tenant=tenant,
-                                              nodes=nodes, duration_s=duration))
+            log.info(
+                "run started",
+                extra=kv(
+                    decision="started", job_id=job_id, run_id=run_id, tenant=tenant, nodes=nodes, duration_s=duration
+                ),
+            )
         # A run resumed from a checkpoint only has the rest of the work to do.
         base = min(self.progress.get(job_id, 0), int(duration))
         delay = max(0.0, started_at + duration - base - self.clock())
@@ -226,12 +241,19 @@ class EmulatedCluster(JobEvents):
         self._stop_run(run_id)
         await self.bus.publish(
             subjects.job(tenant, job_id, "agent"),
-            RunFailed(at=self.clock(), job_id=job_id, tenant=tenant, run_id=run_id, reason="preempted",
-                      message="stopped at a checkpoint after a preemption notice"),
+            RunFailed(
+                at=self.clock(),
+                job_id=job_id,
+                tenant=tenant,
+                run_id=run_id,
+                reason="preempted",
+                message="stopped at a checkpoint after a preemption notice",
+            ),
             msg_id=f"{run_id}:failed",
         )
-        log.info("run failed", extra=kv(decision="failed", job_id=job_id, run_id=run_id, tenant=tenant,
-                                         reason="preempted"))
+        log.info(
+            "run failed", extra=kv(decision="failed", job_id=job_id, run_id=run_id, tenant=tenant, reason="preempted")
+        )
 
     def _finish_soon(self, job_id: str, tenant: str, run_id: str) -> None:
         task = asyncio.ensure_future(self._finish(job_id, tenant, run_id))

@@ -12,14 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from trainyard.core.placement import NodeView, Placement
-from trainyard.kube.translate import (
-    GATE,
-    TopologyLabels,
-    bind_manifest,
-    needs_bind,
-    node_view_from_k8s,
-    pin_pod,
-)
+from trainyard.kube.nodes import node_view_from_k8s
+from trainyard.kube.translate import GATE, TopologyLabels, bind_manifest, needs_bind, pin_pod
 
 JOBSET_GROUP = "jobset.x-k8s.io"
 JOBSET_VERSION = "v1alpha2"
@@ -47,8 +41,9 @@ class KubeBinder:
 
     def read(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
         if kind == "JobSet":
-            return self._plain(self._custom.get_namespaced_custom_object(
-                JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, name))
+            return self._plain(
+                self._custom.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, name)
+            )
         if kind == "Job":
             return self._plain(self._batch.read_namespaced_job(name, namespace))
         raise ValueError(f"cannot bind a {kind}; only Job and JobSet")
@@ -58,16 +53,22 @@ class KubeBinder:
         current = self.read(kind, namespace, name)
         patched = bind_manifest(current, placement)  # keeps metadata.resourceVersion: a stale write fails
         if kind == "JobSet":
-            return self._plain(self._custom.replace_namespaced_custom_object(
-                JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, name, patched))
+            return self._plain(
+                self._custom.replace_namespaced_custom_object(
+                    JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, name, patched
+                )
+            )
         return self._plain(self._batch.replace_namespaced_job(name, namespace, patched))
 
     def create(self, namespace: str, manifest: dict[str, Any], placement: Placement) -> dict[str, Any]:
         """Create a Job / JobSet from a suspended manifest, already bound (GPU limits and env set too)."""
         bound = bind_manifest(manifest, placement, creating=True)
         if bound.get("kind") == "JobSet":
-            return self._plain(self._custom.create_namespaced_custom_object(
-                JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, bound))
+            return self._plain(
+                self._custom.create_namespaced_custom_object(
+                    JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, bound
+                )
+            )
         return self._plain(self._batch.create_namespaced_job(namespace, bound))
 
     def pin_pods(self, kind: str, namespace: str, name: str, placement: Placement) -> int:
@@ -94,8 +95,9 @@ class KubeBinder:
             self.bind(kind, namespace, name, placement)
         return self.pin_pods(kind, namespace, name, placement)
 
-    def nodes(self, cluster: str, used: dict[str, tuple[int, ...]] | None = None,
-              labels: TopologyLabels = TopologyLabels()) -> list[NodeView]:
+    def nodes(
+        self, cluster: str, used: dict[str, tuple[int, ...]] | None = None, labels: TopologyLabels = TopologyLabels()
+    ) -> list[NodeView]:
         """Every GPU node as placement sees it; ``used`` comes from Trainyard's own allocations."""
         listed = self._plain(self._core.list_node())
         views = []

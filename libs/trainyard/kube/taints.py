@@ -73,7 +73,9 @@ def uncordon_patch(node: dict[str, Any]) -> dict[str, Any] | None:
     return patch
 
 
-def patch_for_state(node: dict[str, Any], state: str, *, fatal: bool = False, reason: str = "") -> dict[str, Any] | None:
+def patch_for_state(
+    node: dict[str, Any], state: str, *, fatal: bool = False, reason: str = ""
+) -> dict[str, Any] | None:
     """The patch that makes ``node`` match a Trainyard node state; None when it already does."""
     if state == IN_SERVICE:
         return uncordon_patch(node)
@@ -87,7 +89,9 @@ def _fence(node: dict[str, Any], patch: dict[str, Any]) -> None:
         patch["metadata"]["resourceVersion"] = version
     # The taint list is replaced whole; make sure protected taints survive unchanged.
     before = [t for t in _taints(node) if str(t.get("key", "")).startswith(PROTECTED_PREFIX)]
-    after = [t for t in patch["spec"].get("taints", _taints(node)) if str(t.get("key", "")).startswith(PROTECTED_PREFIX)]
+    after = [
+        t for t in patch["spec"].get("taints", _taints(node)) if str(t.get("key", "")).startswith(PROTECTED_PREFIX)
+    ]
     if before != after:
         raise AssertionError("node.kubernetes.io taints must never change")
 

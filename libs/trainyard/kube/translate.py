@@ -18,9 +18,7 @@ the downward API; ``creating=True`` adds that env var (and sets GPU limits)
 for manifests Trainyard creates itself, since an existing Job's containers
 cannot be changed.
 
-Nodes go the other way: ``node_view_from_k8s`` turns a Node object into the
-``NodeView`` placement reads, from the device plugin's ``nvidia.com/gpu``
-count and the topology labels.
+Nodes go the other way (:mod:`trainyard.kube.nodes`).
 """
 
 from __future__ import annotations
@@ -32,8 +30,7 @@ from typing import Any
 
 import msgspec
 
-from trainyard.core.placement import NodeView, Placement
-from trainyard.domain.node import NodeInfo
+from trainyard.core.placement import Placement
 from trainyard.events.jobs import ReplicaPlacement
 
 QUEUE_LABEL = "trainyard.io/queue"
@@ -142,8 +139,9 @@ def _pods_per_job(job_spec: Manifest) -> int:
     return pods
 
 
-def _pin_template(template: Manifest, replicas: list[ReplicaPlacement], placement: Placement, world: int,
-                  creating: bool) -> None:
+def _pin_template(
+    template: Manifest, replicas: list[ReplicaPlacement], placement: Placement, world: int, creating: bool
+) -> None:
     meta = template.setdefault("metadata", {})
     pod = template.setdefault("spec", {})
     annotations = meta.setdefault("annotations", {})
@@ -163,8 +161,9 @@ def _pin_template(template: Manifest, replicas: list[ReplicaPlacement], placemen
             gates.append({"name": GATE})
     gpus = len(replicas[0].gpus)
     containers = pod.get("containers") or []
-    asked = sum(int(parse_quantity(((c.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE)))
-                for c in containers)
+    asked = sum(
+        int(parse_quantity(((c.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE))) for c in containers
+    )
     if creating:
         # A new object may still be shaped: GPU limits and Trainyard's env.
         if asked != gpus and containers:
@@ -256,8 +255,10 @@ def workload_object(workload_ref: str | None) -> tuple[str, str, str]:
     ref = workload_ref or ""
     kind, _, path = ref.removeprefix(WORKLOAD_SCHEME).partition("/")
     namespace, _, name = path.partition("/")
-    if not ref.startswith(WORKLOAD_SCHEME) or kind not in _KINDS or not all(
-        _DNS_NAME.match(part) for part in (namespace, name)
+    if (
+        not ref.startswith(WORKLOAD_SCHEME)
+        or kind not in _KINDS
+        or not all(_DNS_NAME.match(part) for part in (namespace, name))
     ):
         raise BindError(
             f"workload_ref {ref!r} names no Kubernetes object; write kube:Job/NAMESPACE/NAME or "
@@ -281,27 +282,21 @@ def needs_bind(manifest: Manifest, placement: Placement) -> bool:
     )
 
 
-# --- Kubernetes nodes -> NodeInfo / NodeView ---
-
-KNOWN_GPUS = ("GB300", "GB200", "B300", "B200", "H200", "H100", "H800", "H20", "A100", "A800", "L40S", "L40",
-              "L4", "A10G", "A10", "T4", "V100")
-_NOT_NAME = re.compile(r"[^A-Za-z0-9_-]+")
-
-
-def gpu_type_of(product: str | None) -> str:
-    """``NVIDIA-H100-80GB-HBM3`` -> ``H100``; unknown products keep a cleaned-up name."""
-    if not product:
-        return "unknown"
-    tokens = re.split(r"[-_ ]+", product.upper())
-    for known in KNOWN_GPUS:
-        if known in tokens:
-            return known
-    cleaned = _NOT_NAME.sub("-", product).strip("-_")[:32]
-    return cleaned or "unknown"
-
-
-_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-           "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "m": 10**-3}
+_SUFFIX = {
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "m": 10**-3,
+}
 
 
 def parse_quantity(value: str | int | float | None) -> float:
@@ -315,53 +310,3 @@ def parse_quantity(value: str | int | float | None) -> float:
         if text.endswith(suffix):
             return float(text[: -len(suffix)]) * _SUFFIX[suffix]
     return float(text)
-
-
-def node_info_from_k8s(node: Manifest, cluster: str, labels: TopologyLabels = TopologyLabels()) -> NodeInfo | None:
-    """The node as placement sees it, or ``None`` when it has no GPUs."""
-    meta = node.get("metadata") or {}
-    name = meta["name"]
-    status = node.get("status") or {}
-    resources = status.get("allocatable") or status.get("capacity") or {}
-    gpus = int(parse_quantity(resources.get(GPU_RESOURCE)))
-    if gpus <= 0:
-        return None
-    tags = meta.get("labels") or {}
-    return NodeInfo(
-        node_id=name,
-        cluster=cluster,
-        gpu_type=gpu_type_of(tags.get(labels.product)),
-        gpus=gpus,
-        cpu=parse_quantity(resources.get("cpu")) or 1.0,
-        memory_gib=parse_quantity(resources.get("memory")) / 2**30 or 1.0,
-        zone=tags.get(labels.zone, "default"),
-        # Unlabelled nodes claim no locality: each is its own block and rack.
-        block=tags.get(labels.block, f"~{name}"),
-        rack=tags.get(labels.rack, f"~{name}"),
-        nvlink_domain=tags.get(labels.nvlink) or None,
-        labels=dict(tags),
-    )
-
-
-def node_schedulable(node: Manifest, labels: TopologyLabels = TopologyLabels()) -> bool:
-    """Cordoned, not Ready, or tainted against new work (other than GPU taints) means no."""
-    spec = node.get("spec") or {}
-    if spec.get("unschedulable"):
-        return False
-    for taint in spec.get("taints") or []:
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and taint.get("key") not in labels.tolerated_taints:
-            return False
-    for cond in (node.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready" and cond.get("status") != "True":
-            return False
-    return True
-
-
-def node_view_from_k8s(node: Manifest, cluster: str, used_gpus: tuple[int, ...] = (),
-                       labels: TopologyLabels = TopologyLabels()) -> NodeView | None:
-    """A ``NodeView``; ``used_gpus`` are the indices Trainyard's own ledger says are held."""
-    info = node_info_from_k8s(node, cluster, labels)
-    if info is None:
-        return None
-    free = tuple(g for g in range(info.gpus) if g not in set(used_gpus))
-    return NodeView(info=info, free_gpus=free, schedulable=node_schedulable(node, labels))

@@ -27,6 +27,7 @@ A node list has one row per node: ``node_id``, ``gpus``, ``gpu_model``,
 Rows are numbered from 1 (the first row after the header).  Every bad cell is
 reported with its file, row and column; up to :data:`MAX_ERRORS` are collected
 before the load fails.  Parquet needs ``pyarrow`` (the ``parquet`` extra).
+Writing either format, and the Philly converter: :mod:`trainyard.sim.trace_writers`.
 """
 
 from __future__ import annotations
@@ -42,12 +43,21 @@ from trainyard.domain.job import GPU_TYPE_RE, MAX_RUNTIME_S
 from trainyard.domain.limits import NAME_RE
 from trainyard.domain.node import NodeInfo
 from trainyard.sim.tenancy import PRIORITY_CLASSES
-from trainyard.sim.workloads import GPU_TYPE, QUEUE, SimJob, Workload, estimate_limit, gang_of
+from trainyard.sim.workloads import GPU_TYPE, QUEUE, SimJob, Workload, gang_of
 
 TRACE_REQUIRED = ("submit_time", "duration", "gpus", "tenant")
 TRACE_OPTIONAL = ("gpu_type", "queue", "priority_class", "runtime_estimate", "job_id")
-TRACE_COLUMNS = ("submit_time", "duration", "gpus", "gpu_type", "tenant", "queue", "priority_class",
-                 "runtime_estimate", "job_id")
+TRACE_COLUMNS = (
+    "submit_time",
+    "duration",
+    "gpus",
+    "gpu_type",
+    "tenant",
+    "queue",
+    "priority_class",
+    "runtime_estimate",
+    "job_id",
+)
 NODE_REQUIRED = ("node_id", "gpus", "gpu_model", "rack", "block")
 NODE_OPTIONAL = ("zone", "nvlink_domain")
 MAX_ERRORS = 20  # bad cells collected before a load gives up
@@ -86,17 +96,18 @@ class _Problems:
         raise TraceError(f"{self.name}: {count}; fix and load again:\n" + "\n".join(self.lines))
 
 
-def _parquet():
+def parquet_modules():
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise TraceError("reading or writing Parquet needs pyarrow: pip install 'trainyard[parquet]' "
-                         "(or use a .csv file)") from None
+        raise TraceError(
+            "reading or writing Parquet needs pyarrow: pip install 'trainyard[parquet]' (or use a .csv file)"
+        ) from None
     return pa, pq
 
 
-def _kind(path: Path) -> str:
+def file_kind(path: Path) -> str:
     suffix = path.suffix.lower()
     if suffix == ".csv":
         return "csv"
@@ -115,12 +126,12 @@ def _cell(value: object) -> str:
 
 def _rows(path: Path, required: tuple[str, ...], optional: tuple[str, ...]) -> Iterator[dict[str, str]]:
     """The file's rows as strings (empty: missing); fails at once if a required column is missing."""
-    kind = _kind(path)
+    kind = file_kind(path)
     if not path.is_file():
         raise TraceError(f"{path}: no such file")
     with contextlib.ExitStack() as closing:
         if kind == "parquet":
-            _, pq = _parquet()
+            _, pq = parquet_modules()
             table = pq.read_table(path)
             header = list(table.column_names)
             records: Iterator[dict] = iter(table.to_pylist())
@@ -131,9 +142,11 @@ def _rows(path: Path, required: tuple[str, ...], optional: tuple[str, ...]) -> I
             records = reader
         missing = [c for c in required if c not in header]
         if missing:
-            raise TraceError(f"{path.name}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
-                             f"needs {', '.join(required)} (optional: {', '.join(optional)}); has "
-                             f"{', '.join(header) or 'no header'}")
+            raise TraceError(
+                f"{path.name}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
+                f"needs {', '.join(required)} (optional: {', '.join(optional)}); has "
+                f"{', '.join(header) or 'no header'}"
+            )
         for rec in records:
             yield {k: _cell(rec.get(k)) for k in (*required, *optional)}
 
@@ -144,16 +157,24 @@ def _number(p: _Problems, row: int, col: str, raw: str, positive: bool = True) -
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or (positive and value <= 0):
-        p.add(row, col, f"{raw!r} is not a {'positive ' if positive else ''}number"
-                        + (" (leave it empty or give seconds)" if col == "runtime_estimate" else ""))
+        p.add(
+            row,
+            col,
+            f"{raw!r} is not a {'positive ' if positive else ''}number"
+            + (" (leave it empty or give seconds)" if col == "runtime_estimate" else ""),
+        )
         return None
     return value
 
 
 def _name(p: _Problems, row: int, col: str, raw: str) -> str | None:
     if not NAME_RE.match(raw):
-        p.add(row, col, f"{raw!r} is not a valid name: use 1-63 lowercase letters, digits, '.', '_' or '-', "
-                        "starting and ending with a letter or digit")
+        p.add(
+            row,
+            col,
+            f"{raw!r} is not a valid name: use 1-63 lowercase letters, digits, '.', '_' or '-', "
+            "starting and ending with a letter or digit",
+        )
         return None
     return raw
 
@@ -187,14 +208,22 @@ def load_trace(path: Path_, gpus: int | None = None) -> Workload:
             p.add(row, "priority_class", f"{klass!r} is not a priority class; use one of {', '.join(CLASSES)}")
         gpu_type = cells["gpu_type"] or GPU_TYPE
         if cells["gpu_type"] and not GPU_TYPE_RE.match(cells["gpu_type"]):
-            p.add(row, "gpu_type", f"{cells['gpu_type']!r} is not a GPU type name: letters, digits, '_' or '-', "
-                                   "at most 32; leave it empty for any type")
+            p.add(
+                row,
+                "gpu_type",
+                f"{cells['gpu_type']!r} is not a GPU type name: letters, digits, '_' or '-', "
+                "at most 32; leave it empty for any type",
+            )
         limit = None
         if cells["runtime_estimate"]:
             estimate = _number(p, row, "runtime_estimate", cells["runtime_estimate"])
             if estimate is not None and estimate > MAX_RUNTIME_S:
-                p.add(row, "runtime_estimate", f"{cells['runtime_estimate']!r} is longer than the longest run-time "
-                                               f"limit a job may ask for ({MAX_RUNTIME_S:,} s)")
+                p.add(
+                    row,
+                    "runtime_estimate",
+                    f"{cells['runtime_estimate']!r} is longer than the longest run-time "
+                    f"limit a job may ask for ({MAX_RUNTIME_S:,} s)",
+                )
             elif estimate is not None:
                 limit = max(int(math.ceil(estimate)), 1)
         trace_id = cells["job_id"] or None
@@ -208,8 +237,18 @@ def load_trace(path: Path_, gpus: int | None = None) -> Workload:
         rounded += whole != want
         if cells["gpu_type"]:
             typed[gpu_type] = typed.get(gpu_type, 0) + 1
-        job = SimJob(0, tenant, submit, duration, gang_of(whole), limit_s=limit, priority_class=klass,
-                     gpu_type=gpu_type, queue=queue or QUEUE, trace_id=trace_id)
+        job = SimJob(
+            0,
+            tenant,
+            submit,
+            duration,
+            gang_of(whole),
+            limit_s=limit,
+            priority_class=klass,
+            gpu_type=gpu_type,
+            queue=queue or QUEUE,
+            trace_id=trace_id,
+        )
         parsed.append((submit, row, job))
     p.raise_if_any()
     if not parsed:
@@ -219,8 +258,9 @@ def load_trace(path: Path_, gpus: int | None = None) -> Workload:
     jobs = [job.but(index=k, submit=submit - t0) for k, (submit, _, job) in enumerate(parsed)]
     tenants = sorted({j.tenant for j in jobs})
     queues = {t: sorted({j.queue for j in jobs if j.tenant == t}) for t in tenants}
-    w = Workload(jobs, dict.fromkeys(tenants, 0), f"trace {path.name}", rounded=rounded, queues=queues,
-                 type_constraints=typed)
+    w = Workload(
+        jobs, dict.fromkeys(tenants, 0), f"trace {path.name}", rounded=rounded, queues=queues, type_constraints=typed
+    )
     return w.split_by_demand(gpus if gpus else busy_gpus(w))
 
 
@@ -256,82 +296,29 @@ def load_nodes(path: Path_, cluster: str = "sim") -> list[NodeInfo]:
         if not math.isfinite(gpus) or gpus <= 0 or gpus != int(gpus):
             p.add(row, "gpus", f"{c['gpus']!r} is not a whole positive number of GPUs")
         if not GPU_TYPE_RE.match(c["gpu_model"]):
-            p.add(row, "gpu_model", f"{c['gpu_model']!r} is not a GPU model name: letters, digits, '_' or '-', "
-                                    "at most 32 (e.g. H100)")
+            p.add(
+                row,
+                "gpu_model",
+                f"{c['gpu_model']!r} is not a GPU model name: letters, digits, '_' or '-', at most 32 (e.g. H100)",
+            )
         for col in ("rack", "block"):
             if not c[col]:
                 p.add(row, col, f"is empty; every node needs its {col} (the topology placement packs gangs into)")
         if p.count > before:
             continue
-        nodes.append(NodeInfo(node_id=node_id, cluster=cluster, gpu_type=c["gpu_model"], gpus=int(gpus),
-                              zone=c["zone"] or "z1", block=c["block"], rack=c["rack"],
-                              nvlink_domain=c["nvlink_domain"] or None))
+        nodes.append(
+            NodeInfo(
+                node_id=node_id,
+                cluster=cluster,
+                gpu_type=c["gpu_model"],
+                gpus=int(gpus),
+                zone=c["zone"] or "z1",
+                block=c["block"],
+                rack=c["rack"],
+                nvlink_domain=c["nvlink_domain"] or None,
+            )
+        )
     p.raise_if_any()
     if not nodes:
         raise TraceError(f"{path.name}: no nodes (a node list needs a header and at least one row)")
     return nodes
-
-
-def _write(path: Path, columns: tuple[str, ...], rows: list[dict], types: dict[str, str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if _kind(path) == "parquet":
-        pa, pq = _parquet()
-        kinds = {"float": pa.float64(), "int": pa.int64(), "str": pa.string()}
-        schema = pa.schema([(c, kinds[types[c]]) for c in columns])
-        pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
-        return
-    with open(path, "w", newline="") as f:
-        out = csv.DictWriter(f, fieldnames=list(columns))
-        out.writeheader()
-        out.writerows({k: "" if v is None else v for k, v in r.items()} for r in rows)
-
-
-def write_trace(workload: Workload, path: Path_) -> None:
-    """``workload`` in the trace format (CSV or Parquet by suffix), one row per job.
-
-    A run-time limit equal to the default estimate is written empty (the
-    loader computes the same), and so is the default GPU type when no job
-    asked for it by name.
-    """
-    rows = []
-    for j in workload.jobs:
-        any_type = j.gpu_type == GPU_TYPE and GPU_TYPE not in workload.type_constraints
-        rows.append({
-            "submit_time": float(j.submit), "duration": float(j.duration), "gpus": j.gpus,
-            "gpu_type": None if any_type else j.gpu_type, "tenant": j.tenant, "queue": j.queue,
-            "priority_class": j.priority_class,
-            "runtime_estimate": None if j.limit_s == estimate_limit(j.duration) else float(j.limit_s),
-            "job_id": j.trace_id or j.job_id,
-        })
-    types = dict.fromkeys(TRACE_COLUMNS, "str") | dict.fromkeys(
-        ("submit_time", "duration", "gpus", "runtime_estimate"), "float")
-    _write(Path(path), TRACE_COLUMNS, rows, types)
-
-
-def write_nodes(nodes: list[NodeInfo], path: Path_) -> None:
-    """``nodes`` in the node-list format (CSV or Parquet by suffix)."""
-    columns = (*NODE_REQUIRED, *NODE_OPTIONAL)
-    rows = [{"node_id": n.node_id, "gpus": n.gpus, "gpu_model": n.gpu_type, "rack": n.rack, "block": n.block,
-             "zone": n.zone, "nvlink_domain": n.nvlink_domain} for n in nodes]
-    _write(Path(path), columns, rows, dict.fromkeys(columns, "str") | {"gpus": "int"})
-
-
-def convert_philly(
-    out: Path_, nodes_out: Path_ | None = None, traces: Path_ | None = None, start: str | None = None,
-    end: str | None = None, limit: int | None = None,
-) -> tuple[Workload, int]:
-    """Write the jobs :func:`load_philly` gives as a trace file (and its cluster as a node list).
-
-    The node list is the cluster ``trainyard sim --workload philly`` runs on:
-    the VCs' 8-GPU nodes, in racks of 32.  Returns the workload and the number
-    of nodes.
-    """
-    from trainyard.sim.cluster import build_nodes
-    from trainyard.sim.workloads import load_philly
-
-    w = load_philly(traces, start=start, end=end, limit=limit)
-    write_trace(w, out)
-    n = sum(w.quotas.values()) // 8
-    if nodes_out is not None:
-        write_nodes(build_nodes(n), nodes_out)
-    return w, n

@@ -161,7 +161,9 @@ class Projector:
         self.epoch, self._through = epoch, int(last)
         return int(last)
 
-    async def apply(self, batch: list[tuple[int, bytes]] | list[tuple[int, bytes, str]], after: int | None = None) -> int:
+    async def apply(
+        self, batch: list[tuple[int, bytes]] | list[tuple[int, bytes, str]], after: int | None = None
+    ) -> int:
         """Apply raw stream messages ``(seq, data[, subject])`` in order;
         returns how many changed state.  A job event whose subject disagrees
         with its body (see :func:`subject_disagrees`) only moves the sequence.
@@ -285,7 +287,9 @@ class Projector:
         if epoch != self.epoch:
             raise ProjectionLost(f"{self.stream} projection in Redis has epoch {epoch or 'none'}, not {self.epoch}")
         if applied < self.position:
-            raise ProjectionLost(f"{self.stream} projection in Redis is at {applied}, behind this process's {self.position}")
+            raise ProjectionLost(
+                f"{self.stream} projection in Redis is at {applied}, behind this process's {self.position}"
+            )
         return applied
 
     async def _check_not_stalled(self, delivered: int, expected: int) -> int:
@@ -328,7 +332,11 @@ class Projector:
 
         config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
         sub = await self.bus.js.subscribe(
-            filter_subject, stream=self.stream, ordered_consumer=True, config=config, cb=on_msg,
+            filter_subject,
+            stream=self.stream,
+            ordered_consumer=True,
+            config=config,
+            cb=on_msg,
             pending_msgs_limit=500_000,
         )
         loop = asyncio.get_running_loop()

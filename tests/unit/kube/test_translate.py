@@ -8,6 +8,7 @@ import pytest
 
 from trainyard.core.placement import Placement
 from trainyard.events.jobs import ReplicaPlacement
+from trainyard.kube.nodes import gpu_type_of, node_info_from_k8s, node_view_from_k8s
 from trainyard.kube.translate import (
     GATE,
     GPUS_ANNOTATION,
@@ -15,10 +16,7 @@ from trainyard.kube.translate import (
     RANK_ANNOTATION,
     BindError,
     bind_manifest,
-    gpu_type_of,
     needs_bind,
-    node_info_from_k8s,
-    node_view_from_k8s,
     parse_quantity,
     pin_pod,
     workload_object,

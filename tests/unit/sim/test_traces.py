@@ -13,15 +13,8 @@ from trainyard.events.jobs import JobPlaced
 from trainyard.sim import Scenario, load_philly, synthetic
 from trainyard.sim.scenarios import prepare, simulate_partitions
 from trainyard.sim.tenancy import tenancy_for
-from trainyard.sim.traces import (
-    MAX_ERRORS,
-    TraceError,
-    convert_philly,
-    load_nodes,
-    load_trace,
-    write_nodes,
-    write_trace,
-)
+from trainyard.sim.trace_writers import convert_philly, write_nodes, write_trace
+from trainyard.sim.traces import MAX_ERRORS, TraceError, load_nodes, load_trace
 from trainyard.sim.workloads import GPU_TYPE, QUEUE, traces_dir
 
 HEADER = "submit_time,duration,gpus,gpu_type,tenant,queue,priority_class,runtime_estimate,job_id\n"

@@ -151,7 +151,9 @@ def _on_finding(record: NodeHealthRecord, finding: Finding, now: float, policy: 
 
     if finding.severity == Severity.FATAL:
         if state in _IN_SERVICE:
-            actions = [] if state == NodeState.CORDONED else [CordonNode(node_id=node, reason=finding.message, by=AUTOMATION)]
+            actions = (
+                [] if state == NodeState.CORDONED else [CordonNode(node_id=node, reason=finding.message, by=AUTOMATION)]
+            )
             actions += [
                 FailRunsOnNode(node_id=node, reason="node_failure"),
                 Alert(severity="page", summary=f"node {node} isolated: {finding.message}", node_id=node),
@@ -209,7 +211,9 @@ def _cordon(record: NodeHealthRecord, cmd: Cordon, now: float, policy: HealthPol
     if record.state not in (NodeState.HEALTHY, NodeState.SUSPECT):
         return _reject(record, cmd, f"cannot cordon a {record.state.value} node")
     moved = _move(record, NodeState.CORDONED, now, cmd, policy, detail=cmd.reason)
-    return msgspec.structs.replace(moved, cordoned_by=cmd.by), (CordonNode(node_id=record.node_id, reason=cmd.reason, by=cmd.by),)
+    return msgspec.structs.replace(moved, cordoned_by=cmd.by), (
+        CordonNode(node_id=record.node_id, reason=cmd.reason, by=cmd.by),
+    )
 
 
 def _uncordon(record: NodeHealthRecord, cmd: Uncordon, now: float, policy: HealthPolicy) -> Result:
@@ -250,9 +254,12 @@ def _checks_passed(record: NodeHealthRecord, cmd: ChecksPassed, now: float, poli
         return _reject(record, cmd, f"checks do not return a {record.state.value} node to service")
     if record.lemon:
         return record, (
-            Alert(severity="warning", node_id=record.node_id,
-                  summary=f"node {record.node_id} passed checks but had {len(record.incidents)} incidents "
-                          f"in {policy.lemon_window_s / 86400:.0f} days; it stays in repair until an operator uncordons it"),
+            Alert(
+                severity="warning",
+                node_id=record.node_id,
+                summary=f"node {record.node_id} passed checks but had {len(record.incidents)} incidents "
+                f"in {policy.lemon_window_s / 86400:.0f} days; it stays in repair until an operator uncordons it",
+            ),
         )
     moved = _back_in_service(record, now, cmd, policy, detail="health checks passed after repair")
     return moved, (UncordonNode(node_id=record.node_id, reason="health checks passed", by=AUTOMATION),)
@@ -261,10 +268,14 @@ def _checks_passed(record: NodeHealthRecord, cmd: ChecksPassed, now: float, poli
 def _checks_failed(record: NodeHealthRecord, cmd: ChecksFailed, now: float, policy: HealthPolicy) -> Result:
     node = record.node_id
     if record.state == NodeState.SUSPECT:
-        moved = msgspec.structs.replace(_move(record, NodeState.CORDONED, now, cmd, policy, detail=cmd.reason), cordoned_by=AUTOMATION)
+        moved = msgspec.structs.replace(
+            _move(record, NodeState.CORDONED, now, cmd, policy, detail=cmd.reason), cordoned_by=AUTOMATION
+        )
         return moved, (
             CordonNode(node_id=node, reason=f"health checks failed: {cmd.reason}", by=AUTOMATION),
-            Alert(severity="warning", summary=f"node {node} cordoned: health checks failed: {cmd.reason}", node_id=node),
+            Alert(
+                severity="warning", summary=f"node {node} cordoned: health checks failed: {cmd.reason}", node_id=node
+            ),
         )
     if record.state != NodeState.REPAIR:
         return _reject(record, cmd, f"no checks are expected from a {record.state.value} node")
@@ -275,7 +286,9 @@ def _checks_failed(record: NodeHealthRecord, cmd: ChecksFailed, now: float, poli
         record,
         remedy=stronger,
         reason=f"checks failed: {cmd.reason}",
-        history=_history(record, now, record.state, "ChecksFailed", f"{cmd.reason}; escalating to {stronger.value}", policy),
+        history=_history(
+            record, now, record.state, "ChecksFailed", f"{cmd.reason}; escalating to {stronger.value}", policy
+        ),
         version=record.version + 1,
     )
     return moved, _repair_actions(moved)
@@ -355,14 +368,18 @@ def _move(
     )
 
 
-def _back_in_service(record: NodeHealthRecord, now: float, cause: Command, policy: HealthPolicy, detail: str) -> NodeHealthRecord:
+def _back_in_service(
+    record: NodeHealthRecord, now: float, cause: Command, policy: HealthPolicy, detail: str
+) -> NodeHealthRecord:
     moved = _move(record, NodeState.HEALTHY, now, cause, policy, detail=detail)
     return msgspec.structs.replace(moved, remedy=None, gpus=(), cordoned_by=None, suspect_causes=())
 
 
-def _history(record: NodeHealthRecord, now: float, to: NodeState, cause: str, detail: str, policy: HealthPolicy) -> tuple[HistoryEntry, ...]:
+def _history(
+    record: NodeHealthRecord, now: float, to: NodeState, cause: str, detail: str, policy: HealthPolicy
+) -> tuple[HistoryEntry, ...]:
     entry = HistoryEntry(at=now, from_state=record.state, to_state=to, cause=cause, detail=detail)
-    return (record.history + (entry,))[-policy.history_limit:]
+    return (record.history + (entry,))[-policy.history_limit :]
 
 
 def _reject(record: NodeHealthRecord, event: Finding | Command, reason: str) -> Result:
