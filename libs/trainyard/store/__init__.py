@@ -5,7 +5,8 @@ the last stream sequence it applied, so applying an event twice (two
 projectors, a redelivery, a restart) changes nothing.
 """
 
-from trainyard.store.projector import Projector, Store
+from trainyard.store.projector import Projector
+from trainyard.store.store import Store
 from trainyard.store.views import NodeRecord
 
 __all__ = ["NodeRecord", "Projector", "Store"]

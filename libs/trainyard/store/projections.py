@@ -17,7 +17,7 @@ from trainyard.core.admission.fit import FleetSummary
 from trainyard.core.lifecycle import JobRecord
 from trainyard.store import views
 from trainyard.store.fleet import FleetCache
-from trainyard.store.projector import Store
+from trainyard.store.store import Store
 
 
 class Projections(Protocol):

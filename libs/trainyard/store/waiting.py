@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 import msgspec
 
 from trainyard.core.lifecycle import ADMITTED, PENDING, JobRecord
-from trainyard.store.projector import Store
+from trainyard.store.store import Store
 
 #: The statuses a job waits in, each explained by one decider.
 WAITING = (PENDING, ADMITTED)
