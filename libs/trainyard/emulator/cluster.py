@@ -1,6 +1,5 @@
-"""An emulated cluster: fake GPU nodes that register, heartbeat, report GPU
-telemetry and "run" the runs placed on them for their simulated duration,
-then report success.
+"""An emulated cluster: fake GPU nodes that register, heartbeat, report GPU telemetry
+and "run" the runs placed on them for their simulated duration, then report success.
 
 Each node has a fake GPU backend driven by a ``NodeAgent``, as on a real node;
 faults are injected through the control endpoint (see control.py).

@@ -49,7 +49,7 @@ from trainyard.core.health import (
     rack_fault_alert,
     transition,
 )
-from trainyard.core.health.state import Command
+from trainyard.core.health.commands import Command
 from trainyard.domain.node import SCHEDULABLE_STATES, NodeInfo
 from trainyard.events import subjects
 from trainyard.events.nodes import NodeStateChanged

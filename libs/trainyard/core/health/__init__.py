@@ -15,6 +15,16 @@ from trainyard.core.health.actions import (
     TransitionRejected,
     UncordonNode,
 )
+from trainyard.core.health.commands import (
+    ChecksFailed,
+    ChecksPassed,
+    Command,
+    Cordon,
+    Drain,
+    DrainComplete,
+    HeartbeatResumed,
+    Uncordon,
+)
 from trainyard.core.health.findings import Finding, FindingKind, Remedy, Severity
 from trainyard.core.health.fleet import (
     Decision,
@@ -44,19 +54,7 @@ from trainyard.core.health.rules import (
     evaluate_sample,
     evaluate_xids,
 )
-from trainyard.core.health.state import (
-    ChecksFailed,
-    ChecksPassed,
-    Command,
-    Cordon,
-    Drain,
-    DrainComplete,
-    HeartbeatResumed,
-    HistoryEntry,
-    NodeHealthRecord,
-    Uncordon,
-    transition,
-)
+from trainyard.core.health.state import HistoryEntry, NodeHealthRecord, transition
 from trainyard.core.health.xid import XID_CATALOG, XID_CATALOG_VERSION, XidRule, classify_xid
 
 __all__ = [

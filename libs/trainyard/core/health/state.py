@@ -31,6 +31,16 @@ from trainyard.core.health.actions import (
     TransitionRejected,
     UncordonNode,
 )
+from trainyard.core.health.commands import (
+    ChecksFailed,
+    ChecksPassed,
+    Command,
+    Cordon,
+    Drain,
+    DrainComplete,
+    HeartbeatResumed,
+    Uncordon,
+)
 from trainyard.core.health.findings import REMEDY_ORDER, Finding, FindingKind, Remedy, Severity, strongest_remedy
 from trainyard.core.health.rules import DEFAULT_POLICY, HealthPolicy
 from trainyard.domain.node import NodeState
@@ -68,47 +78,6 @@ class NodeHealthRecord(msgspec.Struct, frozen=True, kw_only=True):
     version: int = 0  # bumped on every accepted change
 
 
-# --- commands -----------------------------------------------------------------
-
-
-class _Command(msgspec.Struct, tag_field="type", frozen=True, kw_only=True):
-    node_id: str
-
-
-class Cordon(_Command, tag="Cordon", frozen=True):
-    by: str
-    reason: str
-
-
-class Uncordon(_Command, tag="Uncordon", frozen=True):
-    by: str  # must be "operator:<name>": automation returns nodes only through checks
-    reason: str
-
-
-class Drain(_Command, tag="Drain", frozen=True):
-    by: str
-    reason: str
-
-
-class DrainComplete(_Command, tag="DrainComplete", frozen=True):
-    """No run is left on the node."""
-
-
-class ChecksPassed(_Command, tag="ChecksPassed", frozen=True):
-    checks: tuple[str, ...] = ()
-
-
-class ChecksFailed(_Command, tag="ChecksFailed", frozen=True):
-    reason: str
-
-
-class HeartbeatResumed(_Command, tag="HeartbeatResumed", frozen=True):
-    """A lost node's agent reports again."""
-
-    same_boot: bool = False  # the boot declared lost heartbeats again: the loss was a false alarm
-
-
-Command = Cordon | Uncordon | Drain | DrainComplete | ChecksPassed | ChecksFailed | HeartbeatResumed
 Result = tuple[NodeHealthRecord, tuple[Action, ...]]
 
 
