@@ -63,6 +63,7 @@ proto: install
 # the packages its [tool.mypy] section in pyproject.toml names, in strict mode.
 lint: install
 	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy
 
 clean:

@@ -47,8 +47,16 @@ RATE_CARD = load_rate_card(
     {
         "currency": "USD",
         "versions": [
-            {"version": "2026-10", "effective_from": "2026-10-01", "prices": {"H100": "2.49", "H200": "3.19", "*": "1.10"}},
-            {"version": "2026-11-15", "effective_from": "2026-11-15", "prices": {"H100": "2.29", "H200": "2.99", "*": "0.99"}},
+            {
+                "version": "2026-10",
+                "effective_from": "2026-10-01",
+                "prices": {"H100": "2.49", "H200": "3.19", "*": "1.10"},
+            },
+            {
+                "version": "2026-11-15",
+                "effective_from": "2026-11-15",
+                "prices": {"H100": "2.29", "H200": "2.99", "*": "0.99"},
+            },
         ],
     }
 )
@@ -61,7 +69,13 @@ def job_events(rng: random.Random, n: int) -> list[JobEvent]:
     gpus_per_replica = rng.choice([1, 2, 4, 8, 8, 8])
     replicas = rng.choice([1, 1, 2, 4, 8, 16]) if gpus_per_replica == 8 else 1
     role = Role(name="trainer", replicas=replicas, gpus_per_replica=gpus_per_replica, gpu_type=rng.choice(GPU_TYPES))
-    spec = JobSpec(tenant=tenant, queue=f"q{rng.randrange(4)}", roles=[role], labels={"team": f"team-{rng.randrange(8)}"}, image="img")
+    spec = JobSpec(
+        tenant=tenant,
+        queue=f"q{rng.randrange(4)}",
+        roles=[role],
+        labels={"team": f"team-{rng.randrange(8)}"},
+        image="img",
+    )
     at = OCT15 + rng.random() * SPAN
     events: list[JobEvent] = [JobAccepted(at=at, job_id=job_id, spec=spec, submitted_at=at)]
     for attempt in range(1, 4):
@@ -70,7 +84,13 @@ def job_events(rng: random.Random, n: int) -> list[JobEvent]:
         events.append(JobAdmitted(at=at, job_id=job_id, tenant=tenant, run_id=run_id, attempt=attempt))
         at += rng.random() * 30
         placement = [
-            ReplicaPlacement(role="trainer", replica=i, rank=i, node_id=f"node-{rng.randrange(4096)}", gpus=list(range(gpus_per_replica)))
+            ReplicaPlacement(
+                role="trainer",
+                replica=i,
+                rank=i,
+                node_id=f"node-{rng.randrange(4096)}",
+                gpus=list(range(gpus_per_replica)),
+            )
             for i in range(replicas)
         ]
         events.append(JobPlaced(at=at, job_id=job_id, tenant=tenant, run_id=run_id, cluster="c1", replicas=placement))

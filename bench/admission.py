@@ -47,10 +47,14 @@ def build_tenancy() -> tuple[Tenancy, dict[str, int]]:
     cohorts, queues = [], []
     for o in range(ORGS):
         org = f"org{o}"
-        cohorts.append(Cohort(org, None, {f: FlavorQuota(org_q, lending_limit=org_q // 2) for f in FLAVORS}, 1.0 + o % 3))
+        cohorts.append(
+            Cohort(org, None, {f: FlavorQuota(org_q, lending_limit=org_q // 2) for f in FLAVORS}, 1.0 + o % 3)
+        )
         for t in range(TEAMS_PER_ORG):
             team = f"team{o}-{t}"
-            cohorts.append(Cohort(f"{org}/{team}", org, {f: FlavorQuota(team_q, borrowing_limit=team_q * 4) for f in FLAVORS}))
+            cohorts.append(
+                Cohort(f"{org}/{team}", org, {f: FlavorQuota(team_q, borrowing_limit=team_q * 4) for f in FLAVORS})
+            )
             for q in range(QUEUES_PER_TEAM):
                 types = (FLAVORS[q % 4], FLAVORS[(q + 1) % 4])
                 quota = {f: FlavorQuota(queue_q, borrowing_limit=queue_q * 8) for f in types}
@@ -120,8 +124,14 @@ def main() -> None:
         for a in result.admitted:
             job = pending.pop(a.job_id)
             running[a.job_id] = RunningJob(
-                job.job_id, job.tenant, job.queue, job.gpus_by_type, started_at=now,
-                last_checkpoint_at=now, priority=job.priority, preemptible=job.priority < 1000,
+                job.job_id,
+                job.tenant,
+                job.queue,
+                job.gpus_by_type,
+                started_at=now,
+                last_checkpoint_at=now,
+                priority=job.priority,
+                preemptible=job.priority < 1000,
                 may_only_borrow=job.may_only_borrow,
             )
         for p in result.preemptions:
@@ -131,8 +141,12 @@ def main() -> None:
         now += 900.0
         for job_id, r in list(running.items()):
             if rng.random() < 0.5:
-                running[job_id] = RunningJob(**{**{f: getattr(r, f) for f in r.__struct_fields__},
-                                                "last_checkpoint_at": now - rng.uniform(0, 900)})
+                running[job_id] = RunningJob(
+                    **{
+                        **{f: getattr(r, f) for f in r.__struct_fields__},
+                        "last_checkpoint_at": now - rng.uniform(0, 900),
+                    }
+                )
         usage: dict[str, dict[str, float]] = {}
         for r in running.values():
             per_type = usage.setdefault(f"{r.tenant}/{r.queue}", {})

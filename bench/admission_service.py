@@ -71,18 +71,32 @@ async def main(pending: int, cycles: int, profile: int = 0, cold: bool = False) 
                 NodeInfo(node_id=f"n{i:04d}", cluster="bench", gpu_type=core_bench.FLAVORS[i % 4], gpus=8)
                 for i in range(core_bench.NODES)
             ]
-            await publish_all(bus, [
-                PublishRequest(subjects.node("bench", n.node_id), NodeRegistered(at=0.0, node=n, boot_id="b"), n.node_id)
-                for n in nodes
-            ])
+            await publish_all(
+                bus,
+                [
+                    PublishRequest(
+                        subjects.node("bench", n.node_id), NodeRegistered(at=0.0, node=n, boot_id="b"), n.node_id
+                    )
+                    for n in nodes
+                ],
+            )
             queues = tenancy.queues
             accepted = []
             for i in range(pending):
                 q = queues[rng.randrange(len(queues))]
                 gpu_type = rng.choice(sorted(q.quota))
                 spec = JobSpec(
-                    tenant=q.tenant, queue=q.name, roles=[Role(name="t", gpus_per_replica=min(8, s := rng.choice(core_bench.SIZES)),
-                    replicas=max(1, s // 8), gpu_type=gpu_type)], simulated_duration_s=60.0,
+                    tenant=q.tenant,
+                    queue=q.name,
+                    roles=[
+                        Role(
+                            name="t",
+                            gpus_per_replica=min(8, s := rng.choice(core_bench.SIZES)),
+                            replicas=max(1, s // 8),
+                            gpu_type=gpu_type,
+                        )
+                    ],
+                    simulated_duration_s=60.0,
                 )
                 event = JobAccepted(at=float(i), job_id=f"j{i}", spec=spec, submitted_at=float(i))
                 accepted.append(PublishRequest(job_subject(event), event, f"j{i}:accepted", 0))
@@ -96,13 +110,25 @@ async def main(pending: int, cycles: int, profile: int = 0, cold: bool = False) 
 
             holder = TenancyHolder()
             holder.set(tenancy)
-            cycle = AdmissionCycle(bus, store, jobs, AdmissionPolicy(), time.time, window=pending,
-                                   node_projector=(node_proj,), tenancy=holder, placement_timeout_s=1e9)
+            cycle = AdmissionCycle(
+                bus,
+                store,
+                jobs,
+                AdmissionPolicy(),
+                time.time,
+                window=pending,
+                node_projector=(node_proj,),
+                tenancy=holder,
+                placement_timeout_s=1e9,
+            )
             if not cold:
                 start, start_cpu = time.perf_counter(), time.process_time()
                 await cycle.warm()
-                print(f"standby read of the backlog (before the first cycle): {(time.perf_counter() - start) * 1000:.0f} ms, "
-                      f"CPU {(time.process_time() - start_cpu) * 1000:.0f} ms", flush=True)
+                print(
+                    f"standby read of the backlog (before the first cycle): {(time.perf_counter() - start) * 1000:.0f} ms, "
+                    f"CPU {(time.process_time() - start_cpu) * 1000:.0f} ms",
+                    flush=True,
+                )
             times, cpu, considered, admitted_total = [], [], [], 0
             profiler = cProfile.Profile() if profile else None
             for c in range(cycles):
@@ -119,26 +145,38 @@ async def main(pending: int, cycles: int, profile: int = 0, cold: bool = False) 
                     profiler.disable()
                 considered.append(waiting + active)
                 admitted_total += admitted
-                print(f"cycle {c}: {waiting:,} pending + {active:,} holding GPUs, {admitted:,} decisions published, "
-                      f"{times[-1] * 1000:.0f} ms, CPU {cpu[-1] * 1000:.0f} ms ({', '.join(f'{k} {v * 1000:.0f}' for k, v in cycle.last_timings.items())})",
-                      flush=True)
+                print(
+                    f"cycle {c}: {waiting:,} pending + {active:,} holding GPUs, {admitted:,} decisions published, "
+                    f"{times[-1] * 1000:.0f} ms, CPU {cpu[-1] * 1000:.0f} ms ({', '.join(f'{k} {v * 1000:.0f}' for k, v in cycle.last_timings.items())})",
+                    flush=True,
+                )
                 finished = [j for j in await views.ids_in(store, "active")][: max(1, active // 10)]
                 heads = await views.get_jobs(store, finished, ("run_id",))
-                await publish_all(bus, [
-                    PublishRequest(subjects.job(h.tenant, h.job_id, "agent"),
-                                   RunSucceeded(at=time.time(), job_id=h.job_id, tenant=h.tenant, run_id=h.run_id or ""),
-                                   f"{h.run_id}:succeeded")
-                    for h in heads if h.run_id
-                ])
+                await publish_all(
+                    bus,
+                    [
+                        PublishRequest(
+                            subjects.job(h.tenant, h.job_id, "agent"),
+                            RunSucceeded(at=time.time(), job_id=h.job_id, tenant=h.tenant, run_id=h.run_id or ""),
+                            f"{h.run_id}:succeeded",
+                        )
+                        for h in heads
+                        if h.run_id
+                    ],
+                )
             ordered = sorted(times)
             p50 = statistics.median(ordered)
             p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
             rate = sum(considered) / sum(times)
-            print(f"\nthrough the service: {rate:,.0f} decisions/s (every pending and running job weighed each cycle); "
-                  f"cycle p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms; {admitted_total:,} admissions published")
-            print(f"cold cycle {times[0] * 1000:.0f} ms (CPU {cpu[0] * 1000:.0f} ms); later cycles: wall max "
-                  f"{max(times[1:], default=0) * 1000:.0f} ms, CPU p50 {statistics.median(cpu[1:] or [0]) * 1000:.0f} ms, "
-                  f"CPU max {max(cpu[1:], default=0) * 1000:.0f} ms")
+            print(
+                f"\nthrough the service: {rate:,.0f} decisions/s (every pending and running job weighed each cycle); "
+                f"cycle p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms; {admitted_total:,} admissions published"
+            )
+            print(
+                f"cold cycle {times[0] * 1000:.0f} ms (CPU {cpu[0] * 1000:.0f} ms); later cycles: wall max "
+                f"{max(times[1:], default=0) * 1000:.0f} ms, CPU p50 {statistics.median(cpu[1:] or [0]) * 1000:.0f} ms, "
+                f"CPU max {max(cpu[1:], default=0) * 1000:.0f} ms"
+            )
             if profiler is not None:
                 stats = pstats.Stats(profiler)
                 stats.sort_stats("tottime").print_stats(profile)
@@ -156,9 +194,16 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pending", type=int, default=20_000)
     parser.add_argument("--cycles", type=int, default=8)
-    parser.add_argument("--profile", type=int, nargs="?", const=30, default=0,
-                        help="profile the cycles and print the top N functions (default 30)")
-    parser.add_argument("--cold", action="store_true",
-                        help="no standby read before the first cycle: it reads every job itself")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        nargs="?",
+        const=30,
+        default=0,
+        help="profile the cycles and print the top N functions (default 30)",
+    )
+    parser.add_argument(
+        "--cold", action="store_true", help="no standby read before the first cycle: it reads every job itself"
+    )
     args = parser.parse_args()
     asyncio.run(main(args.pending, args.cycles, args.profile, args.cold))

@@ -48,12 +48,17 @@ def parse() -> argparse.Namespace:
 
 def show(report: ChaosReport) -> None:
     rows = [
-        ("jobs", report.jobs), ("faults", sum(report.faults.values())), ("lost", report.lost),
-        ("accepted twice", report.accepted_twice), ("run twice to success", report.run_twice),
-        ("stuck", report.stuck), ("GPU double allocations", report.double_allocations),
+        ("jobs", report.jobs),
+        ("faults", sum(report.faults.values())),
+        ("lost", report.lost),
+        ("accepted twice", report.accepted_twice),
+        ("run twice to success", report.run_twice),
+        ("stuck", report.stuck),
+        ("GPU double allocations", report.double_allocations),
         ("dead letters", report.dead_letters),
         ("ledger - stream GPU-s", f"{report.ledger_minus_stream_gpu_s:.3f}"),
-        ("offered in", f"{report.offered_s:.0f} s"), ("drained in", f"{report.drained_s:.0f} s"),
+        ("offered in", f"{report.offered_s:.0f} s"),
+        ("drained in", f"{report.drained_s:.0f} s"),
     ]
     for name, value in rows:
         print(f"{name:>24}  {value}")
@@ -68,12 +73,21 @@ def show(report: ChaosReport) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
-    plan = ChaosPlan(jobs=args.jobs, rate=args.rate, kills=args.kills, flushes=args.flushes, stalls=args.stalls,
-                     stall_s=args.stall_s, seed=args.seed, drain_timeout_s=args.drain_timeout_s)
+    plan = ChaosPlan(
+        jobs=args.jobs,
+        rate=args.rate,
+        kills=args.kills,
+        flushes=args.flushes,
+        stalls=args.stalls,
+        stall_s=args.stall_s,
+        seed=args.seed,
+        drain_timeout_s=args.drain_timeout_s,
+    )
     with contextlib.ExitStack() as cleanup:
         tmp = args.keep or cleanup.enter_context(tempfile.TemporaryDirectory(prefix="trainyard-chaos-"))
-        stack = LocalStack(StackConfig(data_dir=tmp, nodes=args.nodes, racks=4, log_level="WARNING",
-                                         nats_cluster=args.nats_cluster))
+        stack = LocalStack(
+            StackConfig(data_dir=tmp, nodes=args.nodes, racks=4, log_level="WARNING", nats_cluster=args.nats_cluster)
+        )
         t0 = time.monotonic()
         await asyncio.to_thread(stack.start)
         print(f"stack up in {time.monotonic() - t0:.0f}s ({args.nodes} nodes); seed {args.seed}", file=sys.stderr)

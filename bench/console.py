@@ -63,8 +63,15 @@ async def publish_all(bus: Bus, requests: list[PublishRequest], chunk: int = 200
 
 def fleet(n: int) -> list[NodeInfo]:
     return [
-        NodeInfo(node_id=f"n{i:04d}", cluster="bench", gpu_type="H100", gpus=8, zone="z1",
-                 block=f"b{i // (NODES_PER_RACK * 8) + 1}", rack=f"r{i // NODES_PER_RACK + 1:02d}")
+        NodeInfo(
+            node_id=f"n{i:04d}",
+            cluster="bench",
+            gpu_type="H100",
+            gpus=8,
+            zone="z1",
+            block=f"b{i // (NODES_PER_RACK * 8) + 1}",
+            rack=f"r{i // NODES_PER_RACK + 1:02d}",
+        )
         for i in range(n)
     ]
 
@@ -79,25 +86,45 @@ def job_events(n_jobs: int, nodes: list[NodeInfo], now: float) -> list[PublishRe
         tenant = TENANTS[i % len(TENANTS)]
         job_id = f"j{i:05d}"
         at = now - 30 * 86_400 + i * (30 * 86_400 - 600) / n_jobs
-        spec = JobSpec(tenant=tenant, queue="default", name=f"train-{i}", roles=[Role(name="t", gpus_per_replica=4)],
-                       simulated_duration_s=3600.0)
+        spec = JobSpec(
+            tenant=tenant,
+            queue="default",
+            name=f"train-{i}",
+            roles=[Role(name="t", gpus_per_replica=4)],
+            simulated_duration_s=3600.0,
+        )
 
         def add(event, name: str, writer: str | None = None) -> None:  # type: ignore[no-untyped-def]
             out.append(PublishRequest(job_subject(event, writer), event, f"{event.job_id}:{name}"))
 
         add(JobAccepted(at=at, job_id=job_id, spec=spec, submitted_at=at), "accepted")
-        kind = "pending" if i >= n_jobs - n_jobs // 10 else "running" if i >= n_jobs - running - n_jobs // 10 else "done"
+        kind = (
+            "pending" if i >= n_jobs - n_jobs // 10 else "running" if i >= n_jobs - running - n_jobs // 10 else "done"
+        )
         if kind == "pending":
             continue
         run_id = f"{job_id}-r1"
         slot = node_slots[i % len(node_slots)] if kind == "running" else node_slots[rng.randrange(len(node_slots))]
         gpus = [4 * slot[1] + g for g in range(4)]
         add(JobAdmitted(at=at + 1, job_id=job_id, tenant=tenant, run_id=run_id, attempt=1), "admitted")
-        add(JobPlaced(at=at + 2, job_id=job_id, tenant=tenant, run_id=run_id, cluster="bench",
-                      replicas=[ReplicaPlacement(role="t", replica=0, rank=0, node_id=slot[0], gpus=gpus)]), "placed")
+        add(
+            JobPlaced(
+                at=at + 2,
+                job_id=job_id,
+                tenant=tenant,
+                run_id=run_id,
+                cluster="bench",
+                replicas=[ReplicaPlacement(role="t", replica=0, rank=0, node_id=slot[0], gpus=gpus)],
+            ),
+            "placed",
+        )
         add(RunStarted(at=at + 3, job_id=job_id, tenant=tenant, run_id=run_id), "started", "agent")
         if kind == "done":
-            add(RunSucceeded(at=at + 3 + rng.uniform(60, 7200), job_id=job_id, tenant=tenant, run_id=run_id), "succeeded", "agent")
+            add(
+                RunSucceeded(at=at + 3 + rng.uniform(60, 7200), job_id=job_id, tenant=tenant, run_id=run_id),
+                "succeeded",
+                "agent",
+            )
     return out
 
 
@@ -117,10 +144,15 @@ async def main(n_jobs: int, n_nodes: int, repeat: int) -> None:
         try:
             t0 = time.perf_counter()
             nodes = fleet(n_nodes)
-            await publish_all(bus, [
-                PublishRequest(subjects.node("bench", n.node_id), NodeRegistered(at=0.0, node=n, boot_id="b"), n.node_id)
-                for n in nodes
-            ])
+            await publish_all(
+                bus,
+                [
+                    PublishRequest(
+                        subjects.node("bench", n.node_id), NodeRegistered(at=0.0, node=n, boot_id="b"), n.node_id
+                    )
+                    for n in nodes
+                ],
+            )
             await publish_all(bus, job_events(n_jobs, nodes, time.time()))
             stop = asyncio.Event()
             projectors = [Projector(bus, store, "JOBS"), Projector(bus, store, "NODES")]
@@ -133,14 +165,19 @@ async def main(n_jobs: int, n_nodes: int, repeat: int) -> None:
             raw = await read_raw(bus, "JOBS")
             for i in range(0, len(raw), 5000):
                 ledger.apply([(str(seq), decode_job_event(data)) for seq, _, data in raw[i : i + 5000]])
-            print(f"seeded {n_jobs:,} jobs and {n_nodes:,} nodes ({len(raw):,} job events, projected and metered) "
-                  f"in {time.perf_counter() - t0:.1f}s")
+            print(
+                f"seeded {n_jobs:,} jobs and {n_nodes:,} nodes ({len(raw):,} job events, projected and metered) "
+                f"in {time.perf_counter() - t0:.1f}s"
+            )
 
             callers = await issue(bus)
             settings = Settings(ledger_url=ledger_url)
             ops = JobOperations(bus, store)
-            routers = [nodes_api.build_router(bus, store, settings), finance_api.build_router(bus, store, settings),
-                       console_app.build_router(ops, store, callers.authenticator, settings)]
+            routers = [
+                nodes_api.build_router(bus, store, settings),
+                finance_api.build_router(bus, store, settings),
+                console_app.build_router(ops, store, callers.authenticator, settings),
+            ]
             app = create_app(ops, store, callers.authenticator, routers=routers)
             port = free_port()
             server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
@@ -149,10 +186,16 @@ async def main(n_jobs: int, n_nodes: int, repeat: int) -> None:
                 await asyncio.sleep(0.05)
 
             pages = [  # (caller, path)
-                ("acme", "/jobs"), ("admin", "/jobs"), ("admin", "/jobs?status=running"), ("acme", "/jobs/new"),
-                ("admin", f"/jobs/j{n_jobs - n_jobs // 10 - 1:05d}"), ("acme", "/jobs/j00000"),
-                ("operator", "/cluster"), ("operator", "/nodes/n0001"),
-                ("finance", "/usage"), ("finance", f"/finance/chargeback?period={time.strftime('%Y-%m', time.gmtime())}"),
+                ("acme", "/jobs"),
+                ("admin", "/jobs"),
+                ("admin", "/jobs?status=running"),
+                ("acme", "/jobs/new"),
+                ("admin", f"/jobs/j{n_jobs - n_jobs // 10 - 1:05d}"),
+                ("acme", "/jobs/j00000"),
+                ("operator", "/cluster"),
+                ("operator", "/nodes/n0001"),
+                ("finance", "/usage"),
+                ("finance", f"/finance/chargeback?period={time.strftime('%Y-%m', time.gmtime())}"),
                 ("finance", "/finance/capacity"),
             ]
             print(f"\n{'page':<42} {'as':<9} {'p50 ms':>8} {'max ms':>8} {'bytes':>9}")
@@ -167,8 +210,10 @@ async def main(n_jobs: int, n_nodes: int, repeat: int) -> None:
                         times.append(time.perf_counter() - start)
                         assert r.status_code == 200, (path, r.status_code, r.text[:300])
                         size = len(r.content)
-                print(f"{path:<42} {caller:<9} {statistics.median(times) * 1000:>8.0f} {max(times) * 1000:>8.0f} {size:>9,}",
-                      flush=True)
+                print(
+                    f"{path:<42} {caller:<9} {statistics.median(times) * 1000:>8.0f} {max(times) * 1000:>8.0f} {size:>9,}",
+                    flush=True,
+                )
             server.should_exit = True
             await serving
             stop.set()

@@ -65,8 +65,12 @@ async def publish(url: str, replicas: int, messages: int, inflight: int) -> tupl
         async def worker() -> None:
             while not queue.empty():
                 n = queue.get_nowait()
-                event = JobCancelled(at=time.time(), job_id=f"job-{n:08d}", tenant="acme",
-                                     reason="a cancellation of about the size of a lifecycle event " * 3)
+                event = JobCancelled(
+                    at=time.time(),
+                    job_id=f"job-{n:08d}",
+                    tenant="acme",
+                    reason="a cancellation of about the size of a lifecycle event " * 3,
+                )
                 started = time.perf_counter()
                 await bus.publish_raw(job_subject(event), encode(event), {"Nats-Msg-Id": f"bench:{n}"})
                 latencies.append(time.perf_counter() - started)
@@ -89,14 +93,18 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="where the servers keep their data")
     args = parser.parse_args()
     print(f"{args.messages} acknowledged publishes per case, ~300-byte job events to JOBS")
-    print(f"{'nodes':>5} {'replicas':>8} {'sync_interval':>13} {'in flight':>9} {'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+    print(
+        f"{'nodes':>5} {'replicas':>8} {'sync_interval':>13} {'in flight':>9} {'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8}"
+    )
     for nodes, sync in CASES:
         for inflight in args.inflight:
             with tempfile.TemporaryDirectory(dir=args.dir) as tmp, servers(Path(tmp), nodes, sync) as url:
                 replicas = 1 if nodes == 1 else 3
                 seconds, latencies = asyncio.run(publish(url, replicas, args.messages, inflight))
-            print(f"{nodes:>5} {replicas:>8} {sync:>13} {inflight:>9} {args.messages / seconds:>9,.0f} "
-                  f"{percentile(latencies, 50) * 1e3:>8.2f} {percentile(latencies, 99) * 1e3:>8.2f}")
+            print(
+                f"{nodes:>5} {replicas:>8} {sync:>13} {inflight:>9} {args.messages / seconds:>9,.0f} "
+                f"{percentile(latencies, 50) * 1e3:>8.2f} {percentile(latencies, 99) * 1e3:>8.2f}"
+            )
 
 
 if __name__ == "__main__":

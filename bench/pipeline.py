@@ -79,7 +79,10 @@ async def measure(stack: LocalStack, rate: int, seconds: float) -> dict[str, flo
                 done.set()
 
     sub = await bus.js.subscribe(
-        subjects.JOBS_ALL, stream="JOBS", ordered_consumer=True, cb=on_msg,
+        subjects.JOBS_ALL,
+        stream="JOBS",
+        ordered_consumer=True,
+        cb=on_msg,
         config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW),
     )
     t0 = time.time()
@@ -132,8 +135,13 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="trainyard-bench-") as tmp:
         config = StackConfig(
-            data_dir=tmp, nodes=args.nodes, racks=max(1, args.nodes // 16), log_level="WARNING",
-            heartbeat_interval_s=2.0, heartbeat_timeout_s=30.0, nats_sync=args.nats_sync,
+            data_dir=tmp,
+            nodes=args.nodes,
+            racks=max(1, args.nodes // 16),
+            log_level="WARNING",
+            heartbeat_interval_s=2.0,
+            heartbeat_timeout_s=30.0,
+            nats_sync=args.nats_sync,
         )
         stack = LocalStack(config)
         stack.start()
@@ -147,8 +155,11 @@ def main() -> None:
                 r = asyncio.run(measure(stack, rate, args.seconds))
                 spent = {n: cpu_seconds(stack)[n] - v for n, v in before.items()}
                 per_job.append((rate, {n: 1000 * v / max(r["placed"], 1) for n, v in spent.items()}))
-                print(f"{r['offered_actual_per_s']:>10.0f} {r['placed']:>8.0f} {r['placed_per_s']:>9.0f} "
-                      f"{r['p50_ms']:>8.0f} {r['p99_ms']:>8.0f}", flush=True)
+                print(
+                    f"{r['offered_actual_per_s']:>10.0f} {r['placed']:>8.0f} {r['placed_per_s']:>9.0f} "
+                    f"{r['p50_ms']:>8.0f} {r['p99_ms']:>8.0f}",
+                    flush=True,
+                )
                 time.sleep(2.0)
             print("\nCPU milliseconds per placed job, per process (from submission until the run's end was metered):")
             names = list(per_job[0][1]) if per_job else []

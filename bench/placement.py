@@ -52,14 +52,20 @@ def cluster() -> list[NodeInfo]:
         for b in range(BLOCKS):
             for r in range(RACKS):
                 for n in range(NODES):
-                    out.append(NodeInfo(f"z{z}-b{b}-r{r}-n{n:02d}", "bench", "H100", GPUS,
-                                        zone=f"z{z}", block=f"b{b}", rack=f"r{r}"))
+                    out.append(
+                        NodeInfo(
+                            f"z{z}-b{b}-r{r}-n{n:02d}", "bench", "H100", GPUS, zone=f"z{z}", block=f"b{b}", rack=f"r{r}"
+                        )
+                    )
     return out
 
 
 def spec_of(gpus: int, runtime: float, rng: random.Random) -> JobSpec:
-    role = Role("worker", replicas=1, gpus_per_replica=gpus) if gpus < GPUS else Role(
-        "worker", replicas=gpus // GPUS, gpus_per_replica=GPUS)
+    role = (
+        Role("worker", replicas=1, gpus_per_replica=gpus)
+        if gpus < GPUS
+        else Role("worker", replicas=gpus // GPUS, gpus_per_replica=GPUS)
+    )
     limit = int(runtime * rng.uniform(1.0, 2.0)) + 60
     return JobSpec(tenant="t", queue="q", roles=[role], max_runtime_s=limit, simulated_duration_s=runtime)
 
@@ -179,29 +185,43 @@ def run(jobs: int, seed: int) -> None:
         a, b = latency_placed.get(size, []), latency_waiting.get(size, [])
         all_placed += a
         all_waiting += b
-        print(f"{size:>6} {len(a):>6} {pct(a, 50):>7.3f} {pct(a, 99):>7.3f} | "
-              f"{len(b):>6} {pct(b, 50):>7.3f} {pct(b, 99):>7.3f}")
-    print(f"{'all':>6} {len(all_placed):>6} {pct(all_placed, 50):>7.3f} {pct(all_placed, 99):>7.3f} | "
-          f"{len(all_waiting):>6} {pct(all_waiting, 50):>7.3f} {pct(all_waiting, 99):>7.3f}")
+        print(
+            f"{size:>6} {len(a):>6} {pct(a, 50):>7.3f} {pct(a, 99):>7.3f} | "
+            f"{len(b):>6} {pct(b, 50):>7.3f} {pct(b, 99):>7.3f}"
+        )
+    print(
+        f"{'all':>6} {len(all_placed):>6} {pct(all_placed, 50):>7.3f} {pct(all_placed, 99):>7.3f} | "
+        f"{len(all_waiting):>6} {pct(all_waiting, 50):>7.3f} {pct(all_waiting, 99):>7.3f}"
+    )
     print(f"\nmulti-node gangs placed: {multi} (in one rack: {in_one_rack}, {in_one_rack / max(multi, 1):.1%})")
-    print(f"  could fit in one rack: {rack_could}, placed in one rack: {rack_did} "
-          f"({rack_did / max(rack_could, 1):.1%} of best possible)")
-    print(f"  could fit in one block: {block_could}, placed in one block: {block_did} "
-          f"({block_did / max(block_could, 1):.1%} of best possible)")
+    print(
+        f"  could fit in one rack: {rack_could}, placed in one rack: {rack_did} "
+        f"({rack_did / max(rack_could, 1):.1%} of best possible)"
+    )
+    print(
+        f"  could fit in one block: {block_could}, placed in one block: {block_did} "
+        f"({block_did / max(block_could, 1):.1%} of best possible)"
+    )
     print("\nfragmentation over time (share of free GPUs unusable by an 8-GPU / 64-GPU gang)")
     print(f"{'t (h)':>7} {'occupancy':>9} {'free':>6} {'by 8':>6} {'by 64':>6} {'whole racks':>11}")
     for now, f, occ in frag_series:
-        print(f"{now / 3600:>7.1f} {occ:>9.1%} {int(f['free_gpus']):>6} {f['unusable_by_8']:>6.1%} "
-              f"{f['unusable_by_64']:>6.1%} {int(f['whole_free_racks']):>11}")
+        print(
+            f"{now / 3600:>7.1f} {occ:>9.1%} {int(f['free_gpus']):>6} {f['unusable_by_8']:>6.1%} "
+            f"{f['unusable_by_64']:>6.1%} {int(f['whole_free_racks']):>11}"
+        )
     steady = [f for now, f, occ in frag_series if 0.85 <= occ <= 0.95]
     if steady:
-        print(f"median over {len(steady)} samples at 85-95% occupancy: unusable by 8 "
-              f"{statistics.median(f['unusable_by_8'] for f in steady):.1%}, by 64 "
-              f"{statistics.median(f['unusable_by_64'] for f in steady):.1%}, whole free racks "
-              f"{statistics.median(f['whole_free_racks'] for f in steady):.0f}")
+        print(
+            f"median over {len(steady)} samples at 85-95% occupancy: unusable by 8 "
+            f"{statistics.median(f['unusable_by_8'] for f in steady):.1%}, by 64 "
+            f"{statistics.median(f['unusable_by_64'] for f in steady):.1%}, whole free racks "
+            f"{statistics.median(f['whole_free_racks'] for f in steady):.0f}"
+        )
     print(f"\nbuilding the tree from a 4,096-node snapshot: median {statistics.median(build_ms):.1f} ms")
-    print(f"whole place() call, fresh 4,096-node snapshot, 200 requests: "
-          f"min {min(full_ms):.1f} ms, median {statistics.median(full_ms):.1f} ms")
+    print(
+        f"whole place() call, fresh 4,096-node snapshot, 200 requests: "
+        f"min {min(full_ms):.1f} ms, median {statistics.median(full_ms):.1f} ms"
+    )
 
 
 SPINES, LEAVES, LEAF_NODES = 8, 8, 8  # the fragmented 512-node cluster
@@ -283,25 +303,35 @@ def two_level(trials: int, seed: int) -> None:
             row[2] += len(spines) == best[0] and len(leaves) == best[1]
             row[3] += len(leaves) - best[1]
             undo(topo, [(0, "", topo.nodes[r.node_id], r.gpus) for r in placed])
-    print(f"\ntwo-level optimality: {SPINES * LEAVES * LEAF_NODES} nodes, {SPINES} spines x {LEAVES} leaves x "
-          f"{LEAF_NODES} nodes, fragmented by seeded random runs; {trials} trials, seed {seed}")
-    print(f"{'gang':>9} {'placed':>7} {'fewest spines':>14} {'fewest leaves':>14} {'extra leaves':>13} "
-          f"{'p50 ms':>7} {'p99 ms':>7}")
+    print(
+        f"\ntwo-level optimality: {SPINES * LEAVES * LEAF_NODES} nodes, {SPINES} spines x {LEAVES} leaves x "
+        f"{LEAF_NODES} nodes, fragmented by seeded random runs; {trials} trials, seed {seed}"
+    )
+    print(
+        f"{'gang':>9} {'placed':>7} {'fewest spines':>14} {'fewest leaves':>14} {'extra leaves':>13} "
+        f"{'p50 ms':>7} {'p99 ms':>7}"
+    )
     total = [0, 0, 0, 0]
     for label in labels:
         row = rows.get(label, [0, 0, 0, 0])
         total = [a + b for a, b in zip(total, row, strict=True)]
         n = max(row[0], 1)
         lat = latency.get(label, [])
-        print(f"{label:>9} {row[0]:>7} {row[1] / n:>14.1%} {row[2] / n:>14.1%} {row[3] / n:>13.2f} "
-              f"{pct(lat, 50):>7.3f} {pct(lat, 99):>7.3f}")
+        print(
+            f"{label:>9} {row[0]:>7} {row[1] / n:>14.1%} {row[2] / n:>14.1%} {row[3] / n:>13.2f} "
+            f"{pct(lat, 50):>7.3f} {pct(lat, 99):>7.3f}"
+        )
     node_rows = [rows.get(f"{n} nodes", [0, 0, 0, 0]) for n in NODE_GANGS]
     placed_2_16 = sum(r[0] for r in node_rows)
-    print(f"{'2-16':>9} {placed_2_16:>7} {sum(r[1] for r in node_rows) / max(placed_2_16, 1):>14.1%} "
-          f"{sum(r[2] for r in node_rows) / max(placed_2_16, 1):>14.1%} "
-          f"{sum(r[3] for r in node_rows) / max(placed_2_16, 1):>13.2f}")
-    print("(fewest leaves: on the fewest spines and on the fewest leaves those spines allow; "
-          "extra leaves: mean leaves beyond that optimum)")
+    print(
+        f"{'2-16':>9} {placed_2_16:>7} {sum(r[1] for r in node_rows) / max(placed_2_16, 1):>14.1%} "
+        f"{sum(r[2] for r in node_rows) / max(placed_2_16, 1):>14.1%} "
+        f"{sum(r[3] for r in node_rows) / max(placed_2_16, 1):>13.2f}"
+    )
+    print(
+        "(fewest leaves: on the fewest spines and on the fewest leaves those spines allow; "
+        "extra leaves: mean leaves beyond that optimum)"
+    )
 
 
 if __name__ == "__main__":

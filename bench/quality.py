@@ -37,40 +37,62 @@ H = 3600.0
 def progress(name: str, done: int, total: int, started: dict[str, float]) -> None:
     now = time.perf_counter()
     started.setdefault(name, now)
-    print(f"\r  {name:>13}: {done:>7,} / {total:,} jobs done, {now - started[name]:6.1f} s", end="", file=sys.stderr,
-          flush=True)
+    print(
+        f"\r  {name:>13}: {done:>7,} / {total:,} jobs done, {now - started[name]:6.1f} s",
+        end="",
+        file=sys.stderr,
+        flush=True,
+    )
     if done >= total:
         print(file=sys.stderr)
 
 
 def run_case(title: str, plan_args: dict, failures: FailureModel, policies: list[str]) -> dict:
     plan = prepare(**plan_args)
-    print(f"{title}: {len(plan.workload.jobs):,} jobs on {len(plan.nodes):,} nodes ({plan.gpus:,} GPUs), "
-          f"offered load {plan.load_after:.2f}", file=sys.stderr)
-    scenario = Scenario(tick_s=60.0, seed=plan_args.get("seed", 0), failures=failures, borrowing=True,
-                        record_events=False, fragmentation_samples=0)
+    print(
+        f"{title}: {len(plan.workload.jobs):,} jobs on {len(plan.nodes):,} nodes ({plan.gpus:,} GPUs), "
+        f"offered load {plan.load_after:.2f}",
+        file=sys.stderr,
+    )
+    scenario = Scenario(
+        tick_s=60.0,
+        seed=plan_args.get("seed", 0),
+        failures=failures,
+        borrowing=True,
+        record_events=False,
+        fragmentation_samples=0,
+    )
     started: dict[str, float] = {}
     walls: dict[str, float] = {}
     summaries = []
     for name in policies:
         t0 = time.perf_counter()
-        sims = run_policies(plan.workload, plan.nodes, [name], scenario,
-                            progress=lambda n, d, t: progress(n, d, t, started))
+        sims = run_policies(
+            plan.workload, plan.nodes, [name], scenario, progress=lambda n, d, t: progress(n, d, t, started)
+        )
         walls[name] = time.perf_counter() - t0
         summaries.append(summarise(sims[0]))
-    return {"title": title, "jobs": len(plan.workload.jobs), "gpus": plan.gpus, "offered_load": plan.load_after,
-            "summaries": summaries, "wall_s": walls}
+    return {
+        "title": title,
+        "jobs": len(plan.workload.jobs),
+        "gpus": plan.gpus,
+        "offered_load": plan.load_after,
+        "summaries": summaries,
+        "wall_s": walls,
+    }
 
 
 def row(s: dict, wall: float) -> str:
     lost = s["lost_to_preemption_gpu_hours"]
     share = lost / s["delivered_gpu_hours"] if s["delivered_gpu_hours"] else 0.0
     jain, per_day = s["jain_contended"], s.get("jain_contended_24h")
-    return (f"| {s['policy']} | {s['jct_avg_s'] / H:.2f} | {s['jct_p50_s'] / H:.2f} | {s['jct_p99_s'] / H:.1f} | "
-            f"{s['wait_avg_s'] / H:.2f} | {s['wait_p99_s'] / H:.1f} | {s['utilisation']:.3f} | "
-            f"{lost:,.0f} ({share:.1%}) | {s['lost_gpu_hours']:,.0f} | {s['preemptions']:,} | "
-            f"{'-' if jain is None else f'{jain:.3f}'} | {'-' if per_day is None else f'{per_day:.3f}'} | "
-            f"{s['unfinished'] + s['failed']} | {wall:.0f} |")
+    return (
+        f"| {s['policy']} | {s['jct_avg_s'] / H:.2f} | {s['jct_p50_s'] / H:.2f} | {s['jct_p99_s'] / H:.1f} | "
+        f"{s['wait_avg_s'] / H:.2f} | {s['wait_p99_s'] / H:.1f} | {s['utilisation']:.3f} | "
+        f"{lost:,.0f} ({share:.1%}) | {s['lost_gpu_hours']:,.0f} | {s['preemptions']:,} | "
+        f"{'-' if jain is None else f'{jain:.3f}'} | {'-' if per_day is None else f'{per_day:.3f}'} | "
+        f"{s['unfinished'] + s['failed']} | {wall:.0f} |"
+    )
 
 
 def goals(case: dict) -> list[str]:
@@ -90,8 +112,10 @@ def goals(case: dict) -> list[str]:
         check(f"avg JCT {jct / H:.2f} h <= FIFO's {f / H:.2f} h", jct <= f)
         if case["offered_load"] >= 0.9 - 1e-9:
             check(f"avg JCT <= 0.8 x FIFO's ({jct / f:.2f}x)", jct <= 0.8 * f)
-        check(f"p99 wait {ty['wait_p99_s'] / H:.1f} h <= FIFO's {by['fifo']['wait_p99_s'] / H:.1f} h",
-              ty["wait_p99_s"] <= by["fifo"]["wait_p99_s"])
+        check(
+            f"p99 wait {ty['wait_p99_s'] / H:.1f} h <= FIFO's {by['fifo']['wait_p99_s'] / H:.1f} h",
+            ty["wait_p99_s"] <= by["fifo"]["wait_p99_s"],
+        )
     if "slurm" in by:
         sl = by["slurm"]["jct_avg_s"]
         check(f"avg JCT <= Slurm-like's {sl / H:.2f} h ({jct / sl:.2f}x)", jct <= sl)
@@ -105,7 +129,9 @@ def goals(case: dict) -> list[str]:
     if ty["jain_contended"] is not None:
         check(f"Jain's index over contended samples {ty['jain_contended']:.3f} >= 0.95", ty["jain_contended"] >= 0.95)
     if ty.get("jain_contended_24h") is not None:
-        check(f"Jain's index over contended days {ty['jain_contended_24h']:.3f} >= 0.95", ty["jain_contended_24h"] >= 0.95)
+        check(
+            f"Jain's index over contended days {ty['jain_contended_24h']:.3f} >= 0.95", ty["jain_contended_24h"] >= 0.95
+        )
     return out
 
 
@@ -126,17 +152,36 @@ def main() -> None:
     philly_limit = 6_000 if args.quick else None
     cases = []
     for load in [float(x) for x in args.philly_loads.split(",") if x]:
-        cases.append(run_case(f"Philly at offered load {load:g}",
-                              {"workload": "philly", "traces": args.traces, "target_load": load,
-                               "limit": philly_limit}, FailureModel(enabled=False), policies))
+        cases.append(
+            run_case(
+                f"Philly at offered load {load:g}",
+                {"workload": "philly", "traces": args.traces, "target_load": load, "limit": philly_limit},
+                FailureModel(enabled=False),
+                policies,
+            )
+        )
     for load in [float(x) for x in args.synthetic_loads.split(",") if x]:
-        cases.append(run_case(f"Synthetic mix with failures at offered load {load:g}",
-                              {"workload": "synthetic", "jobs": jobs, "nodes": nodes, "seed": args.seed,
-                               "load": load, "target_load": load}, FailureModel(), policies))
+        cases.append(
+            run_case(
+                f"Synthetic mix with failures at offered load {load:g}",
+                {
+                    "workload": "synthetic",
+                    "jobs": jobs,
+                    "nodes": nodes,
+                    "seed": args.seed,
+                    "load": load,
+                    "target_load": load,
+                },
+                FailureModel(),
+                policies,
+            )
+        )
     for case in cases:
         print(f"\n### {case['title']} ({case['jobs']:,} jobs, {case['gpus']:,} GPUs)\n")
-        print("| policy | avg JCT h | p50 JCT h | p99 JCT h | avg wait h | p99 wait h | util | lost to preemption "
-              "GPU·h (of delivered) | all lost GPU·h | preemptions | Jain (contended) | Jain (per day) | unfinished | wall s |")
+        print(
+            "| policy | avg JCT h | p50 JCT h | p99 JCT h | avg wait h | p99 wait h | util | lost to preemption "
+            "GPU·h (of delivered) | all lost GPU·h | preemptions | Jain (contended) | Jain (per day) | unfinished | wall s |"
+        )
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for s in case["summaries"]:
             print(row(s, case["wall_s"][s["policy"]]))

@@ -96,11 +96,17 @@ async def load(bus: Bus, store: Store, rng: random.Random, stop: asyncio.Event, 
         pending = counts.get("pending", 0) + counts.get("admitted", 0)
         while busy < target_gpus and pending < 8:
             replicas, gpus = rng.choices(SHAPES, WEIGHTS)[0]
-            spec = JobSpec(tenant=rng.choice(["acme", "globex"]), queue="default", name=f"load-{n}",
-                           roles=[Role(name="w", replicas=replicas, gpus_per_replica=gpus)],
-                           simulated_duration_s=round(rng.uniform(4.0, 12.0), 1))
+            spec = JobSpec(
+                tenant=rng.choice(["acme", "globex"]),
+                queue="default",
+                name=f"load-{n}",
+                roles=[Role(name="w", replicas=replicas, gpus_per_replica=gpus)],
+                simulated_duration_s=round(rng.uniform(4.0, 12.0), 1),
+            )
             job_id = f"load-{n:05d}"
-            await bus.publish(subjects.intake(spec.tenant), SubmitJob(at=time.time(), spec=spec, job_id=job_id), msg_id=job_id)
+            await bus.publish(
+                subjects.intake(spec.tenant), SubmitJob(at=time.time(), spec=spec, job_id=job_id), msg_id=job_id
+            )
             busy += replicas * gpus
             pending += 1
             n += 1
@@ -121,12 +127,23 @@ async def control(bus: Bus, request: ControlRequest) -> float:
     return float(reply.details.get("injected_at", time.time()))
 
 
-async def one_fault(bus: Bus, store: Store, http: httpx.AsyncClient, watcher: Watcher, rng: random.Random,
-                    nodes: list[str], isolate: list[float], rerun: list[float], notes: list[str]) -> None:
+async def one_fault(
+    bus: Bus,
+    store: Store,
+    http: httpx.AsyncClient,
+    watcher: Watcher,
+    rng: random.Random,
+    nodes: list[str],
+    isolate: list[float],
+    rerun: list[float],
+    notes: list[str],
+) -> None:
     # 1. A node running at least one job.
     for _ in range(200):
         node = rng.choice(nodes)
-        if await store.redis.hget(store.key("nodestate"), node) == "healthy" and (affected := await running_jobs_on(store, node)):
+        if await store.redis.hget(store.key("nodestate"), node) == "healthy" and (
+            affected := await running_jobs_on(store, node)
+        ):
             break
         await asyncio.sleep(0.05)
     else:
@@ -196,12 +213,19 @@ async def main(args: argparse.Namespace) -> None:
             submitted = await submitter
             events = await read_job_events(bus)
             violations = check_job_log(events).violations + await views.violations(store)
-            print(f"recovery: {args.nodes} nodes x 8 GPUs, {submitted} jobs submitted, {args.faults} XID 79 faults "
-                  f"over {time.time() - started:.0f} s, load target {args.load:.0%}")
-            for name, values in (("fault -> node out of service", isolate), ("fault -> affected job running again", rerun)):
-                print(f"  {name:38s} n={len(values):3d}  p50 {pct(values, 50) * 1000:7.0f} ms  "
-                      f"p99 {pct(values, 99) * 1000:7.0f} ms  max {max(values, default=float('nan')) * 1000:7.0f} ms"
-                      f"  mean {statistics.fmean(values) * 1000 if values else float('nan'):7.0f} ms")
+            print(
+                f"recovery: {args.nodes} nodes x 8 GPUs, {submitted} jobs submitted, {args.faults} XID 79 faults "
+                f"over {time.time() - started:.0f} s, load target {args.load:.0%}"
+            )
+            for name, values in (
+                ("fault -> node out of service", isolate),
+                ("fault -> affected job running again", rerun),
+            ):
+                print(
+                    f"  {name:38s} n={len(values):3d}  p50 {pct(values, 50) * 1000:7.0f} ms  "
+                    f"p99 {pct(values, 99) * 1000:7.0f} ms  max {max(values, default=float('nan')) * 1000:7.0f} ms"
+                    f"  mean {statistics.fmean(values) * 1000 if values else float('nan'):7.0f} ms"
+                )
             print(f"  invariant violations: {len(violations)}; services exited: {stack.exited() or 'none'}")
             for note in sorted(set(notes)):
                 print(f"  note: {note} (x{notes.count(note)})")

@@ -37,13 +37,19 @@ def philly(policies: list[str], traces: str | None, tick: float) -> None:
     t0 = time.perf_counter()
     w = load_philly(traces)
     nodes = sum(w.quotas.values()) // 8
-    print(f"philly: loaded {len(w.jobs):,} jobs in {time.perf_counter() - t0:.1f} s; {nodes} nodes x 8 GPUs, "
-          f"VCs without borrowing, tick {tick:g} s")
+    print(
+        f"philly: loaded {len(w.jobs):,} jobs in {time.perf_counter() - t0:.1f} s; {nodes} nodes x 8 GPUs, "
+        f"VCs without borrowing, tick {tick:g} s"
+    )
     rows = []
     for name in policies:
         t0, c0 = time.perf_counter(), time.process_time()
-        sim = simulate(w, SimCluster(build_nodes(nodes)), policy_named(name),
-                       Scenario(tick_s=tick, borrowing=False, record_events=False))
+        sim = simulate(
+            w,
+            SimCluster(build_nodes(nodes)),
+            policy_named(name),
+            Scenario(tick_s=tick, borrowing=False, record_events=False),
+        )
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         rows.append((summarise(sim), wall, cpu))
         print(f"  {name}: {wall:.1f} s wall, {cpu:.1f} s CPU", flush=True)
@@ -63,8 +69,12 @@ def helios(traces: str | None, tick: float, arrival_scale: float) -> None:
     ours = {}
     for name in ("fifo", "sjf"):
         t0 = time.perf_counter()
-        sim = simulate(w, SimCluster(build_nodes(nodes)), policy_named(name),
-                       Scenario(tick_s=tick, borrowing=False, record_events=False, fragmentation_samples=0))
+        sim = simulate(
+            w,
+            SimCluster(build_nodes(nodes)),
+            policy_named(name),
+            Scenario(tick_s=tick, borrowing=False, record_events=False, fragmentation_samples=0),
+        )
         per_vc: dict[str, list[tuple[float, float]]] = {}
         for st in sim.jobs:
             if st.end is not None:
@@ -74,29 +84,40 @@ def helios(traces: str | None, tick: float, arrival_scale: float) -> None:
         print(f"  {name}: {time.perf_counter() - t0:.1f} s")
     ref = traces_dir(traces) / "reference" / "helios_sc21_qssf_philly_per_vc.csv"
     print(f"\n## Philly Oct-Nov 2017 ({len(w.jobs):,} jobs, arrivals x{arrival_scale:g}): ours vs Helios SC'21\n")
-    print("| VC | nodes | FIFO JCT ours | FIFO JCT Helios | SJF JCT ours | SJF JCT Helios "
-          "| FIFO wait ours | FIFO wait Helios | SJF wait ours | SJF wait Helios |")
+    print(
+        "| VC | nodes | FIFO JCT ours | FIFO JCT Helios | SJF JCT ours | SJF JCT Helios "
+        "| FIFO wait ours | FIFO wait Helios | SJF wait ours | SJF wait Helios |"
+    )
     print("|" + "---|" * 10)
     with open(ref, newline="") as f:
         for row in csv.DictReader(f):
             vc = row["vc"]
             fifo, sjf = ours["fifo"].get(vc, (0.0, 0.0)), ours["sjf"].get(vc, (0.0, 0.0))
-            print(f"| {vc} | {row['nodes_8gpu']} | {fifo[0]:,.0f} | {int(row['fifo_avg_jct_s']):,} | {sjf[0]:,.0f} | "
-                  f"{int(row['sjf_avg_jct_s']):,} | {fifo[1]:,.0f} | {int(row['fifo_avg_queue_s']):,} | "
-                  f"{sjf[1]:,.0f} | {int(row['sjf_avg_queue_s']):,} |")
+            print(
+                f"| {vc} | {row['nodes_8gpu']} | {fifo[0]:,.0f} | {int(row['fifo_avg_jct_s']):,} | {sjf[0]:,.0f} | "
+                f"{int(row['sjf_avg_jct_s']):,} | {fifo[1]:,.0f} | {int(row['fifo_avg_queue_s']):,} | "
+                f"{sjf[1]:,.0f} | {int(row['sjf_avg_queue_s']):,} |"
+            )
 
 
 def large(jobs: int, nodes: int, policies: list[str], tick: float, seed: int, load: float) -> None:
     t0 = time.perf_counter()
     w = synthetic(jobs, nodes * 8, seed=seed, load=load)
     cluster_nodes = build_nodes(nodes)
-    print(f"synthetic: {jobs:,} jobs generated in {time.perf_counter() - t0:.1f} s; {nodes:,} nodes x 8 GPUs, "
-          f"{w.jobs[-1].submit / 86400:.0f} days of arrivals, Llama 3 failure rates, 1% lemons, tick {tick:g} s")
+    print(
+        f"synthetic: {jobs:,} jobs generated in {time.perf_counter() - t0:.1f} s; {nodes:,} nodes x 8 GPUs, "
+        f"{w.jobs[-1].submit / 86400:.0f} days of arrivals, Llama 3 failure rates, 1% lemons, tick {tick:g} s"
+    )
     rows = []
     for name in policies:
         t0, c0 = time.perf_counter(), time.process_time()
-        scenario = Scenario(tick_s=tick, seed=seed, failures=FailureModel(lemon_fraction=0.01), record_events=False,
-                            fragmentation_samples=24)
+        scenario = Scenario(
+            tick_s=tick,
+            seed=seed,
+            failures=FailureModel(lemon_fraction=0.01),
+            record_events=False,
+            fragmentation_samples=24,
+        )
         sim = simulate(w, SimCluster(cluster_nodes), policy_named(name), scenario)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         rows.append((summarise(sim), wall, cpu))

@@ -84,8 +84,12 @@ organisations:
 
 
 def spec(tenant: str, gpus: int, seconds: float) -> JobSpec:
-    return JobSpec(tenant=tenant, queue="default", roles=[Role(name="trainer", gpus_per_replica=gpus)],
-                   simulated_duration_s=seconds)
+    return JobSpec(
+        tenant=tenant,
+        queue="default",
+        roles=[Role(name="trainer", gpus_per_replica=gpus)],
+        simulated_duration_s=seconds,
+    )
 
 
 async def submit_many(bus: Bus, jobs: list[tuple[str, JobSpec]], concurrency: int = 64) -> None:
@@ -150,12 +154,18 @@ async def main(args: argparse.Namespace) -> int:
         for name, points in sorted(samples.items())
     }
     if args.json:
-        print(msgspec.json.format(msgspec.json.encode({"report": report, "statuses": counts, "samples": samples})).decode())
+        print(
+            msgspec.json.format(
+                msgspec.json.encode({"report": report, "statuses": counts, "samples": samples})
+            ).decode()
+        )
     else:
         print(f"{'process':>14}  {'start MiB':>9}  {'end MiB':>8}  {'max MiB':>8}  {'slope 2nd half MiB/min':>22}")
         for name, r in report.items():
-            print(f"{name:>14}  {r['start_mib']:>9}  {r['end_mib']:>8}  {r['max_mib']:>8}  "
-                  f"{r['slope_second_half_mib_per_min']:>22}")
+            print(
+                f"{name:>14}  {r['start_mib']:>9}  {r['end_mib']:>8}  {r['max_mib']:>8}  "
+                f"{r['slope_second_half_mib_per_min']:>22}"
+            )
         print(f"statuses at the end: {counts}; streamed {i} jobs in {args.minutes} min")
     return 0
 

@@ -15,8 +15,13 @@ log = logging.getLogger(__name__)
 
 
 async def decision_loop(
-    rt: Runtime, run_once: Callable[[], Awaitable[int]], lease: Lease, triggers: list[Projector], name: str,
-    metrics: DeciderMetrics | None = None, standby: Callable[[], Awaitable[None]] | None = None,
+    rt: Runtime,
+    run_once: Callable[[], Awaitable[int]],
+    lease: Lease,
+    triggers: list[Projector],
+    name: str,
+    metrics: DeciderMetrics | None = None,
+    standby: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Run a cycle whenever a projection changes (or every cycle interval) while we lead.
 

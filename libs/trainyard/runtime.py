@@ -104,7 +104,13 @@ async def _until_up(stop: asyncio.Event, what: str, url: str, connect: Callable[
             raise ConnectionAbortedError(f"stopped while waiting for {what} at {url}")
         try:
             return attempt.result()
-        except (TimeoutError, OSError, nats.errors.Error, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as err:
+        except (
+            TimeoutError,
+            OSError,
+            nats.errors.Error,
+            redis.exceptions.ConnectionError,
+            redis.exceptions.TimeoutError,
+        ) as err:
             if stop.is_set():
                 raise
             log.warning("%s at %s is not reachable (%r); trying again in %.1fs", what, url, err, delay)

@@ -132,9 +132,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     except msgspec.ValidationError as err:
         raise ConfigurationError(_naming_the_variable(str(err))) from err
     if settings.heartbeat_timeout_s <= settings.heartbeat_interval_s:
-        raise ConfigurationError(
-            "TRAINYARD_HEARTBEAT_TIMEOUT_S must be larger than TRAINYARD_HEARTBEAT_INTERVAL_S"
-        )
+        raise ConfigurationError("TRAINYARD_HEARTBEAT_TIMEOUT_S must be larger than TRAINYARD_HEARTBEAT_INTERVAL_S")
     if settings.event_loop not in EVENT_LOOPS:
         raise ConfigurationError(
             f"TRAINYARD_EVENT_LOOP: {settings.event_loop!r} is not an event loop; use one of {', '.join(EVENT_LOOPS)}"
@@ -171,7 +169,7 @@ def _naming_the_variable(message: str) -> str:
     found = re.search(r" - at `\$\.(\w+)`", message)
     if found is None:
         return f"bad setting: {message} (check the TRAINYARD_* environment variables)"
-    return f"{variable(found.group(1))}: {message[:found.start()]}"
+    return f"{variable(found.group(1))}: {message[: found.start()]}"
 
 
 def default_ledger_url(data_dir: str) -> str:

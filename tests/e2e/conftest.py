@@ -35,6 +35,9 @@ def denials(s: LocalStack) -> list[str]:
     lines = s.nats.log_path.read_text(errors="replace").splitlines()
     found = [line for line in lines if "Violation" in line]
     for name in s.procs:
-        found += [f"{name}: {line}" for line in s.log_tail(name, 100_000).splitlines()
-                  if "NOPERM" in line or "no permissions" in line]
+        found += [
+            f"{name}: {line}"
+            for line in s.log_tail(name, 100_000).splitlines()
+            if "NOPERM" in line or "no permissions" in line
+        ]
     return found

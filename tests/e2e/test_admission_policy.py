@@ -14,15 +14,7 @@ from trainyard.bus import Bus
 from trainyard.config.store import ConfigStore
 from trainyard.core.invariants import check_job_log
 from trainyard.domain import JobSpec, Role
-from trainyard.events import (
-    CheckpointSaved,
-    JobAdmitted,
-    JobRejected,
-    PreemptionNotice,
-    RunFailed,
-    SubmitJob,
-    subjects,
-)
+from trainyard.events import CheckpointSaved, JobAdmitted, JobRejected, PreemptionNotice, RunFailed, SubmitJob, subjects
 from trainyard.ledger import Ledger
 from trainyard.local import LocalStack
 from trainyard.store import Store, views, waiting
@@ -55,18 +47,25 @@ organisations:
 """
 
 
-def job(tenant: str = "acme", gpus: int = 8, duration: float = 60.0, priority_class: str = "standard",
-        checkpoint_every: float | None = None) -> JobSpec:
+def job(
+    tenant: str = "acme",
+    gpus: int = 8,
+    duration: float = 60.0,
+    priority_class: str = "standard",
+    checkpoint_every: float | None = None,
+) -> JobSpec:
     return JobSpec(
-        tenant=tenant, queue="default", priority_class=priority_class,
-        roles=[Role(name="trainer", gpus_per_replica=gpus)], simulated_duration_s=duration,
+        tenant=tenant,
+        queue="default",
+        priority_class=priority_class,
+        roles=[Role(name="trainer", gpus_per_replica=gpus)],
+        simulated_duration_s=duration,
         simulated_checkpoint_interval_s=checkpoint_every,
     )
 
 
 async def submit(bus: Bus, job_id: str, spec: JobSpec) -> None:
     await bus.publish(subjects.intake(spec.tenant), SubmitJob(at=time.time(), spec=spec, job_id=job_id), msg_id=job_id)
-
 
 
 async def status(store: Store, job_id: str) -> str | None:
@@ -101,6 +100,7 @@ async def test_a_tenancy_change_takes_effect_while_the_system_runs(clients) -> N
         jobs = await views.get_jobs(store, ["q0", "q1", "q2"])
         why = await waiting.read(store, jobs)
         return [j.status for j in jobs] == ["running", "running", "pending"] and why.get("q2")
+
     why = await eventually(two_running_one_waiting, what="a 16-GPU quota to hold two 8-GPU jobs")
     assert why.reason in ("quota", "cohort_exhausted")
 
@@ -128,6 +128,7 @@ async def test_a_higher_priority_job_preempts_with_notice_and_the_victim_resumes
 
     async def all_running():  # type: ignore[no-untyped-def]
         return all([await _is(store, j, "running") for j in fillers])
+
     await eventually(all_running, what="the fillers to run")
     await asyncio.sleep(2.5)  # a couple of checkpoints each
 
@@ -155,9 +156,11 @@ async def test_a_higher_priority_job_preempts_with_notice_and_the_victim_resumes
     # Accounting measured the lost work from the last checkpoint, not from the start of the run.
     ledger = Ledger(stack.ledger_url)
     try:
+
         async def first_run_metered():  # type: ignore[no-untyped-def]
             rows = await asyncio.to_thread(ledger.runs, job_id=victim)
             return next((r for r in rows if r.run_id == notice.run_id and r.ended_at is not None), None)
+
         first = await eventually(first_run_metered, what="the preempted run in the ledger")
     finally:
         ledger.close()

@@ -27,7 +27,11 @@ async def test_a_short_chaos_run_loses_duplicates_and_strands_nothing(stack: Loc
 
     assert sum(report.faults.values()) == plan.kills + plan.flushes + plan.stalls
     assert (report.lost, report.accepted_twice, report.run_twice, report.stuck, report.double_allocations) == (
-        0, 0, 0, 0, 0
+        0,
+        0,
+        0,
+        0,
+        0,
     ), report
     assert report.ledger_minus_stream_gpu_s == pytest.approx(0.0, abs=1e-3)
     assert report.statuses == {"succeeded": plan.jobs}, report

@@ -61,8 +61,11 @@ def chromium_path() -> str:
 
 @pytest.fixture(scope="module")
 def console_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, Callers]]:
-    s = LocalStack(StackConfig(data_dir=str(tmp_path_factory.mktemp("console") / "stack"), heartbeat_timeout_s=15.0,
-                               log_level="WARNING"))
+    s = LocalStack(
+        StackConfig(
+            data_dir=str(tmp_path_factory.mktemp("console") / "stack"), heartbeat_timeout_s=15.0, log_level="WARNING"
+        )
+    )
     try:
         s.start()
         assert s.nats
@@ -91,7 +94,9 @@ def browser(console_stack: tuple[LocalStack, Callers]) -> Iterator[object]:
 def site(console_stack: tuple[LocalStack, Callers], browser):  # type: ignore[no-untyped-def]
     """A fresh browser context that may reach the stack and nothing else."""
     stack, _ = console_stack
-    context = browser.new_context(base_url=stack.api_url, viewport={"width": 1400, "height": 900}, accept_downloads=True)
+    context = browser.new_context(
+        base_url=stack.api_url, viewport={"width": 1400, "height": 900}, accept_downloads=True
+    )
     allowed = urlparse(stack.api_url).netloc
     outside: list[str] = []
 
@@ -147,8 +152,14 @@ def test_a_researcher_submits_from_the_form_and_watches_the_job_wait_run_and_suc
     stack, callers = console_stack
     admin = api(stack, callers.tokens["admin"])
     # 1. Every GPU of the cluster is busy for a while, so the researcher's job has to wait.
-    blocker = {"tenant": "globex", "queue": "default", "name": "whole-cluster", "simulated_duration_s": 15,
-               "roles": [{"name": "trainer", "replicas": 16, "gpus_per_replica": 8}], "job_id": "blocker-1"}
+    blocker = {
+        "tenant": "globex",
+        "queue": "default",
+        "name": "whole-cluster",
+        "simulated_duration_s": 15,
+        "roles": [{"name": "trainer", "replicas": 16, "gpus_per_replica": 8}],
+        "job_id": "blocker-1",
+    }
     assert admin.post("/v1/jobs", json=blocker).status_code == 202
     wait_status(admin, "blocker-1", {"running"})
 
@@ -180,14 +191,21 @@ def test_a_researcher_submits_from_the_form_and_watches_the_job_wait_run_and_suc
     statuses = page.evaluate("window.__statuses")
     assert page.evaluate("window.__loaded") == 1, "the page was reloaded; it should update itself"
     waited = [i for i, s in enumerate(statuses) if s in ("pending", "admitted")]
-    assert waited and statuses.index("running") > waited[0] and statuses.index("succeeded") > statuses.index("running"), statuses
+    assert (
+        waited and statuses.index("running") > waited[0] and statuses.index("succeeded") > statuses.index("running")
+    ), statuses
     expect(page.locator("text=Run history")).to_be_visible()
     expect(page.locator("ol.timeline")).to_contain_text("succeeded")
 
     # 4. The list shows a new job appear and finish without a reload; cancel from the job's page.
     page.goto("/jobs")
     acme = api(stack, callers.tokens["acme"])
-    spec = {"tenant": "acme", "queue": "default", "roles": [{"name": "trainer", "gpus_per_replica": 1}], "simulated_duration_s": 1}
+    spec = {
+        "tenant": "acme",
+        "queue": "default",
+        "roles": [{"name": "trainer", "gpus_per_replica": 1}],
+        "simulated_duration_s": 1,
+    }
     assert acme.post("/v1/jobs", json=spec | {"job_id": "console-2"}).status_code == 202
     expect(page.locator("#job-row-console-2 .status")).to_have_text("succeeded", timeout=WAIT_MS)
     assert page.evaluate("window.__loaded") == 1
@@ -216,8 +234,13 @@ def test_an_operator_reads_the_cluster_map_and_cordons_and_uncordons_a_node(cons
     expect(page.locator("a.node")).to_have_count(16)
     assert page.locator(".rack").count() == 2
     admin = api(stack, callers.tokens["admin"])
-    spec = {"tenant": "acme", "queue": "default", "simulated_duration_s": 20, "job_id": "map-1",
-            "roles": [{"name": "trainer", "replicas": 2, "gpus_per_replica": 8}]}
+    spec = {
+        "tenant": "acme",
+        "queue": "default",
+        "simulated_duration_s": 20,
+        "job_id": "map-1",
+        "roles": [{"name": "trainer", "replicas": 2, "gpus_per_replica": 8}],
+    }
     assert admin.post("/v1/jobs", json=spec).status_code == 202
     expect(page.locator(".gpu.held")).to_have_count(16, timeout=WAIT_MS)  # the map follows placements live
     shot(page, "operator-cluster-by-tenant")
@@ -244,7 +267,12 @@ def test_finance_reads_usage_over_time_downloads_the_chargeback_and_the_capacity
 
     stack, callers = console_stack
     admin = api(stack, callers.tokens["admin"])
-    spec = {"tenant": "initech", "queue": "default", "roles": [{"name": "trainer", "gpus_per_replica": 4}], "simulated_duration_s": 1}
+    spec = {
+        "tenant": "initech",
+        "queue": "default",
+        "roles": [{"name": "trainer", "gpus_per_replica": 4}],
+        "simulated_duration_s": 1,
+    }
     assert admin.post("/v1/jobs", json=spec | {"job_id": "usage-1"}).status_code == 202
     wait_status(admin, "usage-1", {"succeeded"})
     deadline = time.monotonic() + 60
@@ -275,7 +303,14 @@ def test_an_admin_sees_every_page_and_logging_out_ends_the_session(console_stack
 
     stack, callers = console_stack
     page = log_in(site, callers.tokens["admin"])
-    assert page.locator("header nav a").all_inner_texts() == ["Jobs", "Submit", "Cluster", "Usage", "Capacity", "Tenancy"]
+    assert page.locator("header nav a").all_inner_texts() == [
+        "Jobs",
+        "Submit",
+        "Cluster",
+        "Usage",
+        "Capacity",
+        "Tenancy",
+    ]
     cookie = next(c for c in site.cookies() if c["name"] == "trainyard_session")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
     assert page.request.get("/v1/jobs").status == 401, "the session cookie is for console pages, not the API"

@@ -78,7 +78,11 @@ async def run_jobs(stack: LocalStack) -> None:
         async with httpx.AsyncClient(base_url=stack.api_url, timeout=10, headers=stack.admin_headers()) as client:
             for job_id, tenant, gpus, replicas, seconds in JOBS:
                 body = {
-                    "job_id": job_id, "tenant": tenant, "queue": "default", "name": job_id, "simulated_duration_s": seconds,
+                    "job_id": job_id,
+                    "tenant": tenant,
+                    "queue": "default",
+                    "name": job_id,
+                    "simulated_duration_s": seconds,
                     "roles": [{"name": "trainer", "replicas": replicas, "gpus_per_replica": gpus, "gpu_type": "H100"}],
                 }
                 assert (await client.post("/v1/jobs", json=body)).status_code == 202
@@ -95,7 +99,9 @@ async def run_jobs(stack: LocalStack) -> None:
 
 
 def trainyard(*args: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "trainyard.cli.main", *args], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "trainyard.cli.main", *args], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     return result
 
@@ -135,10 +141,30 @@ async def test_the_months_chargeback_reconciles_to_the_ledger_and_the_capacity_r
 
     # The CLI reads the stack's ledger directly, and through the API as finance.
     direct, via_api = tmp_path / "direct.csv", tmp_path / "api.parquet"
-    await asyncio.to_thread(trainyard, "export", "chargeback", "--period", period, "--output", str(direct), "--data-dir", str(stack.data_dir))
     await asyncio.to_thread(
-        trainyard, "export", "chargeback", "--period", period, "--format", "parquet", "--via-api",
-        "--output", str(via_api), "--data-dir", str(stack.data_dir),
+        trainyard,
+        "export",
+        "chargeback",
+        "--period",
+        period,
+        "--output",
+        str(direct),
+        "--data-dir",
+        str(stack.data_dir),
+    )
+    await asyncio.to_thread(
+        trainyard,
+        "export",
+        "chargeback",
+        "--period",
+        period,
+        "--format",
+        "parquet",
+        "--via-api",
+        "--output",
+        str(via_api),
+        "--data-dir",
+        str(stack.data_dir),
     )
     assert totals(list(csv.DictReader(io.StringIO(direct.read_text())))) == expected
     assert totals(pq.read_table(via_api).to_pylist()) == expected
@@ -154,8 +180,19 @@ async def test_the_months_chargeback_reconciles_to_the_ledger_and_the_capacity_r
     today = time.strftime("%Y-%m-%d", time.gmtime(first))
     out = tmp_path / "report"
     await asyncio.to_thread(
-        trainyard, "report", "capacity", "--from", today, "--to", today, "--out", str(out), "--bucket", "hour",
-        "--data-dir", str(stack.data_dir),
+        trainyard,
+        "report",
+        "capacity",
+        "--from",
+        today,
+        "--to",
+        today,
+        "--out",
+        str(out),
+        "--bucket",
+        "hour",
+        "--data-dir",
+        str(stack.data_dir),
     )
     html = (out / "capacity.html").read_text()
     assert "<svg" in html and "least-squares" in html

@@ -46,8 +46,6 @@ def workload(n: int, seed: int = 7) -> list[tuple[str, JobSpec]]:
     return out
 
 
-
-
 async def wait_all_succeeded(store: Store, n: int, timeout: float) -> dict[str, int]:
     deadline = time.monotonic() + timeout
     counts: dict[str, int] = {}
@@ -83,7 +81,9 @@ async def check_exactly_once(stack: LocalStack, bus: Bus, store: Store, jobs: li
     started = {e.run_id: e.at for e in events if isinstance(e, RunStarted)}
     ended = {e.run_id: e.at for e in events if isinstance(e, RunSucceeded)}
     gpus = {e.run_id: sum(len(r.gpus) for r in e.replicas) for e in events if isinstance(e, JobPlaced)}
-    successful_runs = {e.run_id for e in events if isinstance(e, RunSucceeded) and fold.current_run[e.job_id] == e.run_id}
+    successful_runs = {
+        e.run_id for e in events if isinstance(e, RunSucceeded) and fold.current_run[e.job_id] == e.run_id
+    }
     assert len(successful_runs) == len(expected)
 
     ledger = Ledger(stack.ledger_url)
@@ -146,7 +146,9 @@ async def test_a_few_hundred_jobs_each_succeed_exactly_once_and_are_metered(stac
 @pytest.mark.parametrize(
     "victims",
     [
-        pytest.param(["admission", "placement", "emulator", "accounting", "gateway", "health"], id="each service in turn"),
+        pytest.param(
+            ["admission", "placement", "emulator", "accounting", "gateway", "health"], id="each service in turn"
+        )
     ],
 )
 async def test_sigkill_of_every_service_mid_run_loses_and_duplicates_nothing(

@@ -58,8 +58,11 @@ async def test_the_standby_takes_over_when_the_placement_leader_is_killed(stack:
     log_path = stack.data_dir / "logs" / "placement-standby.log"
     with open(log_path, "ab") as log:
         second = subprocess.Popen(
-            [sys.executable, "-m", "trainyard_placement"], env={**stack.service_env("placement"), "TRAINYARD_LOG_LEVEL": "INFO"},
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [sys.executable, "-m", "trainyard_placement"],
+            env={**stack.service_env("placement"), "TRAINYARD_LOG_LEVEL": "INFO"},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     jobs = workload(200, seed=17)
     try:

@@ -26,12 +26,19 @@ GANG = "gang-4x8"
 
 
 def spec(name: str, replicas: int, gpus: int, duration: float, tenant: str = "acme") -> JobSpec:
-    return JobSpec(tenant=tenant, queue="default", name=name, simulated_duration_s=duration,
-                   roles=[Role(name="trainer", replicas=replicas, gpus_per_replica=gpus)])
+    return JobSpec(
+        tenant=tenant,
+        queue="default",
+        name=name,
+        simulated_duration_s=duration,
+        roles=[Role(name="trainer", replicas=replicas, gpus_per_replica=gpus)],
+    )
 
 
 async def submit(bus: Bus, job_id: str, job: JobSpec) -> None:
-    await bus.publish(subjects.intake(job.tenant), SubmitJob(at=time.time(), spec=job, job_id=job_id), msg_id=f"e2e:{job_id}")
+    await bus.publish(
+        subjects.intake(job.tenant), SubmitJob(at=time.time(), spec=job, job_id=job_id), msg_id=f"e2e:{job_id}"
+    )
 
 
 async def until(predicate, timeout: float, what: str, interval: float = 0.05):  # type: ignore[no-untyped-def]
@@ -58,7 +65,10 @@ async def test_a_fatal_xid_isolates_the_node_and_the_whole_gang_runs_again_elsew
     try:
         # 1. A 4-node gang and filler jobs; wait until the gang runs.
         await submit(bus, GANG, spec("gang", replicas=4, gpus=8, duration=8.0))
-        fillers = [(f"filler-{i}", spec(f"filler-{i}", 1, (1, 2, 4, 8)[i % 4], 2.0 + i % 3, tenant="globex")) for i in range(10)]
+        fillers = [
+            (f"filler-{i}", spec(f"filler-{i}", 1, (1, 2, 4, 8)[i % 4], 2.0 + i % 3, tenant="globex"))
+            for i in range(10)
+        ]
         for job_id, job in fillers:
             await submit(bus, job_id, job)
 
@@ -107,12 +117,17 @@ async def test_a_fatal_xid_isolates_the_node_and_the_whole_gang_runs_again_elsew
         failures = [e for e in events if isinstance(e, RunFailed) and e.job_id == GANG]
         assert [(f.run_id, f.reason, f.node_id) for f in failures] == [(first.run_id, "node_failure", victim)]
         isolation = await node_isolated_at(bus, victim)
-        late = [e for e in events if isinstance(e, JobPlaced) and e.at > isolation and victim in {r.node_id for r in e.replicas}]
+        late = [
+            e
+            for e in events
+            if isinstance(e, JobPlaced) and e.at > isolation and victim in {r.node_id for r in e.replicas}
+        ]
         assert late == [], "work was placed on the isolated node"
 
         # 5. The ledger: the first run ended with a node failure and lost work.
         ledger = Ledger(stack.ledger_url)
         try:
+
             async def first_run_closed():  # type: ignore[no-untyped-def]
                 rows = {r.run_id: r for r in await asyncio.to_thread(ledger.runs, job_id=GANG)}
                 row = rows.get(first.run_id)
@@ -154,4 +169,3 @@ async def node_isolated_at(bus: Bus, node_id: str) -> float:
         if isinstance(event, NodeStateChanged) and event.node_id == node_id and event.state != "healthy":
             return event.at
     raise AssertionError(f"no state change of {node_id} on NODES")
-

@@ -27,8 +27,14 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 def cluster_stack(tmp_path: Path) -> Iterator[tuple[LocalStack, Supervisor]]:
-    config = StackConfig(data_dir=str(tmp_path / "stack"), nats_cluster=3, nodes=4, racks=1,
-                         heartbeat_timeout_s=15.0, log_level="WARNING")
+    config = StackConfig(
+        data_dir=str(tmp_path / "stack"),
+        nats_cluster=3,
+        nodes=4,
+        racks=1,
+        heartbeat_timeout_s=15.0,
+        log_level="WARNING",
+    )
     stack = LocalStack(config)
     supervisor = Supervisor(stack)
     watcher = threading.Thread(target=supervisor.run, args=(stack.stopping, 0.2), daemon=True)
@@ -44,21 +50,31 @@ def cluster_stack(tmp_path: Path) -> Iterator[tuple[LocalStack, Supervisor]]:
             print(f"--- {name} (exit {stack.procs[name].poll()}) ---\n{stack.log_tail(name, 40)}")
         stack.stop()
     # The cluster runs on the locked bus too: no node refused a service anything.
-    refused = [line for node in stack.nats_nodes for line in node.log_path.read_text(errors="replace").splitlines()
-               if "Violation" in line]
+    refused = [
+        line
+        for node in stack.nats_nodes
+        for line in node.log_path.read_text(errors="replace").splitlines()
+        if "Violation" in line
+    ]
     assert refused == []
 
 
 async def submit(bus: Bus, job_id: str) -> None:
     """Submit as a portal does: a publish that fails while NATS elects a
     leader is repeated with the same message id."""
-    job = JobSpec(tenant="acme", queue="default", name=job_id, simulated_duration_s=1.0,
-                  roles=[Role(name="trainer", replicas=1, gpus_per_replica=2)])
+    job = JobSpec(
+        tenant="acme",
+        queue="default",
+        name=job_id,
+        simulated_duration_s=1.0,
+        roles=[Role(name="trainer", replicas=1, gpus_per_replica=2)],
+    )
 
     async def published() -> bool:
         try:
-            await bus.publish(subjects.intake("acme"), SubmitJob(at=time.time(), spec=job, job_id=job_id),
-                              msg_id=f"e2e:{job_id}")
+            await bus.publish(
+                subjects.intake("acme"), SubmitJob(at=time.time(), spec=job, job_id=job_id), msg_id=f"e2e:{job_id}"
+            )
         except (TimeoutError, nats.errors.Error):
             return False
         return True

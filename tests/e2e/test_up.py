@@ -43,7 +43,9 @@ def trainyard_up(data_dir: Path, log: Path) -> subprocess.Popen:
     with open(log, "ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "trainyard.cli.main", "up", "--data-dir", str(data_dir), "--nodes", "2"],
-            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "200"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "COLUMNS": "200"},
         )
 
 
@@ -54,19 +56,38 @@ def trainyard_up(data_dir: Path, log: Path) -> subprocess.Popen:
         pytest.param(signal.SIGHUP, id="SIGHUP (the terminal closing) stops every process of the stack"),
     ],
 )
-def test_a_signal_stops_the_whole_stack_and_a_second_start_is_refused_meanwhile(tmp_path: Path, sig: signal.Signals) -> None:
+def test_a_signal_stops_the_whole_stack_and_a_second_start_is_refused_meanwhile(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
     data_dir, log = tmp_path / "data", tmp_path / "up.log"
     up = trainyard_up(data_dir, log)
     try:
         wait_until(lambda: "Trainyard is up" in log.read_text() or up.poll() is not None, 180, "the stack to start")
         output = log.read_text()
         assert up.poll() is None, output
-        for name in ("nats-server", "redis-server", "admission", "placement", "health", "accounting", "gateway", "emulator"):
+        for name in (
+            "nats-server",
+            "redis-server",
+            "admission",
+            "placement",
+            "health",
+            "accounting",
+            "gateway",
+            "emulator",
+        ):
             assert f"{name} ready" in output, output
         lock = msgspec.json.decode((data_dir / "stack.lock").read_bytes(), type=LockInfo)
         children = {name: child.pid for name, child in lock.children.items()}
-        assert set(children) == {"nats-server", "redis-server", "admission", "placement", "health", "accounting",
-                                 "gateway", "emulator"}
+        assert set(children) == {
+            "nats-server",
+            "redis-server",
+            "admission",
+            "placement",
+            "health",
+            "accounting",
+            "gateway",
+            "emulator",
+        }
         assert lock.pid == up.pid and lock.ports == read_ports(data_dir)
         # the addresses are printed just after "Trainyard is up"
         wait_until(lambda: f"127.0.0.1:{lock.ports['http']}" in log.read_text(), 60, "the API address to be printed")
@@ -80,7 +101,10 @@ def test_a_signal_stops_the_whole_stack_and_a_second_start_is_refused_meanwhile(
 
         second = subprocess.run(
             [sys.executable, "-m", "trainyard.cli.main", "up", "--data-dir", str(data_dir)],
-            capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "300"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "COLUMNS": "300"},
         )
         assert second.returncode == 1
         assert f"already running (pid {up.pid}" in second.stderr and f"http {lock.ports['http']}" in second.stderr
@@ -113,10 +137,14 @@ async def apply_tenancy(stack: LocalStack) -> None:
         await bus.close()
 
 
-def test_submit_from_a_file_takes_the_tenant_from_it_and_a_rejection_is_shown_with_exit_status_1(stack: LocalStack) -> None:
+def test_submit_from_a_file_takes_the_tenant_from_it_and_a_rejection_is_shown_with_exit_status_1(
+    stack: LocalStack,
+) -> None:
     asyncio.run(apply_tenancy(stack))
 
-    from_file = cli("submit", "-f", str(ROOT / "examples" / "rl-job.yaml"), "--data-dir", str(stack.data_dir), "--job-id", "rl-1")
+    from_file = cli(
+        "submit", "-f", str(ROOT / "examples" / "rl-job.yaml"), "--data-dir", str(stack.data_dir), "--job-id", "rl-1"
+    )
     assert from_file.exit_code == 0, from_file.output
     assert from_file.output.strip().splitlines()[0] == "rl-1"
     shown = cli("job", "rl-1", "--json", "--data-dir", str(stack.data_dir))
@@ -126,8 +154,17 @@ def test_submit_from_a_file_takes_the_tenant_from_it_and_a_rejection_is_shown_wi
     attempts: list = []
 
     def rejected():  # type: ignore[no-untyped-def]
-        result = cli("submit", "--tenant", "globex", "--gpus", "1", "--data-dir", str(stack.data_dir),
-                     "--job-id", f"stranger-{len(attempts)}")
+        result = cli(
+            "submit",
+            "--tenant",
+            "globex",
+            "--gpus",
+            "1",
+            "--data-dir",
+            str(stack.data_dir),
+            "--job-id",
+            f"stranger-{len(attempts)}",
+        )
         attempts.append(result)
         assert result.exit_code in (0, 1), result.output
         return result if result.exit_code == 1 else None

@@ -96,8 +96,12 @@ async def test_a_fenced_publish_is_refused_once_its_subjects_moved_on(broker: Br
         await broker.publish(subjects.job("beta", "j1", "admission"), accepted(), "b", 0, fence_subject=anywhere)
     with pytest.raises(WrongLastSequence):  # the job's history (the default fence of a job subject)
         await broker.publish(subjects.job("acme", "j1", "agent"), cancelled(), "c", expected_last_subject_seq=0)
-    then = await broker.publish(subjects.job("acme", "j1", "agent"), cancelled(), "d", expected_last_subject_seq=first.seq)
-    other = await broker.publish(subjects.job("acme", "j2", "admission"), accepted("j2"), "e", expected_last_subject_seq=0)
+    then = await broker.publish(
+        subjects.job("acme", "j1", "agent"), cancelled(), "d", expected_last_subject_seq=first.seq
+    )
+    other = await broker.publish(
+        subjects.job("acme", "j2", "admission"), accepted("j2"), "e", expected_last_subject_seq=0
+    )
 
     assert [m.seq for m in await stream(broker, "JOBS")] == [first.seq, then.seq, other.seq] == [1, 2, 3]
 
@@ -119,7 +123,9 @@ async def test_the_fence_is_checked_before_the_message_id(broker: Broker) -> Non
 async def test_a_consumer_gets_its_subjects_in_stream_order_once_each(broker: Broker) -> None:
     for i in range(5):
         await broker.publish(subjects.intake("acme" if i % 2 == 0 else "beta"), {"n": i}, msg_id=f"m{i}")
-    puller = await broker.pull(ConsumerSpec(stream="INTAKE", durable="acme-only", filter_subject=subjects.intake("acme")))
+    puller = await broker.pull(
+        ConsumerSpec(stream="INTAKE", durable="acme-only", filter_subject=subjects.intake("acme"))
+    )
 
     msgs = await fetch(puller, 3)
 
@@ -170,7 +176,9 @@ async def test_poison_is_dead_lettered_with_its_reason_and_the_rest_is_acked(bro
         await broker.publish_raw(SUBJECT, data, {"Nats-Msg-Id": data[:8].decode()})
     spec = intake(ack_wait_s=0.5)
     puller = await broker.pull(spec)
-    handler = Scripted(lambda d: Outcome.poison(f"{len(d.event)} bytes of nonsense") if d.event != b"good" else Outcome.done())
+    handler = Scripted(
+        lambda d: Outcome.poison(f"{len(d.event)} bytes of nonsense") if d.event != b"good" else Outcome.done()
+    )
 
     fates = await consume(broker, spec, handler, await fetch(puller, 3))
 
@@ -180,8 +188,13 @@ async def test_poison_is_dead_lettered_with_its_reason_and_the_rest_is_acked(bro
     assert small.headers["Trainyard-Reason"] == "3 bytes of nonsense"
     assert small.headers["Trainyard-Subject"] == SUBJECT and small.headers["Trainyard-Stream-Seq"] == "2"
     assert small.headers["Trainyard-Size"] == "3" and "Trainyard-Truncated" not in small.headers
-    assert big.data == b"x" * DEAD_LETTER_KEEP_BYTES and big.headers["Trainyard-Size"] == str(DEAD_LETTER_KEEP_BYTES + 10)
-    assert big.headers["Trainyard-Truncated"] == f"kept the first {DEAD_LETTER_KEEP_BYTES} of {DEAD_LETTER_KEEP_BYTES + 10} bytes"
+    assert big.data == b"x" * DEAD_LETTER_KEEP_BYTES and big.headers["Trainyard-Size"] == str(
+        DEAD_LETTER_KEEP_BYTES + 10
+    )
+    assert (
+        big.headers["Trainyard-Truncated"]
+        == f"kept the first {DEAD_LETTER_KEEP_BYTES} of {DEAD_LETTER_KEEP_BYTES + 10} bytes"
+    )
     assert await nothing_within(puller, 1.0)
 
 

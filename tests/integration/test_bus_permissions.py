@@ -58,7 +58,9 @@ def locked_nats(tmp_path: Path, files: tuple[Path, Path], credentials: Credentia
 
 
 @pytest.fixture(scope="module")
-def locked_redis(tmp_path_factory: pytest.TempPathFactory, files: tuple[Path, Path], credentials: Credentials) -> Iterator[Server]:
+def locked_redis(
+    tmp_path_factory: pytest.TempPathFactory, files: tuple[Path, Path], credentials: Credentials
+) -> Iterator[Server]:
     admin = credentials.redis_user(ADMIN)
     server = start_redis(tmp_path_factory.mktemp("redis"), acl_file=files[1], admin=(admin.name, admin.password))
     yield server
@@ -76,8 +78,13 @@ async def connect(locked_nats: Server, credentials: Credentials) -> AsyncIterato
 
     async def as_user(name: str) -> Bus:
         user = credentials.nats_user(name)
-        bus = await Bus.connect(locked_nats.url, f"test-{name}", user=user.name, password=user.password,
-                                inbox_prefix=inbox_prefix(user.name))
+        bus = await Bus.connect(
+            locked_nats.url,
+            f"test-{name}",
+            user=user.name,
+            password=user.password,
+            inbox_prefix=inbox_prefix(user.name),
+        )
         opened.append(bus)
         return bus
 
@@ -125,10 +132,20 @@ def job(writer: str, tenant: str = "acme") -> str:
         pytest.param("gateway", job("agent"), False, id="the gateway cannot forge a RunSucceeded"),
     ],
 )
-async def test_a_user_publishes_only_what_its_role_produces(connect: Connect, user: str, subject: str, allowed: bool) -> None:
+async def test_a_user_publishes_only_what_its_role_produces(
+    connect: Connect, user: str, subject: str, allowed: bool
+) -> None:
     bus = await connect(user)
     admin = await connect(ADMIN)
-    stream = "INTAKE" if ".intake." in subject else "NODES" if ".nodes." in subject else "AUDIT" if ".audit." in subject else "JOBS"
+    stream = (
+        "INTAKE"
+        if ".intake." in subject
+        else "NODES"
+        if ".nodes." in subject
+        else "AUDIT"
+        if ".audit." in subject
+        else "JOBS"
+    )
     before = (await admin.js.stream_info(stream)).state.messages
     if allowed:
         ack = await bus.publish(subject, cancel(), msg_id=f"{user}:{subject}")
@@ -168,7 +185,11 @@ async def test_only_admin_writes_the_configuration_bucket_and_services_read_it(c
 async def test_a_consumer_cannot_take_messages_from_another_services_durable_consumer(
     connect: Connect, caplog: pytest.LogCaptureFixture
 ) -> None:
-    admission, accounting, placement = await connect("admission"), await connect("accounting"), await connect("placement")
+    admission, accounting, placement = (
+        await connect("admission"),
+        await connect("accounting"),
+        await connect("placement"),
+    )
     mine = await accounting.js.pull_subscribe(subjects.JOBS_ALL, durable="accounting", stream="JOBS")
     await admission.publish(job("admission"), cancel(), msg_id="decision")
     with caplog.at_level(logging.WARNING, logger="trainyard.bus.connection"):
@@ -283,8 +304,13 @@ async def test_a_consumer_whose_publish_is_refused_keeps_consuming(connect: Conn
 
 async def test_the_gateway_reads_and_replays_dead_letters_and_accounting_reads_its_lag(connect: Connect) -> None:
     admin = await connect(ADMIN)
-    headers = {"Trainyard-Reason": "gave up", "Trainyard-Subject": subjects.intake("acme"),
-               "Trainyard-Stream-Seq": "1", "Trainyard-Size": "2", "Nats-Msg-Id": "dl-1"}
+    headers = {
+        "Trainyard-Reason": "gave up",
+        "Trainyard-Subject": subjects.intake("acme"),
+        "Trainyard-Stream-Seq": "1",
+        "Trainyard-Size": "2",
+        "Nats-Msg-Id": "dl-1",
+    }
     await admin.publish_raw(subjects.deadletter("INTAKE"), b"{}", headers)
     gateway = await connect("gateway")
     [letter] = await deadletters.listing(gateway)

@@ -159,8 +159,10 @@ async def test_a_batch_failing_on_one_deeply_nested_message_dead_letters_only_th
 async def test_a_reason_with_line_breaks_cannot_break_the_dead_letter_headers(bus: Bus) -> None:
     class Liar(Recorder):
         async def handle(self, batch: Sequence[Delivery[bytes]]) -> list[Outcome]:
-            return [Outcome.failed(msgspec.ValidationError("line one\r\nNats-Msg-Id: forged\r\n" + "z" * 5000))
-                    for _ in batch]
+            return [
+                Outcome.failed(msgspec.ValidationError("line one\r\nNats-Msg-Id: forged\r\n" + "z" * 5000))
+                for _ in batch
+            ]
 
     await bus.publish_raw(SUBJECT, b"x", {"Nats-Msg-Id": "x"})
     task, stop = await consume(bus, Liar(bus))

@@ -41,14 +41,19 @@ def _issue(name: str, issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey] | Non
     issuer_name, issuer_key = issuer or (subject, key)
     now = datetime.datetime.now(datetime.UTC)
     builder = (
-        x509.CertificateBuilder().subject_name(subject).issuer_name(issuer_name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
     )
     if not ca:
-        builder = builder.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                                        critical=False)
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
+        )
     return subject, key, builder.sign(issuer_key, hashes.SHA256())
 
 
@@ -76,12 +81,16 @@ async def test_a_service_reaches_nats_over_tls_with_a_client_certificate(
     tmp_path: Path, pki: dict[str, str], credentials_dir: Path
 ) -> None:
     conf = credentials_dir / "nats.conf"
-    conf.write_text(conf.read_text() + f'tls {{ cert_file: "{pki["server"]}", key_file: "{pki["server_key"]}", '
-                    f'ca_file: "{pki["ca"]}", verify: true }}\n')
+    conf.write_text(
+        conf.read_text() + f'tls {{ cert_file: "{pki["server"]}", key_file: "{pki["server_key"]}", '
+        f'ca_file: "{pki["ca"]}", verify: true }}\n'
+    )
     server = start_nats(tmp_path / "nats", config_file=conf)
     env = {
-        **service_env(ensure_credentials(credentials_dir), "admission"), "TRAINYARD_NATS_URL": server.url,
-        "TRAINYARD_NATS_TLS_CA": pki["ca"], "TRAINYARD_NATS_TLS_CERT": pki["client"],
+        **service_env(ensure_credentials(credentials_dir), "admission"),
+        "TRAINYARD_NATS_URL": server.url,
+        "TRAINYARD_NATS_TLS_CA": pki["ca"],
+        "TRAINYARD_NATS_TLS_CERT": pki["client"],
         "TRAINYARD_NATS_TLS_KEY": pki["client_key"],
     }
     try:
@@ -106,9 +115,27 @@ def start_redis_tls(data_dir: Path, pki: dict[str, str], acl_file: Path) -> tupl
     port = free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     args = [
-        redis_server_binary(), "--bind", "127.0.0.1", "--port", "0", "--tls-port", str(port), "--save", "",
-        "--dir", str(data_dir), "--tls-cert-file", pki["server"], "--tls-key-file", pki["server_key"],
-        "--tls-ca-cert-file", pki["ca"], "--tls-auth-clients", "no", "--aclfile", str(acl_file),
+        redis_server_binary(),
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--tls-port",
+        str(port),
+        "--save",
+        "",
+        "--dir",
+        str(data_dir),
+        "--tls-cert-file",
+        pki["server"],
+        "--tls-key-file",
+        pki["server_key"],
+        "--tls-ca-cert-file",
+        pki["ca"],
+        "--tls-auth-clients",
+        "no",
+        "--aclfile",
+        str(acl_file),
     ]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -128,7 +155,8 @@ async def test_a_service_reaches_redis_over_tls_with_its_acl_user(
     try:
         env = {
             **service_env(ensure_credentials(credentials_dir), "admission"),
-            "TRAINYARD_REDIS_URL": f"rediss://127.0.0.1:{port}/0", "TRAINYARD_REDIS_TLS_CA": pki["ca"],
+            "TRAINYARD_REDIS_URL": f"rediss://127.0.0.1:{port}/0",
+            "TRAINYARD_REDIS_TLS_CA": pki["ca"],
         }
         settings = load_settings(env)
         store = Store.from_url(settings.redis_url, settings.redis_prefix, **redis_options(settings))

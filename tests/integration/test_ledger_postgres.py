@@ -67,7 +67,12 @@ def stream(runs: int, seed: int) -> tuple[list[tuple[str, JobEvent]], float]:
     for i in range(runs):
         job, run, tenant, gpus = f"j{i // 2}", f"r{i}", f"t{i % 3}", rng.choice([1, 8, 16])
         if i % 2 == 0:
-            spec = JobSpec(tenant=tenant, queue="q", roles=[Role(name="w", gpus_per_replica=1, replicas=gpus)], simulated_duration_s=1)
+            spec = JobSpec(
+                tenant=tenant,
+                queue="q",
+                roles=[Role(name="w", gpus_per_replica=1, replicas=gpus)],
+                simulated_duration_s=1,
+            )
             events.append(JobAccepted(at=T0, job_id=job, spec=spec, submitted_at=T0))
         start = T0 + rng.randrange(0, 86_400)
         end = start + rng.randrange(0, 36_000)

@@ -45,8 +45,18 @@ NODES = ("n0", "n1")
 GPUS_PER_NODE = 4
 REASONS = ("node_failure", "lost", "preempted", "placement_timeout", "workload_error", "timeout")
 KINDS = (
-    "accepted", "rejected", "admitted", "placed", "started", "succeeded", "failed", "cancelled", "notice",
-    "checkpoint", "republish", "redeliver",
+    "accepted",
+    "rejected",
+    "admitted",
+    "placed",
+    "started",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "notice",
+    "checkpoint",
+    "republish",
+    "redeliver",
 )
 
 # What usually comes next for a job in each status, drawn besides any kind at all.
@@ -70,13 +80,21 @@ TIMES = st.one_of(
 
 def spec_for(data: st.DataObject, job: str) -> JobSpec:
     roles = [
-        Role(name=f"r{i}", replicas=data.draw(st.integers(1, 2)), gpus_per_replica=data.draw(st.integers(1, 4)),
-             gpu_type=data.draw(st.sampled_from(["H100", "A100"])))
+        Role(
+            name=f"r{i}",
+            replicas=data.draw(st.integers(1, 2)),
+            gpus_per_replica=data.draw(st.integers(1, 4)),
+            gpu_type=data.draw(st.sampled_from(["H100", "A100"])),
+        )
         for i in range(data.draw(st.integers(1, 2)))
     ]
     return JobSpec(
-        tenant=data.draw(st.sampled_from(["acme", "beta"])), queue="q", roles=roles, name=job,
-        max_retries=data.draw(st.integers(0, 2)), simulated_duration_s=1.0,
+        tenant=data.draw(st.sampled_from(["acme", "beta"])),
+        queue="q",
+        roles=roles,
+        name=job,
+        max_retries=data.draw(st.integers(0, 2)),
+        simulated_duration_s=1.0,
     )
 
 
@@ -119,10 +137,17 @@ def draw_event(data: st.DataObject, table: JobTable) -> Any:
         message = data.draw(st.sampled_from(["", "oom"]))
         return RunFailed(at=at, job_id=job, tenant=tenant, run_id=run, reason=reason, message=message)
     if kind == "cancelled":
-        return JobCancelled(at=at, job_id=job, tenant=tenant, run_id=data.draw(st.sampled_from([None, run])), reason="user")
+        return JobCancelled(
+            at=at, job_id=job, tenant=tenant, run_id=data.draw(st.sampled_from([None, run])), reason="user"
+        )
     if kind == "notice":
         return PreemptionNotice(
-            at=at, job_id=job, tenant=tenant, run_id=run, preemptor="urgent", reason="priority",
+            at=at,
+            job_id=job,
+            tenant=tenant,
+            run_id=run,
+            preemptor="urgent",
+            reason="priority",
             grace_period_s=data.draw(st.sampled_from([30.0, 0.1])),
         )
     return CheckpointSaved(at=at, job_id=job, tenant=tenant, run_id=run, step=data.draw(st.integers(0, 10**6)))
@@ -204,7 +229,9 @@ async def check_equal(store: Store, table: JobTable) -> None:
         alloc = {(node, int(g)): run for g, run in (await r.hgetall(store.key("alloc", node))).items()}
         assert alloc == {k: run for k, run in table.holders.by_gpu.items() if k[0] == node}
         assert {g for g, c in enumerate(gpumap.get(node, "")) if c == "#"} == {g for n, g in alloc if n == node}
-        on_node = {j for j, rec in jobs.items() if rec.status in ACTIVE and any(p.node_id == node for p in rec.placement)}
+        on_node = {
+            j for j, rec in jobs.items() if rec.status in ACTIVE and any(p.node_id == node for p in rec.placement)
+        }
         assert set(await r.smembers(store.key("noderuns", node))) == on_node
     assert await r.lrange(store.key("violations"), 0, -1) == table.holders.violations
 

@@ -112,8 +112,9 @@ async def test_killing_any_node_loses_nothing_acknowledged_and_the_node_catches_
     (tmp_path / "bus").mkdir()
     nats_conf, _ = write_server_files(tmp_path / "bus", credentials)
     admin = credentials.nats_user(ADMIN)
-    cluster = start_nats_cluster(tmp_path / "nats", 3, config_file=nats_conf, admin=(admin.name, admin.password),
-                                 sync_interval="always")
+    cluster = start_nats_cluster(
+        tmp_path / "nats", 3, config_file=nats_conf, admin=(admin.name, admin.password), sync_interval="always"
+    )
     bus = await Bus.connect(cluster.admin_url, "cluster-test")
     publisher, reader = Publisher(bus), Reader(bus)
     tasks: list[asyncio.Task[None]] = []

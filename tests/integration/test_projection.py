@@ -80,8 +80,7 @@ async def test_a_job_moves_through_its_lifecycle_and_frees_its_gpus(bus: Bus, st
     assert await views.gpus_by_type(store, "inuse") == {"H100": 4}
     assert await views.gpus_by_type(store, "capacity") == {"H100": 8}
 
-    await publish_event(bus, RunSucceeded(at=9.0, job_id="j1", tenant="acme", run_id="j1-r1"), msg_id="done"
-    )
+    await publish_event(bus, RunSucceeded(at=9.0, job_id="j1", tenant="acme", run_id="j1-r1"), msg_id="done")
     await project(bus, store, "JOBS")
     job = await views.get_job(store, "j1")
     assert job is not None and job.status == "succeeded" and job.finished_at == 9.0
@@ -116,7 +115,9 @@ async def test_a_node_failure_requeues_the_job_and_a_late_success_of_the_old_run
     bus: Bus, store: Store
 ) -> None:
     await lifecycle(bus, "j1", "j1-r1", "n1", [0, 1])
-    await publish_event(bus, RunFailed(at=5.0, job_id="j1", tenant="acme", run_id="j1-r1", reason="node_failure", node_id="n1"),
+    await publish_event(
+        bus,
+        RunFailed(at=5.0, job_id="j1", tenant="acme", run_id="j1-r1", reason="node_failure", node_id="n1"),
         msg_id="fail",
     )
     await publish_event(bus, RunSucceeded(at=6.0, job_id="j1", tenant="acme", run_id="j1-r1"), msg_id="late")
@@ -160,7 +161,9 @@ async def fail_runs(bus: Bus, store: Store, reasons: list[str], max_retries: int
     await publish_event(bus, JobAccepted(at=1.0, job_id="j1", spec=s, submitted_at=0.5), msg_id="acc")
     for attempt, reason in enumerate(reasons, start=1):
         run = f"j1-r{attempt}"
-        await publish_event(bus, JobAdmitted(at=2.0, job_id="j1", tenant="acme", run_id=run, attempt=attempt), msg_id=f"adm{attempt}")
+        await publish_event(
+            bus, JobAdmitted(at=2.0, job_id="j1", tenant="acme", run_id=run, attempt=attempt), msg_id=f"adm{attempt}"
+        )
         await publish_event(bus, failed("j1", run, reason, at=100.0 * attempt), msg_id=f"fail{attempt}")
     await project(bus, store, "JOBS")
 
@@ -168,19 +171,33 @@ async def fail_runs(bus: Bus, store: Store, reasons: list[str], max_retries: int
 @pytest.mark.parametrize(
     ("reasons", "max_retries", "status", "not_before", "requeues"),
     [
-        pytest.param(["workload_error"], 3, "pending", 100.0 + 10.0, 0, id="a job's own failure is retried after a 10 s backoff"),
         pytest.param(
-            ["workload_error", "workload_error"], 3, "pending", 200.0 + 20.0, 0,
+            ["workload_error"], 3, "pending", 100.0 + 10.0, 0, id="a job's own failure is retried after a 10 s backoff"
+        ),
+        pytest.param(
+            ["workload_error", "workload_error"],
+            3,
+            "pending",
+            200.0 + 20.0,
+            0,
             id="the backoff doubles with each failure of the job's own",
         ),
         pytest.param(
-            ["workload_error", "workload_error"], 1, "failed", None, 0,
+            ["workload_error", "workload_error"],
+            1,
+            "failed",
+            None,
+            0,
             id="a job that fails more often than it may retry fails for good",
         ),
         pytest.param(["node_failure"] * 5, 0, "pending", None, 5, id="node failures never use up the retry budget"),
         pytest.param(["preempted"], 0, "pending", None, 1, id="a preempted job is requeued at once"),
         pytest.param(
-            ["placement_timeout", "placement_timeout"], 0, "pending", 200.0 + 10.0, 0,
+            ["placement_timeout", "placement_timeout"],
+            0,
+            "pending",
+            200.0 + 10.0,
+            0,
             id="a gang placement could not place waits out a growing backoff",
         ),
     ],
@@ -197,22 +214,25 @@ async def test_failed_runs_requeue_or_fail_the_job(
 
 
 async def test_a_node_failure_puts_the_job_ahead_of_jobs_that_never_ran(bus: Bus, store: Store) -> None:
-    await publish_event(bus, JobAccepted(at=3.0, job_id="later", spec=spec(), submitted_at=3.0), msg_id="l"
-    )
+    await publish_event(bus, JobAccepted(at=3.0, job_id="later", spec=spec(), submitted_at=3.0), msg_id="l")
     await fail_runs(bus, store, ["node_failure"])
     assert await views.ids_in(store, "pending") == ["j1", "later"]
     j1, later = await views.get_job(store, "j1"), await views.get_job(store, "later")
     assert j1 is not None and later is not None and j1.order < later.order
 
 
-async def test_a_preemption_notice_and_checkpoints_are_recorded_for_the_current_run_only(bus: Bus, store: Store) -> None:
+async def test_a_preemption_notice_and_checkpoints_are_recorded_for_the_current_run_only(
+    bus: Bus, store: Store
+) -> None:
     await lifecycle(bus, "j1", "j1-r1", "n1", [0, 1])
     notice = PreemptionNotice(
         at=5.0, job_id="j1", tenant="acme", run_id="j1-r1", preemptor="urgent", reason="priority", grace_period_s=30.0
     )
     await publish_event(bus, notice, msg_id="n")
     await publish_event(bus, CheckpointSaved(at=6.0, job_id="j1", tenant="acme", run_id="j1-r1", step=120), msg_id="c1")
-    await publish_event(bus, CheckpointSaved(at=7.0, job_id="j1", tenant="acme", run_id="old-run", step=999), msg_id="c2")
+    await publish_event(
+        bus, CheckpointSaved(at=7.0, job_id="j1", tenant="acme", run_id="old-run", step=999), msg_id="c2"
+    )
     await project(bus, store, "JOBS")
     job = await views.get_job(store, "j1")
     assert job is not None
@@ -235,9 +255,17 @@ async def test_an_event_whose_subject_disagrees_with_its_body_is_not_folded(bus:
     await lifecycle(bus, "j1", "j1-r1", "n1", [0, 1])
     forged = [
         # A placement sent on the node agents' subject.
-        (JobPlaced(at=5.0, job_id="j1", tenant="acme", run_id="j1-r1", cluster="c1",
-                   replicas=[ReplicaPlacement(role="trainer", replica=0, rank=0, node_id="n1", gpus=[6, 7])]),
-         subjects.job("acme", "j1", "agent")),
+        (
+            JobPlaced(
+                at=5.0,
+                job_id="j1",
+                tenant="acme",
+                run_id="j1-r1",
+                cluster="c1",
+                replicas=[ReplicaPlacement(role="trainer", replica=0, rank=0, node_id="n1", gpus=[6, 7])],
+            ),
+            subjects.job("acme", "j1", "agent"),
+        ),
         # A success for acme's job sent under tenant beta's subject.
         (RunSucceeded(at=6.0, job_id="j1", tenant="acme", run_id="j1-r1"), subjects.job("beta", "j1", "agent")),
         # A success for j1 filed under another job's subject.
@@ -263,18 +291,26 @@ def test_subject_checks_name_the_disagreement() -> None:
     assert "sent on" in (subject_disagrees(subjects.job("beta", "j1", "agent"), ok) or "")
     assert "not a job subject" in (subject_disagrees("trainyard.jobs.acme.j1", ok) or "")
     failed = RunFailed(at=1.0, job_id="j1", tenant="acme", run_id="r1", reason="node_failure")
-    assert all(subject_disagrees(subjects.job("acme", "j1", w), failed) is None for w in ("agent", "health", "admission"))
+    assert all(
+        subject_disagrees(subjects.job("acme", "j1", w), failed) is None for w in ("agent", "health", "admission")
+    )
 
 
 async def test_a_deep_backlog_in_one_queue_does_not_hide_another_queues_jobs_from_admission(
     bus: Bus, store: Store
 ) -> None:
     for i in range(30):
-        await publish_event(bus, JobAccepted(at=1.0, job_id=f"deep-{i:02d}", spec=spec(tenant="deep"), submitted_at=0.5),
-                            msg_id=f"deep-{i}")
+        await publish_event(
+            bus,
+            JobAccepted(at=1.0, job_id=f"deep-{i:02d}", spec=spec(tenant="deep"), submitted_at=0.5),
+            msg_id=f"deep-{i}",
+        )
     for i in range(2):
-        await publish_event(bus, JobAccepted(at=2.0, job_id=f"late-{i}", spec=spec(tenant="stream"), submitted_at=1.5),
-                            msg_id=f"late-{i}")
+        await publish_event(
+            bus,
+            JobAccepted(at=2.0, job_id=f"late-{i}", spec=spec(tenant="stream"), submitted_at=1.5),
+            msg_id=f"late-{i}",
+        )
     await project(bus, store, "JOBS")
 
     everything = await views.pending_window(store, 100)
@@ -291,16 +327,26 @@ async def test_a_job_hash_written_by_the_lua_fold_decodes_to_the_record_the_life
     bus: Bus, store: Store
 ) -> None:
     await lifecycle(bus, "j1", "j1-r1", "n1", [0, 1])
-    for i, event in enumerate([
-        CheckpointSaved(at=5.5, job_id="j1", tenant="acme", run_id="j1-r1", step=40),
-        failed("j1", "j1-r1", "workload_error", at=1795970000.25),
-        JobAdmitted(at=1795970020.0, job_id="j1", tenant="acme", run_id="j1-r2", attempt=2),
-        PreemptionNotice(at=1795970030.0, job_id="j1", tenant="acme", run_id="j1-r2", preemptor="urgent",
-                         reason="priority", grace_period_s=30.0),
-    ]):
+    for i, event in enumerate(
+        [
+            CheckpointSaved(at=5.5, job_id="j1", tenant="acme", run_id="j1-r1", step=40),
+            failed("j1", "j1-r1", "workload_error", at=1795970000.25),
+            JobAdmitted(at=1795970020.0, job_id="j1", tenant="acme", run_id="j1-r2", attempt=2),
+            PreemptionNotice(
+                at=1795970030.0,
+                job_id="j1",
+                tenant="acme",
+                run_id="j1-r2",
+                preemptor="urgent",
+                reason="priority",
+                grace_period_s=30.0,
+            ),
+        ]
+    ):
         await publish_event(bus, event, msg_id=f"more-{i}")
-    await publish_event(bus, JobRejected(at=2.0, job_id="bad", tenant="acme", errors=[ValidationError("roles", "none")]),
-                        msg_id="bad")
+    await publish_event(
+        bus, JobRejected(at=2.0, job_id="bad", tenant="acme", errors=[ValidationError("roles", "none")]), msg_id="bad"
+    )
     await project(bus, store, "JOBS")
     table = JobTable()
     for seq, _, data in await read_raw(bus, "JOBS"):
@@ -333,8 +379,10 @@ async def test_a_reader_that_reads_some_fields_gets_them_decoded_by_the_same_dec
 
 async def test_the_projection_stores_a_spec_as_the_accepting_event_carried_it(bus: Bus, store: Store) -> None:
     # JSON as another producer might write it: its own key order and spacing, a field this version does not know.
-    carried = (b'{ "queue": "default", "tenant": "acme", "roles": [ {"name": "trainer", "gpus_per_replica": 2} ],'
-               b' "simulated_duration_s": 1.0, "from_a_newer_version": [1, 2] }')
+    carried = (
+        b'{ "queue": "default", "tenant": "acme", "roles": [ {"name": "trainer", "gpus_per_replica": 2} ],'
+        b' "simulated_duration_s": 1.0, "from_a_newer_version": [1, 2] }'
+    )
     message = b'{"type": "JobAccepted", "at": 1.0, "job_id": "j1", "submitted_at": 0.5, "spec": ' + carried + b"}"
     await bus.js.publish(subjects.job("acme", "j1", "admission"), message, headers={"Nats-Msg-Id": "j1"})
     await project(bus, store, "JOBS")

@@ -114,7 +114,14 @@ async def test_a_wipe_right_before_an_apply_is_noticed_and_the_projection_rebuil
     assert await snapshot(store) == await fresh_replay(bus, redis_server)
     assert await views.violations(store) == []
     statuses = {j.job_id: j.status for j in await views.get_jobs(store, [f"j{i}" for i in (0, 1, 2, 3, 4, 9)])}
-    assert statuses == {"j0": "succeeded", "j1": "running", "j2": "running", "j3": "running", "j4": "running", "j9": "running"}
+    assert statuses == {
+        "j0": "succeeded",
+        "j1": "running",
+        "j2": "running",
+        "j3": "running",
+        "j4": "running",
+        "j9": "running",
+    }
     gpumap = await store.redis.hget(store.key("gpumap"), "n1") or ""
     assert {g for g, c in enumerate(gpumap) if c == "#"} == {0, 1, 2, 3, 4, 7}
 
@@ -209,10 +216,13 @@ async def test_a_placement_waits_out_a_lagging_projection_and_is_never_dead_lett
     await asyncio.wait_for(resumed.wait(), 60)  # from here on it only consumes
     projector.open.clear()  # the projection lags from here on
     placed = [ReplicaPlacement(role="trainer", replica=0, rank=0, node_id=nodes[0].node_id, gpus=[0, 1])]
-    await publish_event(bus, JobPlaced(at=3.0, job_id="j1", tenant="acme", run_id="r1", cluster="c1", replicas=placed), msg_id="pl")
+    await publish_event(
+        bus, JobPlaced(at=3.0, job_id="j1", tenant="acme", run_id="r1", cluster="c1", replicas=placed), msg_id="pl"
+    )
 
     async def delivered_more_than_max_deliver() -> bool:
         return bool(counts) and max(counts) > 11  # the old limit dead-lettered on the 10th
+
     await eventually(delivered_more_than_max_deliver, timeout=120)
     assert (await bus.js.stream_info("DEADLETTER")).state.messages == 0
     assert isinstance(await last_event(bus, "j1"), JobPlaced)  # not started while the projection lags
@@ -221,6 +231,7 @@ async def test_a_placement_waits_out_a_lagging_projection_and_is_never_dead_lett
 
     async def started() -> bool:
         return isinstance(await last_event(bus, "j1"), RunStarted)
+
     await eventually(started, timeout=60)
     assert "r1" in second.running
     assert (await bus.js.stream_info("DEADLETTER")).state.messages == 0
@@ -253,6 +264,7 @@ async def test_a_node_agent_restarted_during_a_rebuild_waits_and_resumes_its_run
 
     async def rebuild_started() -> bool:
         return projector.lost_count >= 1
+
     await eventually(rebuild_started)
     assert not resuming.done()  # waiting, not resuming from an empty projection
 

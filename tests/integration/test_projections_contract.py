@@ -16,15 +16,7 @@ from trainyard.bus.consumer import Broker
 from trainyard.core.admission.fit import FleetSummary
 from trainyard.domain import JobSpec, NodeInfo, Role
 from trainyard.domain.job import ValidationError
-from trainyard.events import (
-    JobAccepted,
-    JobAdmitted,
-    JobCancelled,
-    JobRejected,
-    NodeRegistered,
-    RunSucceeded,
-    subjects,
-)
+from trainyard.events import JobAccepted, JobAdmitted, JobCancelled, JobRejected, NodeRegistered, RunSucceeded, subjects
 from trainyard.store import Store
 from trainyard.store.projections import Projections, RedisProjections
 from trainyard.testing.fakes import FakeBus, FakeProjections
@@ -120,7 +112,9 @@ async def test_the_fleet_is_every_node_as_last_registered(side: Side) -> None:
         NodeInfo(node_id="n2", cluster="c1", gpu_type="H100", gpus=4),  # registered again, with GPUs lost
     ]
     for i, node in enumerate(nodes):
-        await side.bus.publish(subjects.node("c1", node.node_id), NodeRegistered(at=1.0, node=node, boot_id=f"b{i}"), f"r{i}")
+        await side.bus.publish(
+            subjects.node("c1", node.node_id), NodeRegistered(at=1.0, node=node, boot_id=f"b{i}"), f"r{i}"
+        )
     await side.caught_up()
 
     expected = FleetSummary.of([("H100", 8), ("H100", 4), ("A100", 4)])

@@ -48,9 +48,11 @@ class Harness:
     async def register(self, infos: list[NodeInfo]) -> None:
         seq = 0
         for info in infos:
-            ack = await self.bus.publish(subjects.node(CLUSTER, info.node_id),
-                                         NodeRegistered(at=time.time(), node=info, boot_id="b1"),
-                                         msg_id=f"reg:{info.node_id}")
+            ack = await self.bus.publish(
+                subjects.node(CLUSTER, info.node_id),
+                NodeRegistered(at=time.time(), node=info, boot_id="b1"),
+                msg_id=f"reg:{info.node_id}",
+            )
             seq = ack.seq
         await self.nodes_projector.wait_for(seq)
 
@@ -60,14 +62,18 @@ class Harness:
         spec = JobSpec(tenant=tenant, queue="default", roles=[role])
         run_id = f"{job_id}-r1"
         now = time.time()
-        replicas = [ReplicaPlacement(role="w", replica=i, rank=i, node_id=n, gpus=list(range(gpus_per_node)))
-                    for i, n in enumerate(nodes)]
-        for i, event in enumerate([
-            JobAccepted(at=now, job_id=job_id, spec=spec, submitted_at=now),
-            JobAdmitted(at=now, job_id=job_id, tenant=tenant, run_id=run_id, attempt=1),
-            JobPlaced(at=now, job_id=job_id, tenant=tenant, run_id=run_id, cluster=CLUSTER, replicas=replicas),
-            RunStarted(at=now, job_id=job_id, tenant=tenant, run_id=run_id),
-        ]):
+        replicas = [
+            ReplicaPlacement(role="w", replica=i, rank=i, node_id=n, gpus=list(range(gpus_per_node)))
+            for i, n in enumerate(nodes)
+        ]
+        for i, event in enumerate(
+            [
+                JobAccepted(at=now, job_id=job_id, spec=spec, submitted_at=now),
+                JobAdmitted(at=now, job_id=job_id, tenant=tenant, run_id=run_id, attempt=1),
+                JobPlaced(at=now, job_id=job_id, tenant=tenant, run_id=run_id, cluster=CLUSTER, replicas=replicas),
+                RunStarted(at=now, job_id=job_id, tenant=tenant, run_id=run_id),
+            ]
+        ):
             ack = await publish_event(self.bus, event, msg_id=f"{run_id}:{i}")
         await self.jobs_projector.wait_for(ack.seq)
         return run_id

@@ -78,7 +78,9 @@ async def test_after_a_redis_wipe_and_rebuild_the_pending_set_and_reasons_are_ri
     assert first is not None and first.status == "running"
 
 
-async def test_a_standby_reads_the_backlog_and_its_first_cycle_rereads_only_what_changed(bus: Bus, store: Store) -> None:
+async def test_a_standby_reads_the_backlog_and_its_first_cycle_rereads_only_what_changed(
+    bus: Bus, store: Store
+) -> None:
     async with harness(bus, store) as h:
         await seeded(h)
         standby = admission(h, Clock(NOW))
@@ -121,8 +123,9 @@ async def test_the_decision_loop_keeps_a_standby_warm_and_decides_nothing_while_
         rt = Runtime("standby", Settings(cycle_interval_s=0.05, cycle_coalesce_s=0.01), bus, store, stop)
         tasks = [
             asyncio.create_task(standby_lease.keep(stop)),
-            asyncio.create_task(decision_loop(rt, run_once, standby_lease, [h.jobs, h.nodes], "admission",
-                                              standby=cycle.warm)),
+            asyncio.create_task(
+                decision_loop(rt, run_once, standby_lease, [h.jobs, h.nodes], "admission", standby=cycle.warm)
+            ),
         ]
         try:
             deadline = time.monotonic() + 10

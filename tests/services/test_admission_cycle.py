@@ -37,11 +37,18 @@ preemption: {within_queue: true, reclaim: false, fair_share: false, grace_period
 """
 
 
-def spec(replicas: int = 1, gpus: int = 8, priority_class: str = "standard", rack: bool = False,
-         max_runtime_s: int = 3600) -> JobSpec:
+def spec(
+    replicas: int = 1, gpus: int = 8, priority_class: str = "standard", rack: bool = False, max_runtime_s: int = 3600
+) -> JobSpec:
     topology = TopologyConstraint(TopologyLevel.RACK, required=True) if rack else None
-    return JobSpec(tenant="acme", queue="default", priority_class=priority_class, max_runtime_s=max_runtime_s,
-                   roles=[Role(name="trainer", replicas=replicas, gpus_per_replica=gpus)], topology=topology)
+    return JobSpec(
+        tenant="acme",
+        queue="default",
+        priority_class=priority_class,
+        max_runtime_s=max_runtime_s,
+        roles=[Role(name="trainer", replicas=replicas, gpus_per_replica=gpus)],
+        topology=topology,
+    )
 
 
 class Clock:
@@ -56,8 +63,17 @@ def admission(h: Harness, clock: Clock, cluster: str | None = CLUSTER) -> Admiss
     holder = TenancyHolder()
     cfg = load_tenancy(TENANCY)
     holder.set(compile_tenancy(cfg), cfg, 1)
-    return AdmissionCycle(h.bus, h.store, h.jobs, AdmissionPolicy(), clock, node_projector=(h.nodes,),
-                          tenancy=holder, placement_timeout_s=1e9, cluster=cluster)
+    return AdmissionCycle(
+        h.bus,
+        h.store,
+        h.jobs,
+        AdmissionPolicy(),
+        clock,
+        node_projector=(h.nodes,),
+        tenancy=holder,
+        placement_timeout_s=1e9,
+        cluster=cluster,
+    )
 
 
 async def checkpoint(h: Harness, job_id: str, at: float) -> None:
@@ -127,8 +143,9 @@ async def test_a_production_job_preempts_a_standard_gang_whose_gpus_it_then_uses
 
 
 @pytest.mark.parametrize("ran_h, stopped", [(5, True), (3, False)], ids=["ran 5 hours", "ran 3 hours"])
-async def test_a_new_job_stops_a_run_that_has_had_more_service(bus: Bus, store: Store, ran_h: int,
-                                                                  stopped: bool) -> None:
+async def test_a_new_job_stops_a_run_that_has_had_more_service(
+    bus: Bus, store: Store, ran_h: int, stopped: bool
+) -> None:
     # Least attained service is on by default: a run that has held 8 GPUs for hours (past the first level,
     # 1 GPU-hour) yields to a new job of the same priority once it has run the 4-hour minimum, not before.
     async with harness(bus, store) as h:
@@ -168,8 +185,9 @@ async def test_without_the_cluster_victims_are_chosen_by_gpu_counts(bus: Bus, st
         pytest.param(3599.0, False, id="a run within its run-time limit keeps running"),
     ],
 )
-async def test_runs_are_stopped_at_their_run_time_limit(bus: Bus, store: Store, after_start: float,
-                                                        stopped: bool) -> None:
+async def test_runs_are_stopped_at_their_run_time_limit(
+    bus: Bus, store: Store, after_start: float, stopped: bool
+) -> None:
     async with harness(bus, store) as h:
         await h.node("n1")
         await h.running("long", spec(max_runtime_s=3600), {"n1": list(range(8))}, started_at=NOW)
@@ -198,8 +216,9 @@ async def behind_a_full_node(h: Harness, *waiting_ids: str) -> AdmissionCycle:
 
 
 async def cancel(h: Harness, job_id: str) -> None:
-    await publish_event(h.bus, JobCancelled(at=NOW, job_id=job_id, tenant="acme", reason="not needed"),
-                        msg_id=f"{job_id}:cancel")
+    await publish_event(
+        h.bus, JobCancelled(at=NOW, job_id=job_id, tenant="acme", reason="not needed"), msg_id=f"{job_id}:cancel"
+    )
     await h.settle()
 
 

@@ -76,17 +76,30 @@ async def test_a_submission_without_an_id_gets_one_from_the_intake_sequence(bus:
     [
         pytest.param(
             "acme",
-            encode(SubmitJob(at=1.0, spec=JobSpec(tenant="acme", queue="q", roles=[Role(name="t", replicas=0)], image="i"),
-                             job_id="bad1")),
-            "roles[0].replicas", "between 1 and", id="an invalid spec is rejected naming the field",
+            encode(
+                SubmitJob(
+                    at=1.0,
+                    spec=JobSpec(tenant="acme", queue="q", roles=[Role(name="t", replicas=0)], image="i"),
+                    job_id="bad1",
+                )
+            ),
+            "roles[0].replicas",
+            "between 1 and",
+            id="an invalid spec is rejected naming the field",
         ),
         pytest.param(
-            "globex", encode(SubmitJob(at=1.0, spec=SPEC, job_id="bad2")), "tenant", "was sent to trainyard.intake.globex",
+            "globex",
+            encode(SubmitJob(at=1.0, spec=SPEC, job_id="bad2")),
+            "tenant",
+            "was sent to trainyard.intake.globex",
             id="a spec for another tenant sent on this tenant's subject is rejected",
         ),
         pytest.param(
-            "acme", json.dumps({"type": "SubmitJob", "at": 1, "job_id": "bad3", "spec": {"tenant": "acme"}}).encode(),
-            "payload", "missing required field", id="a malformed command that names its job id is rejected under that id",
+            "acme",
+            json.dumps({"type": "SubmitJob", "at": 1, "job_id": "bad3", "spec": {"tenant": "acme"}}).encode(),
+            "payload",
+            "missing required field",
+            id="a malformed command that names its job id is rejected under that id",
         ),
     ],
 )
@@ -147,7 +160,9 @@ class Intake:
             cfg = load_tenancy(tenancy)
             holder.set(compile_tenancy(cfg), cfg, 1)
         spec = ConsumerSpec(stream="INTAKE", durable="admission-intake", filter_subject=subjects.INTAKE_ALL)
-        self.consumer = asyncio.create_task(run_consumer(bus, spec, IntakeHandler(RedisProjections(bus, store), time.time, holder), self.stop))
+        self.consumer = asyncio.create_task(
+            run_consumer(bus, spec, IntakeHandler(RedisProjections(bus, store), time.time, holder), self.stop)
+        )
         self.projectors = [asyncio.create_task(Projector(bus, store, s).run(self.stop)) for s in ("JOBS", "NODES")]
         self.sent = 0
 
@@ -180,7 +195,9 @@ class Intake:
 
     async def node(self, node_id: str, gpus: int, gpu_type: str = "H100") -> None:
         info = NodeInfo(node_id=node_id, cluster="c1", gpu_type=gpu_type, gpus=gpus)
-        await self.bus.publish(subjects.node("c1", node_id), NodeRegistered(at=1.0, node=info, boot_id="b1"), f"reg-{node_id}")
+        await self.bus.publish(
+            subjects.node("c1", node_id), NodeRegistered(at=1.0, node=info, boot_id="b1"), f"reg-{node_id}"
+        )
 
     async def still_serving(self, job_id: str) -> None:
         """A good submission after the bad ones is still accepted, by the same consumer."""
@@ -211,16 +228,19 @@ GOOD = json.loads(encode(SPEC))
     ("payload", "words"),
     [
         pytest.param(
-            submit_json("big", {**GOOD, "name": "n" * 1_000_000}), "intake takes at most 262144",
+            submit_json("big", {**GOOD, "name": "n" * 1_000_000}),
+            "intake takes at most 262144",
             id="a submission of nearly 1 MiB is dead-lettered as too large",
         ),
         pytest.param(
             b'{"type":"SubmitJob","at":1,"job_id":"deep","x":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
-            "nested too deeply", id="a deeply nested field that is not even in the schema",
+            "nested too deeply",
+            id="a deeply nested field that is not even in the schema",
         ),
         pytest.param(
             b'{"type":"SubmitJob","at":1,"x":' + b'{"a":' * 30_000 + b"1" + b"}" * 30_000 + b"}",
-            "nested too deeply", id="JSON nested too deeply for the decoder",
+            "nested too deeply",
+            id="JSON nested too deeply for the decoder",
         ),
         pytest.param(b"\xff\xfe\x00garbage", "no job_id to reject it under", id="bytes that are not JSON"),
         pytest.param(submit_json("a" * 65, GOOD), "(65 characters)", id="a 65-character job id"),
@@ -228,7 +248,8 @@ GOOD = json.loads(encode(SPEC))
         pytest.param(submit_json("", GOOD), "not a job id", id="an empty job id"),
         pytest.param(
             json.dumps({"type": "SubmitJob", "at": 1, "job_id": "a" * 65, "spec": 7}).encode(),
-            "(65 characters)", id="a malformed command naming a 65-character id cannot be rejected under it",
+            "(65 characters)",
+            id="a malformed command naming a 65-character id cannot be rejected under it",
         ),
     ],
 )
@@ -255,7 +276,10 @@ async def test_a_bad_subject_is_dead_lettered(intake: Intake) -> None:
     ("spec", "field", "words"),
     [
         pytest.param(
-            {**GOOD, "name": "n" * 100_000}, "spec", "at most 65536", id="a spec over 64 KiB is rejected, not dead-lettered",
+            {**GOOD, "name": "n" * 100_000},
+            "spec",
+            "at most 65536",
+            id="a spec over 64 KiB is rejected, not dead-lettered",
         ),
         pytest.param({**GOOD, "roles": "trainer"}, "payload", "Expected `array`", id="a field of the wrong type"),
         pytest.param({**GOOD, "labels": {"team": "a\u0000b"}}, "labels.team", "U+0000", id="a NUL in a label value"),
@@ -278,7 +302,9 @@ async def test_a_priority_class_the_queue_is_not_granted_is_rejected_naming_the_
     [error] = event.errors
     assert error.field == "priority_class"
     assert error.message == "queue acme/q may not use priority class 'production'; it may use: standard"
-    granted = JobSpec(tenant="globex", queue="q", priority_class="production", roles=SPEC.roles, simulated_duration_s=1.0)
+    granted = JobSpec(
+        tenant="globex", queue="q", priority_class="production", roles=SPEC.roles, simulated_duration_s=1.0
+    )
     await intake.submit(granted, "granted", tenant="globex")
     assert isinstance(await intake.event("granted"), JobAccepted)
 
@@ -286,10 +312,18 @@ async def test_a_priority_class_the_queue_is_not_granted_is_rejected_naming_the_
 @pytest.mark.parametrize(
     ("roles", "field", "words"),
     [
-        pytest.param([Role(name="t", gpus_per_replica=16)], "roles[0].gpus_per_replica", "the largest H100 node has 8",
-                     id="a replica larger than the largest node"),
-        pytest.param([Role(name="t", replicas=3, gpus_per_replica=8)], "roles", "the whole fleet has 16 (2 nodes)",
-                     id="a gang larger than the fleet"),
+        pytest.param(
+            [Role(name="t", gpus_per_replica=16)],
+            "roles[0].gpus_per_replica",
+            "the largest H100 node has 8",
+            id="a replica larger than the largest node",
+        ),
+        pytest.param(
+            [Role(name="t", replicas=3, gpus_per_replica=8)],
+            "roles",
+            "the whole fleet has 16 (2 nodes)",
+            id="a gang larger than the fleet",
+        ),
     ],
 )
 async def test_a_job_that_can_never_fit_the_registered_fleet_is_rejected(
@@ -311,9 +345,15 @@ async def test_a_job_that_can_never_fit_the_registered_fleet_is_rejected(
 @pytest.mark.parametrize(
     ("subject_tenant", "body_tenant", "words"),
     [
-        pytest.param("globex", "globex", "does not belong to tenant globex", id="another tenant cancels on its own subject"),
-        pytest.param("globex", "acme", "names tenant 'acme' but was sent for tenant 'globex'",
-                     id="another tenant cancels naming the owner in the body"),
+        pytest.param(
+            "globex", "globex", "does not belong to tenant globex", id="another tenant cancels on its own subject"
+        ),
+        pytest.param(
+            "globex",
+            "acme",
+            "names tenant 'acme' but was sent for tenant 'globex'",
+            id="another tenant cancels naming the owner in the body",
+        ),
     ],
 )
 async def test_a_cancel_from_another_tenant_is_refused_and_the_job_goes_on(

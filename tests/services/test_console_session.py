@@ -56,11 +56,17 @@ async def test_logging_in_sets_an_httponly_samesite_strict_cookie_and_lands_on_t
 async def test_a_token_that_does_not_verify_is_refused_on_the_login_page(browser: httpx.AsyncClient) -> None:
     answer = await log_in(browser, f"ty_0123456789abcdef_{'x' * 43}")
 
-    assert answer.status_code == 401 and "does not verify" in answer.text and SESSION_COOKIE not in answer.headers.get("set-cookie", "")
+    assert (
+        answer.status_code == 401
+        and "does not verify" in answer.text
+        and SESSION_COOKIE not in answer.headers.get("set-cookie", "")
+    )
 
 
 @pytest.mark.parametrize("path", ["/", "/jobs", "/cluster", "/usage", "/jobs/j-1"])
-async def test_a_console_page_without_a_session_sends_the_person_to_the_login_page(browser: httpx.AsyncClient, path: str) -> None:
+async def test_a_console_page_without_a_session_sends_the_person_to_the_login_page(
+    browser: httpx.AsyncClient, path: str
+) -> None:
     answer = await browser.get(path)
 
     assert answer.status_code == 303 and answer.headers["location"] == "/login"
@@ -74,7 +80,9 @@ async def test_the_session_cookie_is_not_a_credential_for_the_api(browser: httpx
     assert (await browser.get("/jobs")).status_code == 200
 
 
-async def test_a_request_the_browser_marks_cross_site_gets_no_session(browser: httpx.AsyncClient, callers: Callers) -> None:
+async def test_a_request_the_browser_marks_cross_site_gets_no_session(
+    browser: httpx.AsyncClient, callers: Callers
+) -> None:
     await log_in(browser, callers.tokens["admin"])
 
     answer = await browser.get("/jobs", headers={"Sec-Fetch-Site": "cross-site"})
@@ -86,7 +94,14 @@ async def test_a_form_that_changes_state_needs_the_sessions_csrf_token(
     browser: httpx.AsyncClient, bus: Bus, callers: Callers
 ) -> None:
     await log_in(browser, callers.tokens["acme"])
-    form = {"mode": "form", "tenant": "acme", "queue": "default", "replicas": "1", "gpus_per_replica": "1", "duration": "5"}
+    form = {
+        "mode": "form",
+        "tenant": "acme",
+        "queue": "default",
+        "replicas": "1",
+        "gpus_per_replica": "1",
+        "duration": "5",
+    }
     before = (await bus.js.stream_info("INTAKE")).state.messages
 
     without = await browser.post("/jobs/new", data=form)
@@ -101,7 +116,9 @@ async def test_a_form_that_changes_state_needs_the_sessions_csrf_token(
     assert (await bus.js.stream_info("INTAKE")).state.messages == before + 1
 
 
-async def test_a_researcher_cannot_submit_for_another_tenant_from_yaml(browser: httpx.AsyncClient, callers: Callers) -> None:
+async def test_a_researcher_cannot_submit_for_another_tenant_from_yaml(
+    browser: httpx.AsyncClient, callers: Callers
+) -> None:
     await log_in(browser, callers.tokens["acme"])
     csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', (await browser.get("/jobs/new")).text)
     assert csrf
@@ -115,9 +132,24 @@ async def test_a_researcher_cannot_submit_for_another_tenant_from_yaml(browser: 
 @pytest.mark.parametrize(
     ("caller", "allowed", "refused"),
     [
-        pytest.param("acme", ["/jobs", "/jobs/new", "/cluster", "/usage"], ["/finance/capacity", "/nodes/n01", "/finance/chargeback"], id="researcher"),
-        pytest.param("operator", ["/jobs", "/cluster"], ["/jobs/new", "/usage", "/finance/capacity", "/finance/chargeback"], id="operator"),
-        pytest.param("finance", ["/cluster", "/usage", "/finance/capacity", "/finance/chargeback"], ["/jobs", "/jobs/new", "/nodes/n01"], id="finance"),
+        pytest.param(
+            "acme",
+            ["/jobs", "/jobs/new", "/cluster", "/usage"],
+            ["/finance/capacity", "/nodes/n01", "/finance/chargeback"],
+            id="researcher",
+        ),
+        pytest.param(
+            "operator",
+            ["/jobs", "/cluster"],
+            ["/jobs/new", "/usage", "/finance/capacity", "/finance/chargeback"],
+            id="operator",
+        ),
+        pytest.param(
+            "finance",
+            ["/cluster", "/usage", "/finance/capacity", "/finance/chargeback"],
+            ["/jobs", "/jobs/new", "/nodes/n01"],
+            id="finance",
+        ),
     ],
 )
 async def test_each_role_sees_only_the_pages_its_role_may_use(
@@ -131,7 +163,9 @@ async def test_each_role_sees_only_the_pages_its_role_may_use(
         assert (await browser.get(path)).status_code == 403, path
 
 
-async def test_logging_out_needs_the_csrf_token_and_clears_the_cookie(browser: httpx.AsyncClient, callers: Callers) -> None:
+async def test_logging_out_needs_the_csrf_token_and_clears_the_cookie(
+    browser: httpx.AsyncClient, callers: Callers
+) -> None:
     await log_in(browser, callers.tokens["admin"])
     csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', (await browser.get("/jobs")).text)
     assert csrf

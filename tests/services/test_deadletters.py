@@ -39,7 +39,6 @@ SPEC = JobSpec(tenant="acme", queue="q", roles=[Role(name="t", gpus_per_replica=
 INTAKE = ConsumerSpec(stream="INTAKE", durable="admission-intake", filter_subject=subjects.INTAKE_ALL, max_deliver=1)
 
 
-
 def redis_down() -> Scripted:
     """A handler that fails every message as if Redis were down."""
     return Scripted(lambda _: Outcome.failed(ConnectionError("Redis is not answering")))
@@ -47,8 +46,9 @@ def redis_down() -> Scripted:
 
 @pytest.fixture
 async def gateway(bus: Bus, store: Store, callers: Callers) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(JobOperations(bus, store), store, callers.authenticator,
-                     routers=[dlq_api.build_router(bus, store, Settings())])
+    app = create_app(
+        JobOperations(bus, store), store, callers.authenticator, routers=[dlq_api.build_router(bus, store, Settings())]
+    )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as c:
         yield c
 
@@ -57,7 +57,9 @@ async def dead_count(bus: Bus) -> int:
     return (await bus.js.stream_info("DEADLETTER")).state.messages
 
 
-async def consume(bus: Bus, spec: ConsumerSpec, handler: Subscription[Any], until: Callable[[], Awaitable[bool]]) -> None:
+async def consume(
+    bus: Bus, spec: ConsumerSpec, handler: Subscription[Any], until: Callable[[], Awaitable[bool]]
+) -> None:
     """Run one consumer until ``until()`` holds."""
     stop = asyncio.Event()
     task = asyncio.create_task(run_consumer(bus, spec, handler, stop))
@@ -82,8 +84,10 @@ async def kill_all(bus: Bus, stream: str, filter_subject: str, reason: str, expe
 
 async def audit_records(bus: Bus) -> list[AuditRecord]:
     info = await bus.js.stream_info("AUDIT")
-    return [msgspec.json.decode((await bus.js.get_msg("AUDIT", s)).data, type=AuditRecord)
-            for s in range(max(info.state.first_seq, 1), info.state.last_seq + 1)]
+    return [
+        msgspec.json.decode((await bus.js.get_msg("AUDIT", s)).data, type=AuditRecord)
+        for s in range(max(info.state.first_seq, 1), info.state.last_seq + 1)
+    ]
 
 
 async def test_a_submission_given_up_on_is_listed_shown_and_replayed_into_an_accepted_job(
@@ -106,8 +110,9 @@ async def test_a_submission_given_up_on_is_listed_shown_and_replayed_into_an_acc
     shown = (await gateway.get(f"/v1/deadletters/{letter['seq']}", headers=callers.headers("admin"))).json()
     assert msgspec.json.decode(shown["data"].encode())["job_id"] == "lost-1"
 
-    replayed = await gateway.post(f"/v1/deadletters/{letter['seq']}/replay", json={"reason": "Redis is back"},
-                                  headers=callers.headers("operator"))
+    replayed = await gateway.post(
+        f"/v1/deadletters/{letter['seq']}/replay", json={"reason": "Redis is back"}, headers=callers.headers("operator")
+    )
     assert replayed.status_code == 202, replayed.text
     answer = replayed.json()
     again = await bus.js.get_msg("INTAKE", answer["replayed_seq"])
@@ -188,8 +193,9 @@ async def test_the_cli_lists_shows_and_replays_dead_letters(bus: Bus, store: Sto
         return await dead_count(bus) == 1
 
     await consume(bus, INTAKE, redis_down(), one_dead)
-    app = create_app(JobOperations(bus, store), store, callers.authenticator,
-                     routers=[dlq_api.build_router(bus, store, Settings())])
+    app = create_app(
+        JobOperations(bus, store), store, callers.authenticator, routers=[dlq_api.build_router(bus, store, Settings())]
+    )
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     serving = asyncio.create_task(server.serve())

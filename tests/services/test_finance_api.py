@@ -62,11 +62,21 @@ def headers_of(callers: Callers, caller: str | None) -> dict[str, str]:
     return {"Authorization": ""} if caller is None else callers.headers(caller)
 
 
-def lifecycle(job: str, tenant: str, gpus: int, gpu_type: str, start: float, end: float | None, outcome: str = "ok") -> list[JobEvent]:
+def lifecycle(
+    job: str, tenant: str, gpus: int, gpu_type: str, start: float, end: float | None, outcome: str = "ok"
+) -> list[JobEvent]:
     run = f"{job}-r1"
     per = min(gpus, 8)
-    spec = JobSpec(tenant=tenant, queue=f"{tenant}-q", name=job, roles=[Role(name="trainer", replicas=gpus // per, gpus_per_replica=per, gpu_type=gpu_type)])
-    replicas = [ReplicaPlacement(role="trainer", replica=i, rank=i, node_id=f"n{i}", gpus=list(range(per))) for i in range(gpus // per)]
+    spec = JobSpec(
+        tenant=tenant,
+        queue=f"{tenant}-q",
+        name=job,
+        roles=[Role(name="trainer", replicas=gpus // per, gpus_per_replica=per, gpu_type=gpu_type)],
+    )
+    replicas = [
+        ReplicaPlacement(role="trainer", replica=i, rank=i, node_id=f"n{i}", gpus=list(range(per)))
+        for i in range(gpus // per)
+    ]
     events: list[JobEvent] = [
         JobAccepted(at=start - 600, job_id=job, spec=spec, submitted_at=start - 601),
         JobAdmitted(at=start - 2, job_id=job, tenant=tenant, run_id=run, attempt=1),
@@ -128,7 +138,10 @@ def ledger_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 async def client(bus: Bus, store: Store, ledger_url: str, callers: Callers) -> AsyncIterator[httpx.AsyncClient]:
     settings = Settings(ledger_url=ledger_url)
     app = create_app(
-        JobOperations(bus, store), store, callers.authenticator, usage_source=build_usage_source(settings),
+        JobOperations(bus, store),
+        store,
+        callers.authenticator,
+        usage_source=build_usage_source(settings),
         routers=[finance_api.build_router(bus, store, settings)],
     )
     async with httpx.AsyncClient(
@@ -137,8 +150,12 @@ async def client(bus: Bus, store: Store, ledger_url: str, callers: Callers) -> A
         yield c  # as finance unless a test says otherwise
 
 
-async def export(client: httpx.AsyncClient, fmt: str = "csv", headers: dict[str, str] | None = None, **params: object) -> httpx.Response:
-    return await client.get("/v1/exports/chargeback", params={"period": "2026-11", "format": fmt, "as_of": AS_OF, **params}, headers=headers)
+async def export(
+    client: httpx.AsyncClient, fmt: str = "csv", headers: dict[str, str] | None = None, **params: object
+) -> httpx.Response:
+    return await client.get(
+        "/v1/exports/chargeback", params={"period": "2026-11", "format": fmt, "as_of": AS_OF, **params}, headers=headers
+    )
 
 
 def csv_rows(response: httpx.Response) -> list[dict[str, str]]:
@@ -165,7 +182,9 @@ def totals(rows: list[dict[str, object]]) -> dict[str, Decimal]:
         pytest.param("admin", 200, id="an admin exports"),
     ],
 )
-async def test_the_chargeback_export_is_for_finance_and_admins(client: httpx.AsyncClient, callers: Callers, caller: str | None, status: int) -> None:
+async def test_the_chargeback_export_is_for_finance_and_admins(
+    client: httpx.AsyncClient, callers: Callers, caller: str | None, status: int
+) -> None:
     response = await export(client, headers=headers_of(callers, caller))
 
     assert response.status_code == status
@@ -192,7 +211,11 @@ async def test_the_csv_export_reconciles_to_the_ledger_to_the_cent(client: httpx
     rows = csv_rows(response)
     assert totals(rows) == expected_totals()
     assert response.headers["x-trainyard-billed-total"] == f"{sum(expected_totals().values())} USD"
-    assert {(r["SubAccountId"], r["x_CostCentre"]) for r in rows} == {("acme", "CC-1"), ("globex", "CC-2"), ("initech", "unassigned")}
+    assert {(r["SubAccountId"], r["x_CostCentre"]) for r in rows} == {
+        ("acme", "CC-1"),
+        ("globex", "CC-2"),
+        ("initech", "unassigned"),
+    }
     assert [r["SkuPriceId"] for r in rows if r["ResourceId"] == "j2-r1"] == ["2026-10", "2026-11-15"]
 
 
@@ -205,7 +228,9 @@ async def test_the_parquet_export_holds_the_same_rows_as_the_csv(client: httpx.A
     assert table.column_names == list(as_csv[0])
     rows = table.to_pylist()
     assert totals(rows) == expected_totals()
-    assert [(r["ResourceId"], str(r["BilledCost"])) for r in rows] == [(r["ResourceId"], r["BilledCost"]) for r in as_csv]
+    assert [(r["ResourceId"], str(r["BilledCost"])) for r in rows] == [
+        (r["ResourceId"], r["BilledCost"]) for r in as_csv
+    ]
 
 
 @pytest.mark.parametrize(
@@ -216,7 +241,9 @@ async def test_the_parquet_export_holds_the_same_rows_as_the_csv(client: httpx.A
         pytest.param({"format": "xlsx"}, "format", id="a format other than csv or parquet"),
     ],
 )
-async def test_a_bad_period_or_format_is_422_naming_the_parameter(client: httpx.AsyncClient, params: dict[str, str], field: str) -> None:
+async def test_a_bad_period_or_format_is_422_naming_the_parameter(
+    client: httpx.AsyncClient, params: dict[str, str], field: str
+) -> None:
     response = await client.get("/v1/exports/chargeback", params={"period": "2026-11", "format": "csv", **params})
 
     assert response.status_code == 422
@@ -227,7 +254,9 @@ async def test_a_rate_card_that_cannot_price_the_usage_is_a_configuration_error_
     client: httpx.AsyncClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     card = tmp_path / "h100-only.json"
-    card.write_text(json.dumps({"versions": [{"version": "v1", "effective_from": "2026-01-01", "prices": {"H100": "2"}}]}))
+    card.write_text(
+        json.dumps({"versions": [{"version": "v1", "effective_from": "2026-01-01", "prices": {"H100": "2"}}]})
+    )
     monkeypatch.setenv("TRAINYARD_RATE_CARD", str(card))
 
     response = await export(client)
@@ -249,18 +278,22 @@ async def test_a_rate_card_that_cannot_price_the_usage_is_a_configuration_error_
         pytest.param("operator", {}, 403, set(), id="an operator may not read usage"),
     ],
 )
-async def test_usage_by_role(client: httpx.AsyncClient, callers: Callers, caller: str, params: dict[str, str], status: int, tenants: set[str]) -> None:
-    response = await client.get("/v1/usage", params={"from": "2026-11-01", "to": "2026-11-30", **params}, headers=callers.headers(caller))
+async def test_usage_by_role(
+    client: httpx.AsyncClient, callers: Callers, caller: str, params: dict[str, str], status: int, tenants: set[str]
+) -> None:
+    response = await client.get(
+        "/v1/usage", params={"from": "2026-11-01", "to": "2026-11-30", **params}, headers=callers.headers(caller)
+    )
 
     assert response.status_code == status
     if status == 200:
         assert {r["tenant"] for r in response.json()} == tenants
 
 
-async def test_usage_over_a_window_grouped_by_queue_and_job_matches_the_ledger(client: httpx.AsyncClient, ledger_url: str) -> None:
-    response = await client.get(
-        "/v1/usage", params={"from": "2026-11-01", "to": "2026-11-01", "group_by": "queue,job"}
-    )
+async def test_usage_over_a_window_grouped_by_queue_and_job_matches_the_ledger(
+    client: httpx.AsyncClient, ledger_url: str
+) -> None:
+    response = await client.get("/v1/usage", params={"from": "2026-11-01", "to": "2026-11-01", "group_by": "queue,job"})
 
     assert response.status_code == 200
     rows = {(r["queue"], r["job_id"]): r["gpu_seconds"] for r in response.json()}
@@ -298,13 +331,31 @@ def test_without_settings_the_examples_rate_card_and_cost_centres_are_used() -> 
 @pytest.mark.parametrize(
     ("name", "text", "reader", "message"),
     [
-        pytest.param("card.json", "{not json", "read_rate_card", "card.json is not valid", id="a rate card that is not JSON"),
-        pytest.param("card.json", '{"versions": []}', "read_rate_card", "at least one version", id="a rate card with no versions"),
-        pytest.param("cc.yaml", "cost_centres: [a, b]", "read_cost_centres", "invalid cost-centre map", id="a cost-centre list instead of a map"),
-        pytest.param("cc.yaml", "cost_centres:\n  acme: ''\n", "read_cost_centres", "empty name or cost centre", id="a tenant with an empty cost centre"),
+        pytest.param(
+            "card.json", "{not json", "read_rate_card", "card.json is not valid", id="a rate card that is not JSON"
+        ),
+        pytest.param(
+            "card.json", '{"versions": []}', "read_rate_card", "at least one version", id="a rate card with no versions"
+        ),
+        pytest.param(
+            "cc.yaml",
+            "cost_centres: [a, b]",
+            "read_cost_centres",
+            "invalid cost-centre map",
+            id="a cost-centre list instead of a map",
+        ),
+        pytest.param(
+            "cc.yaml",
+            "cost_centres:\n  acme: ''\n",
+            "read_cost_centres",
+            "empty name or cost centre",
+            id="a tenant with an empty cost centre",
+        ),
     ],
 )
-def test_bad_finance_files_are_refused_naming_the_file_and_the_problem(tmp_path: Path, name: str, text: str, reader: str, message: str) -> None:
+def test_bad_finance_files_are_refused_naming_the_file_and_the_problem(
+    tmp_path: Path, name: str, text: str, reader: str, message: str
+) -> None:
     from trainyard.ledger import finance_config
     from trainyard.ledger.chargeback import RateCardError
 
@@ -318,7 +369,9 @@ def test_bad_finance_files_are_refused_naming_the_file_and_the_problem(tmp_path:
 # --- capacity report -----------------------------------------------------------------------------------
 
 
-async def capacity(client: httpx.AsyncClient, headers: dict[str, str] | None = None, **params: object) -> httpx.Response:
+async def capacity(
+    client: httpx.AsyncClient, headers: dict[str, str] | None = None, **params: object
+) -> httpx.Response:
     query = {"from": "2026-11-01", "to": "2026-11-20", "capacity": "H100=64,A100=2x8", "as_of": AS_OF, **params}
     return await client.get("/v1/reports/capacity", params=query, headers=headers)
 
@@ -332,7 +385,9 @@ async def capacity(client: httpx.AsyncClient, headers: dict[str, str] | None = N
         pytest.param("admin", 200, id="an admin reads the capacity report"),
     ],
 )
-async def test_the_capacity_report_is_for_finance_and_admin(client: httpx.AsyncClient, callers: Callers, caller: str | None, status: int) -> None:
+async def test_the_capacity_report_is_for_finance_and_admin(
+    client: httpx.AsyncClient, callers: Callers, caller: str | None, status: int
+) -> None:
     response = await capacity(client, headers=headers_of(callers, caller))
 
     assert response.status_code == status
@@ -340,7 +395,9 @@ async def test_the_capacity_report_is_for_finance_and_admin(client: httpx.AsyncC
         assert response.json()["code"] == "permission_denied"
 
 
-async def test_the_capacity_report_endpoint_returns_the_report_the_cli_computes(client: httpx.AsyncClient, ledger_url: str) -> None:
+async def test_the_capacity_report_endpoint_returns_the_report_the_cli_computes(
+    client: httpx.AsyncClient, ledger_url: str
+) -> None:
     from trainyard.reports import capacity_report
 
     response = await capacity(client)
@@ -366,7 +423,9 @@ async def test_the_capacity_report_endpoint_returns_the_report_the_cli_computes(
         pytest.param({"from": "November"}, "from", id="a start that is not a date"),
     ],
 )
-async def test_bad_capacity_report_parameters_are_422(client: httpx.AsyncClient, params: dict[str, str], field: str) -> None:
+async def test_bad_capacity_report_parameters_are_422(
+    client: httpx.AsyncClient, params: dict[str, str], field: str
+) -> None:
     response = await capacity(client, **params)
 
     assert response.status_code == 422

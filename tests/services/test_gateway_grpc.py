@@ -83,7 +83,6 @@ async def record_job(bus: Bus, job_id: str, tenant: str = "acme", until: str = "
         await publish_event(bus, event, msg_id=f"{job_id}:{i}")
 
 
-
 async def intake_count(bus: Bus) -> int:
     return (await bus.js.stream_info("INTAKE")).state.messages
 
@@ -222,37 +221,60 @@ async def test_cancel_job_publishes_cancel_job_with_the_reason(
 @pytest.mark.parametrize(
     ("method", "request_", "caller", "code"),
     [
-        pytest.param("GetJob", pb.GetJobRequest(job_id="nope"), "admin", grpc.StatusCode.NOT_FOUND, id="an unknown job"),
         pytest.param(
-            "GetJob", pb.GetJobRequest(job_id="j-other"), ACME, grpc.StatusCode.NOT_FOUND,
+            "GetJob", pb.GetJobRequest(job_id="nope"), "admin", grpc.StatusCode.NOT_FOUND, id="an unknown job"
+        ),
+        pytest.param(
+            "GetJob",
+            pb.GetJobRequest(job_id="j-other"),
+            ACME,
+            grpc.StatusCode.NOT_FOUND,
             id="another tenant's job looks like no job",
         ),
         pytest.param(
-            "CancelJob", pb.CancelJobRequest(job_id="j-other"), ACME, grpc.StatusCode.NOT_FOUND,
+            "CancelJob",
+            pb.CancelJobRequest(job_id="j-other"),
+            ACME,
+            grpc.StatusCode.NOT_FOUND,
             id="cancelling another tenant's job looks like no job",
         ),
         pytest.param(
-            "CancelJob", pb.CancelJobRequest(job_id="j-done"), "admin", grpc.StatusCode.FAILED_PRECONDITION,
+            "CancelJob",
+            pb.CancelJobRequest(job_id="j-done"),
+            "admin",
+            grpc.StatusCode.FAILED_PRECONDITION,
             id="cancelling a finished job",
         ),
         pytest.param(
-            "SubmitJob", pb.SubmitJobRequest(spec=proto_spec(tenant="globex")), ACME,
-            grpc.StatusCode.PERMISSION_DENIED, id="submitting for another tenant",
+            "SubmitJob",
+            pb.SubmitJobRequest(spec=proto_spec(tenant="globex")),
+            ACME,
+            grpc.StatusCode.PERMISSION_DENIED,
+            id="submitting for another tenant",
         ),
         pytest.param(
-            "ListJobs", pb.ListJobsRequest(tenant="globex"), ACME, grpc.StatusCode.PERMISSION_DENIED,
+            "ListJobs",
+            pb.ListJobsRequest(tenant="globex"),
+            ACME,
+            grpc.StatusCode.PERMISSION_DENIED,
             id="listing another tenant's jobs",
         ),
         pytest.param(
-            "ListJobs", pb.ListJobsRequest(status="sleeping"), "admin", grpc.StatusCode.INVALID_ARGUMENT,
+            "ListJobs",
+            pb.ListJobsRequest(status="sleeping"),
+            "admin",
+            grpc.StatusCode.INVALID_ARGUMENT,
             id="listing by an unknown status",
         ),
         pytest.param(
-            "SubmitJob", pb.SubmitJobRequest(spec=proto_spec()), "finance", grpc.StatusCode.PERMISSION_DENIED,
+            "SubmitJob",
+            pb.SubmitJobRequest(spec=proto_spec()),
+            "finance",
+            grpc.StatusCode.PERMISSION_DENIED,
             id="finance may not submit",
         ),
         pytest.param(
-            "ListJobs", pb.ListJobsRequest(), None, grpc.StatusCode.UNAUTHENTICATED, id="a call without credentials",
+            "ListJobs", pb.ListJobsRequest(), None, grpc.StatusCode.UNAUTHENTICATED, id="a call without credentials"
         ),
     ],
 )
@@ -281,9 +303,12 @@ async def test_failures_map_to_grpc_status_codes_and_publish_nothing(
 
     assert raised.value.code() == code
     assert await intake_count(bus) == 0
-    assert metrics.registry.get_sample_value(
-        "trainyard_gateway_grpc_requests_total", {"method": method, "code": code.name}
-    ) == 1
+    assert (
+        metrics.registry.get_sample_value(
+            "trainyard_gateway_grpc_requests_total", {"method": method, "code": code.name}
+        )
+        == 1
+    )
 
 
 # --- conversion ------------------------------------------------------------------------------------------------

@@ -27,8 +27,11 @@ from trainyard_gateway.rest import create_app
 
 def body(tenant: str = "acme", **overrides: Any) -> dict[str, Any]:
     return {
-        "tenant": tenant, "queue": "default", "roles": [{"name": "trainer", "gpus_per_replica": 8}],
-        "simulated_duration_s": 60.0, **overrides,
+        "tenant": tenant,
+        "queue": "default",
+        "roles": [{"name": "trainer", "gpus_per_replica": 8}],
+        "simulated_duration_s": 60.0,
+        **overrides,
     }
 
 
@@ -118,10 +121,18 @@ async def test_a_revoked_token_stops_working_at_once_on_this_gateway(
         pytest.param("finance", "POST", "/v1/jobs", body(), 403, id="finance may not submit"),
         pytest.param("operator", "POST", "/v1/jobs", body(), 403, id="an operator may not submit for a tenant"),
         pytest.param("acme", "POST", "/v1/nodes/n1/cordon", {"reason": "x"}, 403, id="a researcher may not cordon"),
-        pytest.param("acme", "GET", "/v1/exports/chargeback?period=2026-11", None, 403,
-                     id="a researcher may not export chargeback"),
+        pytest.param(
+            "acme",
+            "GET",
+            "/v1/exports/chargeback?period=2026-11",
+            None,
+            403,
+            id="a researcher may not export chargeback",
+        ),
         pytest.param("acme", "GET", "/v1/auth/tokens", None, 403, id="a researcher may not manage tokens"),
-        pytest.param("acme", "POST", "/v1/jobs", body(tenant="globex"), 403, id="a researcher submits only for its tenant"),
+        pytest.param(
+            "acme", "POST", "/v1/jobs", body(tenant="globex"), 403, id="a researcher submits only for its tenant"
+        ),
         pytest.param("acme", "POST", "/v1/jobs", body(), 202, id="a researcher submits for its tenant"),
     ],
 )
@@ -171,11 +182,10 @@ async def test_submits_and_cancels_are_audited_under_the_verified_caller(
 # --- tokens ------------------------------------------------------------------------------------------------
 
 
-async def test_an_admin_creates_a_token_that_works_and_revokes_it(
-    gateway: httpx.AsyncClient, callers: Callers
-) -> None:
+async def test_an_admin_creates_a_token_that_works_and_revokes_it(gateway: httpx.AsyncClient, callers: Callers) -> None:
     created = await gateway.post(
-        "/v1/auth/tokens", json={"name": "alice", "role": "researcher", "tenant": "acme"},
+        "/v1/auth/tokens",
+        json={"name": "alice", "role": "researcher", "tenant": "acme"},
         headers=callers.headers("admin"),
     )
     assert created.status_code == 201, created.text
@@ -195,8 +205,12 @@ async def test_an_admin_creates_a_token_that_works_and_revokes_it(
     [
         pytest.param({"name": "bob", "role": "researcher"}, 201, None, id="a researcher of its own tenant"),
         pytest.param({"name": "bob", "role": "operator"}, 403, "may create only", id="not an operator"),
-        pytest.param({"name": "bob", "role": "researcher", "tenant": "globex"}, 403, "only for tenant",
-                     id="not for another tenant"),
+        pytest.param(
+            {"name": "bob", "role": "researcher", "tenant": "globex"},
+            403,
+            "only for tenant",
+            id="not for another tenant",
+        ),
         pytest.param({"name": "bob", "role": "wizard"}, 422, "role", id="an unknown role is named"),
         pytest.param({"name": "bad name!", "role": "researcher"}, 422, "name", id="a bad name is named"),
     ],

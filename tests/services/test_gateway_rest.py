@@ -58,10 +58,7 @@ def spec_body(tenant: str = "acme", **overrides: Any) -> dict[str, Any]:
 
 def spec(tenant: str = "acme", gpus: int = 4) -> JobSpec:
     return JobSpec(
-        tenant=tenant,
-        queue="default",
-        roles=[Role(name="trainer", gpus_per_replica=gpus)],
-        simulated_duration_s=1.0,
+        tenant=tenant, queue="default", roles=[Role(name="trainer", gpus_per_replica=gpus)], simulated_duration_s=1.0
     )
 
 
@@ -85,7 +82,6 @@ async def record_job(bus: Bus, job_id: str, tenant: str = "acme", until: str = "
 async def register_node(bus: Bus, node_id: str = "n1", gpus: int = 8) -> None:
     node = NodeInfo(node_id=node_id, cluster="c1", gpu_type="H100", gpus=gpus)
     await bus.publish(subjects.node("c1", node_id), NodeRegistered(at=0.0, node=node, boot_id="b1"), msg_id=node_id)
-
 
 
 async def intake_count(bus: Bus) -> int:
@@ -479,19 +475,30 @@ async def test_the_gateway_process_serves_rest_and_grpc_and_stops_on_sigterm(
     ("content", "status", "says"),
     [
         pytest.param(
-            json.dumps(spec_body(name="x" * 1_048_000)), 413, "at most 262144 bytes", id="a body near NATS's 1 MiB limit"
+            json.dumps(spec_body(name="x" * 1_048_000)),
+            413,
+            "at most 262144 bytes",
+            id="a body near NATS's 1 MiB limit",
         ),
         pytest.param(
-            json.dumps(spec_body())[:-1] + ', "extra": ' + "[" * 150_000 + "]" * 150_000 + "}", 413, "at most",
+            json.dumps(spec_body())[:-1] + ', "extra": ' + "[" * 150_000 + "]" * 150_000 + "}",
+            413,
+            "at most",
             id="a deeply nested unknown field past the body limit",
         ),
         pytest.param(
-            json.dumps(spec_body())[:-1] + ', "extra": ' + "[" * 5_000 + "]" * 5_000 + "}", 422, "nested too deeply",
+            json.dumps(spec_body())[:-1] + ', "extra": ' + "[" * 5_000 + "]" * 5_000 + "}",
+            422,
+            "nested too deeply",
             id="a deeply nested unknown field",
         ),
         pytest.param(json.dumps(spec_body(tenant="acme\n")), 422, "tenant", id="a tenant with a trailing newline"),
-        pytest.param(json.dumps(spec_body(image="i" * 600, simulated_duration_s=None)), 422, "image",
-                     id="an image name over its cap"),
+        pytest.param(
+            json.dumps(spec_body(image="i" * 600, simulated_duration_s=None)),
+            422,
+            "image",
+            id="an image name over its cap",
+        ),
     ],
 )
 async def test_oversized_or_odd_bodies_get_a_clear_answer_publish_nothing_and_the_gateway_goes_on(

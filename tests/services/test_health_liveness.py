@@ -150,7 +150,9 @@ async def test_a_stalled_health_service_declares_no_node_lost_and_fails_no_run(b
             await service.close()
 
 
-async def test_a_lost_node_that_heartbeats_again_comes_back_and_the_false_alarm_is_not_held_against_it(bus, store) -> None:
+async def test_a_lost_node_that_heartbeats_again_comes_back_and_the_false_alarm_is_not_held_against_it(
+    bus, store
+) -> None:
     policy = HealthPolicy(lemon_incidents=1, blast_radius_max_share=1.0)  # one counted loss would keep it in repair
     async with harness(bus, store, policy) as h:
         agents = await answer_checks(bus)
@@ -177,8 +179,11 @@ async def test_an_old_boots_heartbeats_neither_keep_a_restarted_node_alive_nor_b
         service, beats = Service(h), Fleet(bus)
         try:
             # n5's agent restarts as boot b2; the old process (b1) keeps heartbeating for a while.
-            ack = await bus.publish(subjects.node(CLUSTER, "n5"), NodeRegistered(at=time.time(), node=fleet()[5], boot_id="b2"),
-                                    msg_id="reg:n5:b2")
+            ack = await bus.publish(
+                subjects.node(CLUSTER, "n5"),
+                NodeRegistered(at=time.time(), node=fleet()[5], boot_id="b2"),
+                msg_id="reg:n5:b2",
+            )
             await h.nodes_projector.wait_for(ack.seq)
             beats.boots["n5"] = {"b1", "b2"}
             for _ in range(3):
@@ -201,8 +206,9 @@ async def test_a_run_failure_for_a_run_that_already_succeeded_is_refused_by_the_
         run_id = await h.run_job("done", ["n2"])
         stale = await views.get_jobs(store, ["done"])  # read while the run was running
         assert stale[0].status == "running"
-        ack = await publish_event(bus, RunSucceeded(at=time.time(), job_id="done", tenant="acme", run_id=run_id),
-                                msg_id=f"{run_id}:succeeded")
+        ack = await publish_event(
+            bus, RunSucceeded(at=time.time(), job_id="done", tenant="acme", run_id=run_id), msg_id=f"{run_id}:succeeded"
+        )
         # A failure decided on the stale view is refused by NATS; nothing is published.
         failed, refused = await publish_failures(bus, time.time, stale, "n2", "node_failure", "node n2 was lost")
         assert (failed, refused) == (0, ["done"])
@@ -219,11 +225,21 @@ async def test_a_run_failure_never_fails_a_newer_run_of_the_job(bus, store) -> N
         await h.run_job("again", ["n2"])
         stale = await views.get_jobs(store, ["again"])
         # The job starts a newer run (r1 failed for another reason, r2 admitted) before health publishes.
-        first = RunFailed(at=time.time(), job_id="again", tenant="acme", run_id="again-r1", reason="workload_error",
-                          message="exit 1", node_id="n2")
+        first = RunFailed(
+            at=time.time(),
+            job_id="again",
+            tenant="acme",
+            run_id="again-r1",
+            reason="workload_error",
+            message="exit 1",
+            node_id="n2",
+        )
         await publish_event(bus, first, msg_id="again-r1:failed")
-        ack = await publish_event(bus, JobAdmitted(at=time.time(), job_id="again", tenant="acme", run_id="again-r2", attempt=2),
-                                msg_id="again:admit:2")
+        ack = await publish_event(
+            bus,
+            JobAdmitted(at=time.time(), job_id="again", tenant="acme", run_id="again-r2", attempt=2),
+            msg_id="again:admit:2",
+        )
         await h.jobs_projector.wait_for(ack.seq)
         failed, refused = await publish_failures(bus, time.time, stale, "n2", "node_failure", "node n2 was lost")
         assert (failed, refused) == (0, ["again"])

@@ -39,8 +39,11 @@ def api(h, callers: Callers, caller: str = "operator") -> httpx.AsyncClient:  # 
     "steps, final",
     [
         pytest.param([("cordon", 202, "cordoned")], "cordoned", id="cordon takes a healthy node out of service"),
-        pytest.param([("cordon", 202, "cordoned"), ("uncordon", 202, "healthy")], "healthy",
-                     id="uncordon returns a cordoned node"),
+        pytest.param(
+            [("cordon", 202, "cordoned"), ("uncordon", 202, "healthy")],
+            "healthy",
+            id="uncordon returns a cordoned node",
+        ),
         pytest.param([("uncordon", 409, None)], "healthy", id="uncordon of a healthy node is refused with the reason"),
         pytest.param([("drain", 202, "draining")], "repair", id="drain preempts the runs and the node goes to repair"),
     ],
@@ -53,8 +56,9 @@ async def test_operator_commands_through_rest(bus, store, callers, steps, final)
             await h.run_job("j", ["n6"])
             async with api(h, callers) as http:
                 for op, status, expected in steps:
-                    r = await http.post(f"/v1/nodes/n6/{op}", json={"reason": "maintenance"},
-                                        headers={"X-Trainyard-Operator": "ann"})  # a claim that is ignored
+                    r = await http.post(
+                        f"/v1/nodes/n6/{op}", json={"reason": "maintenance"}, headers={"X-Trainyard-Operator": "ann"}
+                    )  # a claim that is ignored
                     assert r.status_code == status, r.text
                     if status == 202:
                         assert r.json()["expected_state"] == expected
@@ -87,8 +91,9 @@ async def _history_has(h, node: str, state: str) -> bool:  # type: ignore[no-unt
     [
         pytest.param("POST", "/v1/nodes/nope/cordon", "operator", {"reason": "x"}, 404, id="an unknown node is 404"),
         pytest.param("POST", "/v1/nodes/n1/cordon", "operator", {"reason": ""}, 422, id="an empty reason is refused"),
-        pytest.param("POST", "/v1/nodes/n1/cordon", "operator", {"why": "x"}, 422,
-                     id="a body without a reason is refused"),
+        pytest.param(
+            "POST", "/v1/nodes/n1/cordon", "operator", {"why": "x"}, 422, id="a body without a reason is refused"
+        ),
         pytest.param("POST", "/v1/nodes/n1/cordon", "acme", {"reason": "x"}, 403, id="a researcher may not cordon"),
         pytest.param("POST", "/v1/nodes/n1/drain", "finance", {"reason": "x"}, 403, id="finance may not drain"),
         pytest.param("GET", "/v1/nodes/nope/history", "operator", None, 404, id="history of an unknown node is 404"),
@@ -113,6 +118,7 @@ async def test_an_emulated_node_answers_checks_and_injected_faults_reach_health(
         emulator = EmulatedCluster(bus, store, fleet(8), telemetry_interval_s=0.5)
         emu = asyncio.create_task(emulator.run(stop))
         try:
+
             async def ask(**kw) -> tuple[bool, str]:  # type: ignore[no-untyped-def]
                 msg = await bus.nc.request(emulator_control_subject(CLUSTER), encode(ControlRequest(**kw)), timeout=5)
                 reply = decode_reply(msg.data)
@@ -157,12 +163,15 @@ async def test_a_lost_node_that_reports_again_goes_through_repair_and_checks(bus
         emulator = EmulatedCluster(bus, store, fleet(8), telemetry_interval_s=0.5)
         emu = asyncio.create_task(emulator.run(stop))
         try:
+
             async def registered() -> bool:
                 return await store.redis.hget(store.key("node", "n2"), "boot_id") == emulator.boot_id
 
             assert await eventually(registered)
             await h.run_job("j", ["n2"])
-            lost = NodeLost(at=time.time(), node_id="n2", cluster=CLUSTER, boot_id=emulator.boot_id, last_heartbeat_at=0.0)
+            lost = NodeLost(
+                at=time.time(), node_id="n2", cluster=CLUSTER, boot_id=emulator.boot_id, last_heartbeat_at=0.0
+            )
             await bus.publish(subjects.node(CLUSTER, "n2"), lost, msg_id="lost:n2")
             assert await eventually(lambda: _history_reaches(h, "n2", ["lost"]))
 
@@ -177,4 +186,3 @@ async def test_a_lost_node_that_reports_again_goes_through_repair_and_checks(bus
         finally:
             stop.set()
             await asyncio.gather(emu, *tasks)
-

@@ -30,8 +30,13 @@ async def consume(h, stop: asyncio.Event) -> list[asyncio.Task]:  # type: ignore
 
 
 async def xid(h, node: str, code: int, gpu: int = 0, msg_id: str | None = None) -> None:  # type: ignore[no-untyped-def]
-    event = XidObserved(at=time.time(), node_id=node, cluster=CLUSTER, boot_id="b1",
-                        events=[XidEvent(gpu_index=gpu, uuid=None, xid=code, at=time.time())])
+    event = XidObserved(
+        at=time.time(),
+        node_id=node,
+        cluster=CLUSTER,
+        boot_id="b1",
+        events=[XidEvent(gpu_index=gpu, uuid=None, xid=code, at=time.time())],
+    )
     await h.bus.publish(subjects.telemetry(CLUSTER, node), event, msg_id=msg_id or f"xid:{node}:{code}:{time.time()}")
 
 
@@ -111,6 +116,7 @@ async def test_telemetry_samples_go_through_the_rules_with_the_previous_sample(b
         tasks = await consume(h, stop)
         gpus = FakeGpuBackend(8, clock=time.time)
         try:
+
             async def send() -> None:
                 sample = sample_node(gpus, "n3", time.time())
                 message = GpuTelemetry(at=sample.at, node_id="n3", cluster=CLUSTER, boot_id="b1", sample=sample)
@@ -153,7 +159,9 @@ async def test_three_nodes_of_one_rack_failing_together_raise_a_rack_fault_inste
         from trainyard.core.health import NodeHealthRecord, evaluate_xids
 
         for node in ("n0", "n1", "n2"):  # rack r1
-            findings += evaluate_xids(NodeHealthRecord(node_id=node), [XidEvent(0, None, 79, time.time())], h.monitor.policy)
+            findings += evaluate_xids(
+                NodeHealthRecord(node_id=node), [XidEvent(0, None, 79, time.time())], h.monitor.policy
+            )
         await h.monitor.on_findings(findings)
         assert [await h.state(n) for n in ("n0", "n1", "n2")] == ["healthy"] * 3
         assert h.monitor.metrics.rack_faults._value.get() == 1

@@ -49,7 +49,9 @@ async def _state_is(h, node: str, state: str) -> bool:  # type: ignore[no-untype
 @pytest.mark.parametrize(
     "args, code, words",
     [
-        pytest.param(["--node", "n4", "--xid", "79"], 0, "XID 79 injected on n4 GPU 0", id="an XID is injected and confirmed"),
+        pytest.param(
+            ["--node", "n4", "--xid", "79"], 0, "XID 79 injected on n4 GPU 0", id="an XID is injected and confirmed"
+        ),
         pytest.param(["--node", "n4", "--gpu", "2", "--overheat", "97"], 0, "GPU 2 now at 97 C", id="overheating"),
         pytest.param(["--node", "n77", "--xid", "79"], 1, "no emulated node 'n77'", id="an unknown node is refused"),
         pytest.param(["--node", "n4"], 2, "exactly one of", id="no fault named"),

@@ -35,7 +35,9 @@ NOW = 1_700_000_000.0  # the cycle's clock
 
 def job(gpus: int = 8, replicas: int = 1, max_runtime_s: int = 3600, tenant: str = "acme") -> JobSpec:
     return JobSpec(
-        tenant=tenant, queue="default", max_runtime_s=max_runtime_s,
+        tenant=tenant,
+        queue="default",
+        max_runtime_s=max_runtime_s,
         roles=[Role(name="trainer", replicas=replicas, gpus_per_replica=gpus)],
     )
 
@@ -77,8 +79,9 @@ class Harness:
         event = JobAdmitted(at=at, job_id=job_id, tenant=tenant, run_id=f"{job_id}-r1", attempt=1)
         await publish_event(self.bus, event, msg_id=f"{job_id}:adm")
 
-    async def running(self, job_id: str, spec: JobSpec, on: dict[str, list[int]], started_at: float,
-                      admitted_at: float = NOW - 400) -> None:
+    async def running(
+        self, job_id: str, spec: JobSpec, on: dict[str, list[int]], started_at: float, admitted_at: float = NOW - 400
+    ) -> None:
         """A job that already holds GPUs (admitted at ``admitted_at``, placed and started at ``started_at``)."""
         await self.submit(job_id, spec, admit=False)
         await self.admit(job_id, min(admitted_at, started_at))
@@ -220,7 +223,9 @@ async def test_the_cycle_places_from_the_projection(bus: Bus, store: Store, case
             assert landed == where
         waiting_jobs = await views.get_jobs(store, [job_id for job_id, _ in case.waiting])
         why = await waiting.read(store, waiting_jobs)
-        assert {j.job_id: j.status for j in waiting_jobs if j.job_id in case.waits} == dict.fromkeys(case.waits, "admitted")
+        assert {j.job_id: j.status for j in waiting_jobs if j.job_id in case.waits} == dict.fromkeys(
+            case.waits, "admitted"
+        )
         assert {j: w.reason for j, w in why.items() if j in case.waits} == case.waits
         for job_id, _ in case.waiting:
             outlook = why.get(job_id)

@@ -39,11 +39,15 @@ from trainyard_placement.main import lease_key
     ("admit_between", "double_allocated", "fenced"),
     [
         pytest.param(
-            False, False, 1,
+            False,
+            False,
+            1,
             id="two deciders with the same snapshot make the same choice and the fence refuses the second",
         ),
         pytest.param(
-            True, True, 0,
+            True,
+            True,
+            0,
             id="two deciders with different snapshots give one GPU to two jobs: the fence alone is not enough",
         ),
     ],

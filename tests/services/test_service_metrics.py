@@ -53,8 +53,9 @@ async def test_a_cycle_exports_queue_depth_cycle_time_and_decision_latency_and_l
             await h.submit(job_id, spec(tenant, queue), admit=False)  # submitted at NOW - 500
         await h.settle()
         admission = AdmissionMetrics()
-        cycle = AdmissionCycle(bus, store, h.jobs, AdmissionPolicy(), lambda: NOW, node_projector=(h.nodes,),
-                               metrics=admission)
+        cycle = AdmissionCycle(
+            bus, store, h.jobs, AdmissionPolicy(), lambda: NOW, node_projector=(h.nodes,), metrics=admission
+        )
         assert await cycle.run_once() == 2  # 16 GPUs: two of the three 8-GPU jobs
         await h.settle()
         placement = PlacementMetrics()
@@ -63,7 +64,9 @@ async def test_a_cycle_exports_queue_depth_cycle_time_and_decision_latency_and_l
     a = admission.registry.get_sample_value
     assert a("trainyard_queue_pending_jobs", {"tenant": "globex", "queue": "research"}) == 1
     assert a("trainyard_queue_pending_gpus", {"tenant": "globex", "queue": "research"}) == 8
-    assert a("trainyard_queue_pending_jobs", {"tenant": "acme", "queue": "default"}) is None  # emptied in its first cycle
+    assert (
+        a("trainyard_queue_pending_jobs", {"tenant": "acme", "queue": "default"}) is None
+    )  # emptied in its first cycle
     assert a("trainyard_admission_cycle_seconds_count") == 1 and a("trainyard_admission_cycle_seconds_sum") > 0
     assert a("trainyard_admission_last_cycle_timestamp_seconds") == pytest.approx(time.time(), abs=60)
     assert a("trainyard_admission_decisions_total", {"decision": "admitted"}) == 2
@@ -75,8 +78,10 @@ async def test_a_cycle_exports_queue_depth_cycle_time_and_decision_latency_and_l
     assert p("trainyard_placement_cycle_seconds_count") == 1 and p("trainyard_placement_waiting_jobs") == 2
 
     admitted = fields(caplog, "job admitted")
-    assert {(f["job_id"], f["run_id"], f["decision"]) for f in admitted} == {("a", "a-r1", "admitted"),
-                                                                           ("b", "b-r1", "admitted")}
+    assert {(f["job_id"], f["run_id"], f["decision"]) for f in admitted} == {
+        ("a", "a-r1", "admitted"),
+        ("b", "b-r1", "admitted"),
+    }
     placed = {f["job_id"]: f for f in fields(caplog, "run placed")}
     assert placed["a"]["run_id"] == "a-r1" and placed["a"]["nodes"] in (["n1"], ["n2"])
     record = next(r for r in caplog.records if r.getMessage() == "run placed")
@@ -133,8 +138,13 @@ async def test_the_gateway_exports_dead_letters_by_stream(bus: Bus, store: Store
     await bus.publish_raw(subjects.deadletter("INTAKE"), b"x", {"Trainyard-Reason": "bad", "Nats-Msg-Id": "d1"})
     await bus.publish_raw(subjects.deadletter("INTAKE"), b"y", {"Trainyard-Reason": "bad", "Nats-Msg-Id": "d2"})
     metrics = GatewayMetrics(deadletters=lambda: dlq.counts(bus))
-    app = create_app(JobOperations(bus, store), store, callers.authenticator, metrics=metrics,
-                     routers=[dlq_api.build_router(bus, store, Settings())])
+    app = create_app(
+        JobOperations(bus, store),
+        store,
+        callers.authenticator,
+        metrics=metrics,
+        routers=[dlq_api.build_router(bus, store, Settings())],
+    )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as c:
         text = (await c.get("/metrics", headers=callers.headers("operator"))).text
     assert 'trainyard_deadletters{stream="INTAKE"} 2.0' in text

@@ -33,7 +33,11 @@ def gateway_endpoints() -> list[str]:
 
 
 def grpc_methods() -> list[str]:
-    return [m for proto in (ROOT / "proto").rglob("*.proto") for m in re.findall(r"^\s*rpc\s+(\w+)\s*\(", proto.read_text(), re.M)]
+    return [
+        m
+        for proto in (ROOT / "proto").rglob("*.proto")
+        for m in re.findall(r"^\s*rpc\s+(\w+)\s*\(", proto.read_text(), re.M)
+    ]
 
 
 def test_every_rest_endpoint_of_the_gateway_is_in_the_api_reference() -> None:

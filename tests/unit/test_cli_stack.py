@@ -83,8 +83,10 @@ def test_a_stored_port_another_program_took_is_replaced_with_a_note(tmp_path: Pa
         chosen, notes = choose_ports(tmp_path, {})
 
     assert chosen["nats"] != stored["nats"] and chosen["http"] == stored["http"]
-    assert notes == [f"nats port {stored['nats']} (kept from the last start) is now in use by another program; "
-                     f"using {chosen['nats']} instead"]
+    assert notes == [
+        f"nats port {stored['nats']} (kept from the last start) is now in use by another program; "
+        f"using {chosen['nats']} instead"
+    ]
 
 
 def test_a_port_asked_for_that_is_taken_fails_saying_which(tmp_path: Path) -> None:
@@ -107,7 +109,9 @@ def at(day: str) -> float:
         pytest.param("this-month", at("2026-11-17T09:30"), "2026-11", id="this month is the current UTC month"),
         pytest.param("last-month", at("2026-11-17T09:30"), "2026-10", id="last month is the one before"),
         pytest.param("last-month", at("2027-01-01T00:00"), "2026-12", id="last month in January is last December"),
-        pytest.param("this-month", at("2026-12-31T23:59"), "2026-12", id="the last minute of a month is still that month"),
+        pytest.param(
+            "this-month", at("2026-12-31T23:59"), "2026-12", id="the last minute of a month is still that month"
+        ),
         pytest.param("2025-02", at("2026-11-17T00:00"), "2025-02", id="an explicit month is kept"),
     ],
 )

@@ -57,12 +57,16 @@ def test_only_the_settings_module_reads_the_environment() -> None:
 
 def test_the_environment_check_sees_every_way_in(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text('import os\nfrom os import getenv\na = os.environ.get("X")\nb = os.getenv("Y")\nc = "X" in os.environ\n')
+    bad.write_text(
+        'import os\nfrom os import getenv\na = os.environ.get("X")\nb = os.getenv("Y")\nc = "X" in os.environ\n'
+    )
 
     assert [line for line, _ in environment_reads(bad)] == [2, 3, 4, 5]
     assert environment_reads(ROOT / SETTINGS_MODULE), "the settings module reads the environment"
     for name, text in PASSES_ON.items():
-        assert any(text in found for _, found in environment_reads(ROOT / name)), f"{name} no longer needs its exception"
+        assert any(text in found for _, found in environment_reads(ROOT / name)), (
+            f"{name} no longer needs its exception"
+        )
 
 
 def lines_of(path: Path) -> int:
@@ -73,7 +77,6 @@ def test_no_module_is_over_400_lines() -> None:
     too_long = {
         name: lines_of(path)
         for path in python_files("libs", "services", "bench")
-        if not (name := path.relative_to(ROOT).as_posix()).startswith(GENERATED)
-        and lines_of(path) > MAX_LINES
+        if not (name := path.relative_to(ROOT).as_posix()).startswith(GENERATED) and lines_of(path) > MAX_LINES
     }
     assert too_long == {}, f"split these along their seams (CONVENTIONS.md, principle 12): {too_long}"

@@ -99,9 +99,7 @@ def unknown_service_key(document: dict) -> None:
     [
         pytest.param(broken_ports, id="gateway ports given as a string instead of a list"),
         pytest.param(unknown_top_level_key, id="a misspelt top-level key next to services"),
-        pytest.param(
-            unknown_depends_on_condition, id="depends_on with a condition compose does not know"
-        ),
+        pytest.param(unknown_depends_on_condition, id="depends_on with a condition compose does not know"),
         pytest.param(unknown_service_key, id="a misspelt key inside a service"),
     ],
 )
@@ -165,11 +163,7 @@ def test_every_trainyard_service_has_its_command(compose: dict, name: str, expec
 
 
 @pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(name, id=f"{name} is built from the repository Dockerfile")
-        for name in TRAINYARD_SERVICES
-    ],
+    "name", [pytest.param(name, id=f"{name} is built from the repository Dockerfile") for name in TRAINYARD_SERVICES]
 )
 def test_trainyard_service_is_built_from_the_root_dockerfile(compose: dict, name: str) -> None:
     build = compose["services"][name]["build"]
@@ -181,10 +175,7 @@ def test_trainyard_service_is_built_from_the_root_dockerfile(compose: dict, name
 
 @pytest.mark.parametrize(
     "name",
-    [
-        pytest.param(name, id=f"{name} starts only once nats and redis are healthy")
-        for name in TRAINYARD_SERVICES
-    ],
+    [pytest.param(name, id=f"{name} starts only once nats and redis are healthy") for name in TRAINYARD_SERVICES],
 )
 def test_service_waits_for_healthy_nats_and_redis(compose: dict, name: str) -> None:
     depends_on = compose["services"][name]["depends_on"]
@@ -193,11 +184,7 @@ def test_service_waits_for_healthy_nats_and_redis(compose: dict, name: str) -> N
 
 
 def test_every_service_with_depends_on_waits_for_healthy_dependencies(compose: dict) -> None:
-    waiting = {
-        name: service["depends_on"]
-        for name, service in compose["services"].items()
-        if "depends_on" in service
-    }
+    waiting = {name: service["depends_on"] for name, service in compose["services"].items() if "depends_on" in service}
     assert set(waiting) == set(TRAINYARD_SERVICES)
     for name, depends_on in waiting.items():
         assert isinstance(depends_on, dict), f"{name} lists dependencies without a condition"
@@ -213,9 +200,7 @@ def test_every_service_with_depends_on_waits_for_healthy_dependencies(compose: d
         for name in TRAINYARD_SERVICES
     ],
 )
-def test_service_environment_points_at_the_compose_infrastructure(
-    compose: dict, name: str
-) -> None:
+def test_service_environment_points_at_the_compose_infrastructure(compose: dict, name: str) -> None:
     environment = compose["services"][name]["environment"]
     assert environment["TRAINYARD_NATS_URL"] == "nats://nats:4222"
     assert environment["TRAINYARD_REDIS_URL"] == "redis://redis:6379/0"
@@ -252,10 +237,7 @@ def test_named_volumes_used_by_services_are_declared(compose: dict) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    [
-        pytest.param(name, id=f"python -m trainyard_{name} has a package in services/{name}")
-        for name in PYTHON_SERVICES
-    ],
+    [pytest.param(name, id=f"python -m trainyard_{name} has a package in services/{name}") for name in PYTHON_SERVICES],
 )
 def test_python_module_target_exists_as_a_service_package(compose: dict, name: str) -> None:
     command = command_of(compose["services"][name])
@@ -306,7 +288,10 @@ def test_servers_read_the_generated_bus_files(compose: dict, generated: set[str]
 
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(name, id=f"{name} connects with its own generated NATS and Redis user") for name in TRAINYARD_SERVICES],
+    [
+        pytest.param(name, id=f"{name} connects with its own generated NATS and Redis user")
+        for name in TRAINYARD_SERVICES
+    ],
 )
 def test_every_trainyard_service_reads_its_own_users(compose: dict, generated: set[str], name: str) -> None:
     env_file = compose["services"][name]["env_file"]

@@ -90,7 +90,9 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_make_proto_generates_the_committed_set_of_modules(fresh: Path) -> None:
     made, committed = _generated_files(fresh), _generated_files(PB_OUT)
     assert made, "protoc generated nothing"
-    assert sorted(committed) == sorted(made), "the committed gRPC modules are not the ones proto/ makes; run `make proto`"
+    assert sorted(committed) == sorted(made), (
+        "the committed gRPC modules are not the ones proto/ makes; run `make proto`"
+    )
 
 
 def test_each_committed_module_equals_what_make_proto_generates(fresh: Path) -> None:

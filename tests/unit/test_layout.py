@@ -35,7 +35,9 @@ def allowed_in_pure(module: str) -> bool:
     return any(module == a or module.startswith(a + ".") for a in PURE_ALLOWED)
 
 
-@pytest.mark.parametrize("package", PURE, ids=[f"trainyard.{p} imports only the stdlib, msgspec and the pure packages" for p in PURE])
+@pytest.mark.parametrize(
+    "package", PURE, ids=[f"trainyard.{p} imports only the stdlib, msgspec and the pure packages" for p in PURE]
+)
 def test_pure_packages_import_nothing_else(package: str) -> None:
     offenders = {
         f"{path.relative_to(ROOT)}: {module}"
@@ -95,15 +97,15 @@ def test_production_code_never_imports_the_fakes_or_other_test_helpers() -> None
         *(p for p in LIBS.rglob("*.py") if not p.is_relative_to(LIBS / "testing")),
         *(ROOT / "services").rglob("*.py"),
     ]
-    offenders = {
-        f"{path.relative_to(ROOT)}: {module}"
-        for path in production
-        for module in imports_from_testing(path)
-    }
-    assert offenders == set(), "production code must not depend on trainyard.testing (the servers `trainyard up` starts are trainyard.local.servers)"
+    offenders = {f"{path.relative_to(ROOT)}: {module}" for path in production for module in imports_from_testing(path)}
+    assert offenders == set(), (
+        "production code must not depend on trainyard.testing (the servers `trainyard up` starts are trainyard.local.servers)"
+    )
 
 
 def test_the_testing_import_check_sees_every_form(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text("import trainyard.testing.fakes\nfrom trainyard.testing import fakes\nfrom trainyard.testing.chaos import run\n")
+    bad.write_text(
+        "import trainyard.testing.fakes\nfrom trainyard.testing import fakes\nfrom trainyard.testing.chaos import run\n"
+    )
     assert imports_from_testing(bad) == {"trainyard.testing.fakes", "trainyard.testing.chaos"}

@@ -23,8 +23,11 @@ def record(message: str, **fields: object) -> logging.LogRecord:
     [
         pytest.param({"job_id": "j1", "run_id": "j1-r1"}, " job_id=j1 run_id=j1-r1", id="plain values as they are"),
         pytest.param({"nodes": ["n1", "n2"]}, " nodes=n1,n2", id="a list joined by commas"),
-        pytest.param({"reason": 'gpus: "8" is too many'}, ' reason="gpus: \\"8\\" is too many"',
-                     id="spaces and quotes make a JSON string"),
+        pytest.param(
+            {"reason": 'gpus: "8" is too many'},
+            ' reason="gpus: \\"8\\" is too many"',
+            id="spaces and quotes make a JSON string",
+        ),
         pytest.param({"run_id": None, "job_id": "j1"}, " job_id=j1", id="None is left out"),
         pytest.param({}, "", id="no fields: the usual line"),
     ],

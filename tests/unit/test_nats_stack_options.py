@@ -53,7 +53,10 @@ def test_the_server_config_sets_the_sync_interval_and_includes_the_users_by_a_re
     node.mkdir(parents=True)
     written = _server_config(node, users, "always")
     assert written is not None
-    assert written.read_text().splitlines()[1:] == ['jetstream { sync_interval: "always" }', 'include "../../bus/nats.conf"']
+    assert written.read_text().splitlines()[1:] == [
+        'jetstream { sync_interval: "always" }',
+        'include "../../bus/nats.conf"',
+    ]
     assert _server_config(node, users, "default") == users
     assert _server_config(node, None, None) is None
     assert check_sync_interval("250ms") == "250ms"

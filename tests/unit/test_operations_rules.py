@@ -44,8 +44,11 @@ def exported() -> set[str]:
     """Every sample name the services can export (histogram buckets, counters' _total ...)."""
     gateway = GatewayMetrics()
     gateway._fleet.snapshot = FleetSnapshot(
-        jobs_by_status={"running": 1}, gpus_capacity={"H100": 8}, gpus_in_use={"H100": 8},
-        nodes_by_state={"healthy": 1}, deadletters={"INTAKE": 1},
+        jobs_by_status={"running": 1},
+        gpus_capacity={"H100": 8},
+        gpus_in_use={"H100": 8},
+        nodes_by_state={"healthy": 1},
+        deadletters={"INTAKE": 1},
     )
     gateway.http_requests.labels("GET", "/v1/jobs", "200").inc()
     gateway.grpc_requests.labels("GetJob", "OK").inc()
@@ -65,7 +68,11 @@ def exported() -> set[str]:
     ledger = LedgerMetrics()
     ledger.metered.labels("succeeded").inc()
     registries: list[CollectorRegistry] = [
-        gateway.registry, admission.registry, placement.registry, health.registry, ledger.registry,
+        gateway.registry,
+        admission.registry,
+        placement.registry,
+        health.registry,
+        ledger.registry,
     ]
     return {sample.name for r in registries for family in r.collect() for sample in family.samples}
 
@@ -87,8 +94,13 @@ def anchors(markdown: str) -> list[str]:
 def test_the_rules_cover_what_on_call_needs_and_each_is_complete() -> None:
     names = {r["alert"] for r in RULES}
     assert {
-        "TrainyardServiceDown", "TrainyardDeadLettersGrowing", "TrainyardAdmissionCycleSlow",
-        "TrainyardPlacementStalled", "TrainyardNodesLost", "TrainyardLedgerLag", "TrainyardProjectionRebuilding",
+        "TrainyardServiceDown",
+        "TrainyardDeadLettersGrowing",
+        "TrainyardAdmissionCycleSlow",
+        "TrainyardPlacementStalled",
+        "TrainyardNodesLost",
+        "TrainyardLedgerLag",
+        "TrainyardProjectionRebuilding",
     } <= names
     assert len(names) == len(RULES), "two rules share a name"
     for rule in RULES:
@@ -119,9 +131,15 @@ def test_every_metric_the_dashboard_uses_is_exported() -> None:
     assert len(PANEL_EXPRS) >= 15
     used = {m for expr in PANEL_EXPRS for m in METRIC.findall(expr)}
     assert not used - EXPORTED, f"the dashboard uses metrics no service exports: {sorted(used - EXPORTED)}"
-    assert {"trainyard_queue_pending_jobs", "trainyard_admission_cycle_seconds_bucket",
-            "trainyard_placement_cycle_seconds_bucket", "trainyard_decision_latency_seconds_bucket",
-            "trainyard_health_nodes", "trainyard_ledger_lag_events", "trainyard_deadletters"} <= used
+    assert {
+        "trainyard_queue_pending_jobs",
+        "trainyard_admission_cycle_seconds_bucket",
+        "trainyard_placement_cycle_seconds_bucket",
+        "trainyard_decision_latency_seconds_bucket",
+        "trainyard_health_nodes",
+        "trainyard_ledger_lag_events",
+        "trainyard_deadletters",
+    } <= used
 
 
 def test_the_service_down_alert_matches_the_scrape_jobs_the_guide_names() -> None:

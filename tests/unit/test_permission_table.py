@@ -45,8 +45,12 @@ def publishers(subject: str) -> set[str]:
         pytest.param(subjects.job("acme", "j-1", "admission"), {"admission", "admin"}, id="only admission decides"),
         pytest.param(subjects.job("acme", "j-1", "placement"), {"placement", "admin"}, id="only placement places"),
         pytest.param(subjects.job("acme", "j-1", "agent"), {"emulator", "admin"}, id="only node agents report runs"),
-        pytest.param(subjects.job("acme", "j-1", "health"), {"health", "admin"}, id="only health fails runs on lost nodes"),
-        pytest.param(subjects.intake("acme"), {"portal", "gateway", "admin"}, id="acme's intake: its portal and the gateway"),
+        pytest.param(
+            subjects.job("acme", "j-1", "health"), {"health", "admin"}, id="only health fails runs on lost nodes"
+        ),
+        pytest.param(
+            subjects.intake("acme"), {"portal", "gateway", "admin"}, id="acme's intake: its portal and the gateway"
+        ),
         pytest.param(subjects.intake("beta"), {"gateway", "admin"}, id="beta's intake: not acme's portal"),
         pytest.param(subjects.node("local", "n1"), {"emulator", "health", "gateway", "admin"}, id="node events"),
         pytest.param(subjects.telemetry("local", "n1"), {"emulator", "admin"}, id="telemetry: node agents only"),
@@ -104,7 +108,9 @@ def test_a_bad_role_or_tenant_is_refused(role: str, tenant: str | None) -> None:
 
 
 def test_the_generated_configuration_is_one_nats_server_accepts(tmp_path: Path) -> None:
-    users = [BusUser(user_name(r), "pw", r) for r in (*SERVICES, ADMIN)] + [BusUser("portal-acme", "pw", "portal", "acme")]
+    users = [BusUser(user_name(r), "pw", r) for r in (*SERVICES, ADMIN)] + [
+        BusUser("portal-acme", "pw", "portal", "acme")
+    ]
     path = tmp_path / "nats.conf"
     path.write_text(nats_config(users, cluster="local"))
     checked = subprocess.run([nats_server_binary(), "-t", "-c", str(path)], capture_output=True, text=True, timeout=30)
@@ -151,8 +157,15 @@ def test_a_service_is_given_only_its_own_users(tmp_path: Path) -> None:
 
 def test_the_cli_reads_a_locked_stack_as_admin(tmp_path: Path) -> None:
     credentials = ensure_credentials(tmp_path / "bus")
-    state = StackState(api_url="http://127.0.0.1:1", grpc_target="127.0.0.1:2", nats_url="nats://127.0.0.1:4222",
-                       redis_url="redis://127.0.0.1:6379/0", ledger_url="sqlite://", pid=1, locked_bus=True)
+    state = StackState(
+        api_url="http://127.0.0.1:1",
+        grpc_target="127.0.0.1:2",
+        nats_url="nats://127.0.0.1:4222",
+        redis_url="redis://127.0.0.1:6379/0",
+        ledger_url="sqlite://",
+        pid=1,
+        locked_bus=True,
+    )
     state_path(tmp_path).write_bytes(msgspec.json.encode(state))
     read = read_state(tmp_path)
     assert read is not None

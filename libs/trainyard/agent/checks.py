@@ -23,8 +23,12 @@ class CheckReport(msgspec.Struct, frozen=True):
 
 
 def run_checks(
-    backend: GpuBackend, node_id: str, at: float, expected_gpus: int | None = None,
-    previous: NodeSample | None = None, policy: HealthPolicy = DEFAULT_POLICY,
+    backend: GpuBackend,
+    node_id: str,
+    at: float,
+    expected_gpus: int | None = None,
+    previous: NodeSample | None = None,
+    policy: HealthPolicy = DEFAULT_POLICY,
 ) -> CheckReport:
     sample = sample_node(backend, node_id, at)
     record = NodeHealthRecord(node_id=node_id, expected_gpus=expected_gpus)

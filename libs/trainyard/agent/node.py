@@ -29,8 +29,15 @@ log = logging.getLogger(__name__)
 
 class NodeAgent:
     def __init__(
-        self, bus: Bus, node: NodeInfo, backend: GpuBackend, *, clock: Callable[[], float] = time.time,
-        boot_id: str | None = None, heartbeat_interval_s: float = 1.0, telemetry_interval_s: float = 5.0,
+        self,
+        bus: Bus,
+        node: NodeInfo,
+        backend: GpuBackend,
+        *,
+        clock: Callable[[], float] = time.time,
+        boot_id: str | None = None,
+        heartbeat_interval_s: float = 1.0,
+        telemetry_interval_s: float = 5.0,
     ) -> None:
         self.bus = bus
         self.node = node
@@ -52,14 +59,17 @@ class NodeAgent:
     async def register(self) -> None:
         registered = NodeRegistered(at=self.clock(), node=self.node, boot_id=self.boot_id)
         await self.bus.publish(
-            subjects.node(self.node.cluster, self.node.node_id), registered,
+            subjects.node(self.node.cluster, self.node.node_id),
+            registered,
             msg_id=f"register:{self.node.node_id}:{self.boot_id}",
         )
 
     async def heartbeat(self) -> None:
         if self.silent:
             return
-        beat = NodeHeartbeat(at=self.clock(), node_id=self.node.node_id, cluster=self.node.cluster, boot_id=self.boot_id)
+        beat = NodeHeartbeat(
+            at=self.clock(), node_id=self.node.node_id, cluster=self.node.cluster, boot_id=self.boot_id
+        )
         await self.bus.nc.publish(self.subject, encode(beat))
 
     async def publish_sample(self) -> NodeSample | None:
@@ -98,7 +108,9 @@ class NodeAgent:
         if request.op == "reset_gpu":
             reset = getattr(self.backend, "reset_gpu", None)
             if reset is None:
-                return control.ControlReply(ok=False, message="this backend cannot reset GPUs; reset by hand (nvidia-smi -r)")
+                return control.ControlReply(
+                    ok=False, message="this backend cannot reset GPUs; reset by hand (nvidia-smi -r)"
+                )
             reset(request.gpu)
             return control.ControlReply(ok=True, message=f"GPU {request.gpu} of {self.node.node_id} reset")
         if request.op == "probe":

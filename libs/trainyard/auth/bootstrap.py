@@ -62,8 +62,13 @@ async def ensure_admin_token(bus: Bus, data_dir: str | Path, replicas: int = 1) 
     record, token = await store.create(ADMIN_TOKEN_NAME, Role.ADMIN, None, created_by=BOOTSTRAP_ACTOR)
     write_secret(admin_token_path(data_dir), token)
     await audit(
-        bus, BOOTSTRAP_ACTOR, "token.create", record.id, "the local stack's admin token",
-        details={"name": record.name, "role": record.role.value}, record_id=f"audit:token:create:{record.id}",
+        bus,
+        BOOTSTRAP_ACTOR,
+        "token.create",
+        record.id,
+        "the local stack's admin token",
+        details={"name": record.name, "role": record.role.value},
+        record_id=f"audit:token:create:{record.id}",
     )
     return token, True
 

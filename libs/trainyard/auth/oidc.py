@@ -21,9 +21,7 @@ import msgspec
 from trainyard.auth.principal import ROLE_NAMES, TENANT_BOUND, Principal, Role, Unauthenticated, principal
 from trainyard.settings import ConfigurationError, Settings
 
-ASYMMETRIC = frozenset(
-    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
-)
+ASYMMETRIC = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"})
 
 
 class KeysUnavailable(Exception):
@@ -58,9 +56,14 @@ def jwt_config(settings: Settings) -> JwtConfig | None:
             f"use asymmetric ones: {', '.join(sorted(ASYMMETRIC))}"
         )
     config = JwtConfig(
-        issuer=settings.auth_jwt_issuer, audience=settings.auth_jwt_audience, jwks_url=settings.auth_jwks_url,
-        jwks_file=settings.auth_jwks_file, role_claim=settings.auth_jwt_role_claim,
-        tenant_claim=settings.auth_jwt_tenant_claim, algorithms=algorithms, leeway_s=settings.auth_jwt_leeway_s,
+        issuer=settings.auth_jwt_issuer,
+        audience=settings.auth_jwt_audience,
+        jwks_url=settings.auth_jwks_url,
+        jwks_file=settings.auth_jwks_file,
+        role_claim=settings.auth_jwt_role_claim,
+        tenant_claim=settings.auth_jwt_tenant_claim,
+        algorithms=algorithms,
+        leeway_s=settings.auth_jwt_leeway_s,
     )
     if config.jwks_file:
         _read_jwks(config.jwks_file)  # a missing or broken file stops the gateway at start
@@ -113,7 +116,12 @@ class JwtVerifier:
         key = await self._key(token, header.get("kid"))
         try:
             claims = jwt.decode(
-                token, key, algorithms=list(c.algorithms), audience=c.audience, issuer=c.issuer, leeway=c.leeway_s,
+                token,
+                key,
+                algorithms=list(c.algorithms),
+                audience=c.audience,
+                issuer=c.issuer,
+                leeway=c.leeway_s,
                 options={"require": ["exp", "iss", "aud", "sub"]},
             )
         except jwt.ExpiredSignatureError:
@@ -122,7 +130,9 @@ class JwtVerifier:
             issuer = jwt.decode(token, options={"verify_signature": False}).get("iss")
             raise Unauthenticated(f"the JWT's issuer is {issuer!r}; this gateway trusts only {c.issuer!r}") from None
         except jwt.InvalidAudienceError:
-            raise Unauthenticated(f"the JWT is not meant for this gateway: its audience must include {c.audience!r}") from None
+            raise Unauthenticated(
+                f"the JWT is not meant for this gateway: its audience must include {c.audience!r}"
+            ) from None
         except jwt.InvalidSignatureError:
             raise Unauthenticated("the JWT's signature does not verify with the issuer's keys") from None
         except jwt.MissingRequiredClaimError as err:
@@ -134,7 +144,9 @@ class JwtVerifier:
         role = role_from_claim(_claim(claims, c.role_claim), c.role_claim)
         tenant = _claim(claims, c.tenant_claim) if role in TENANT_BOUND else None
         if role in TENANT_BOUND and not isinstance(tenant, str):
-            raise Unauthenticated(f"the JWT's role {role.value} is bound to a tenant, but it has no {c.tenant_claim!r} claim")
+            raise Unauthenticated(
+                f"the JWT's role {role.value} is bound to a tenant, but it has no {c.tenant_claim!r} claim"
+            )
         try:
             return principal(str(claims["sub"]), role, tenant, "jwt")
         except ValueError as err:
@@ -147,7 +159,9 @@ class JwtVerifier:
             except jwt.PyJWKClientConnectionError as err:
                 raise KeysUnavailable(f"cannot fetch the issuer's keys from {self.config.jwks_url}: {err}") from err
             except jwt.PyJWKClientError as err:
-                raise Unauthenticated(f"the JWT's signing key (kid {kid!r}) is not among the issuer's keys: {err}") from None
+                raise Unauthenticated(
+                    f"the JWT's signing key (kid {kid!r}) is not among the issuer's keys: {err}"
+                ) from None
         return self._file_key(kid)
 
     def _file_key(self, kid: str | None) -> Any:

@@ -64,12 +64,21 @@ POLICY: dict[Role, dict[Action, Scope]] = {
     Role.RESEARCHER: {**_JOBS_OWN, Action.NODE_LIST: _ALL, Action.USAGE_READ: _OWN},
     Role.TENANT_ADMIN: {**_JOBS_OWN, Action.NODE_LIST: _ALL, Action.USAGE_READ: _OWN, Action.TOKEN_ADMIN: _OWN},
     Role.OPERATOR: {
-        Action.JOB_READ: _ALL, Action.JOB_LIST: _ALL, Action.JOB_CANCEL: _ALL,
-        Action.NODE_LIST: _ALL, Action.NODE_HISTORY: _ALL, Action.NODE_OPERATE: _ALL, Action.METRICS_READ: _ALL,
-        Action.DLQ_READ: _ALL, Action.DLQ_REPLAY: _ALL,
+        Action.JOB_READ: _ALL,
+        Action.JOB_LIST: _ALL,
+        Action.JOB_CANCEL: _ALL,
+        Action.NODE_LIST: _ALL,
+        Action.NODE_HISTORY: _ALL,
+        Action.NODE_OPERATE: _ALL,
+        Action.METRICS_READ: _ALL,
+        Action.DLQ_READ: _ALL,
+        Action.DLQ_REPLAY: _ALL,
     },
     Role.FINANCE: {
-        Action.NODE_LIST: _ALL, Action.USAGE_READ: _ALL, Action.CHARGEBACK_EXPORT: _ALL, Action.CAPACITY_READ: _ALL,
+        Action.NODE_LIST: _ALL,
+        Action.USAGE_READ: _ALL,
+        Action.CHARGEBACK_EXPORT: _ALL,
+        Action.CAPACITY_READ: _ALL,
     },
     Role.ADMIN: dict.fromkeys(Action, _ALL),
 }
@@ -93,9 +102,7 @@ def authorize(who: Principal, action: Action) -> Scope:
     scope = scope_of(who.role, action)
     if scope is None:
         allowed = ", ".join(r.value for r in roles_allowed(action))
-        raise PermissionDenied(
-            f"{who} may not {DESCRIPTIONS[action]}; that needs one of the roles: {allowed}"
-        )
+        raise PermissionDenied(f"{who} may not {DESCRIPTIONS[action]}; that needs one of the roles: {allowed}")
     return scope
 
 

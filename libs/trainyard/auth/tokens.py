@@ -111,7 +111,10 @@ class TokenStore:
             kv = await js.key_value(BUCKET)
         except (NotFoundError, BadRequestError):
             kv = await js.create_key_value(
-                bucket=BUCKET, history=5, storage=StorageType.FILE, replicas=replicas,
+                bucket=BUCKET,
+                history=5,
+                storage=StorageType.FILE,
+                replicas=replicas,
                 description="Trainyard API tokens (hashed)",
             )
         return cls(kv, **kwargs)
@@ -140,8 +143,14 @@ class TokenStore:
         while True:
             token_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
             record = TokenRecord(
-                id=token_id, name=name, role=role, tenant=tenant, secret_sha256=hash_secret(secret), created_at=now,
-                created_by=created_by, expires_at=None if expires_in_s is None else now + expires_in_s,
+                id=token_id,
+                name=name,
+                role=role,
+                tenant=tenant,
+                secret_sha256=hash_secret(secret),
+                created_at=now,
+                created_by=created_by,
+                expires_at=None if expires_in_s is None else now + expires_in_s,
             )
             try:
                 await self.kv.create(_key(token_id), msgspec.json.encode(record))

@@ -22,10 +22,17 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     config = commands.add_parser("config", help="write the users, passwords and server files of a locked bus")
     config.add_argument("--out", type=Path, default=Path("deploy/bus"), help="directory to write (default deploy/bus)")
-    config.add_argument("--portal", action="append", default=[], metavar="TENANT",
-                        help="a tenant whose submission portal gets a NATS user (may repeat)")
+    config.add_argument(
+        "--portal",
+        action="append",
+        default=[],
+        metavar="TENANT",
+        help="a tenant whose submission portal gets a NATS user (may repeat)",
+    )
     config.add_argument("--cluster", default="local", help="the cluster the emulator's user may publish nodes for")
-    config.add_argument("--redis-prefix", default="ty:", help="the Redis key prefix services use (TRAINYARD_REDIS_PREFIX)")
+    config.add_argument(
+        "--redis-prefix", default="ty:", help="the Redis key prefix services use (TRAINYARD_REDIS_PREFIX)"
+    )
     config.add_argument("--rotate", action="store_true", help="new passwords for every user")
     args = parser.parse_args(argv)
     try:
@@ -36,8 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for path in written:
         print(path)
-    print(f"{len(credentials.nats)} NATS users, {len(credentials.redis)} Redis users; keep {args.out} private.",
-          file=sys.stderr)
+    print(
+        f"{len(credentials.nats)} NATS users, {len(credentials.redis)} Redis users; keep {args.out} private.",
+        file=sys.stderr,
+    )
     return 0
 
 

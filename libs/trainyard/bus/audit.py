@@ -21,14 +21,24 @@ class AuditRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def audit(
-    bus: Bus, actor: str, action: str, target: str, reason: str = "", details: dict[str, str] | None = None,
-    at: float | None = None, record_id: str | None = None,
+    bus: Bus,
+    actor: str,
+    action: str,
+    target: str,
+    reason: str = "",
+    details: dict[str, str] | None = None,
+    at: float | None = None,
+    record_id: str | None = None,
 ) -> None:
     """Publish one audit record on ``trainyard.audit.<action's first word>``.
 
     ``record_id`` makes a retried action one record (it is the message id)."""
     record = AuditRecord(
-        at=time.time() if at is None else at, actor=actor, action=action, target=target, reason=reason,
+        at=time.time() if at is None else at,
+        actor=actor,
+        action=action,
+        target=target,
+        reason=reason,
         details=details or {},
     )
     kind = action.split(".", 1)[0]

@@ -99,7 +99,11 @@ class ResilientClient(Client):
         self._waiting: dict[str, set[asyncio.Future[None]]] = {}
 
     async def request(
-        self, subject: str, payload: bytes = b"", timeout: float = 0.5, old_style: bool = False,
+        self,
+        subject: str,
+        payload: bytes = b"",
+        timeout: float = 0.5,
+        old_style: bool = False,
         headers: dict[str, Any] | None = None,
     ) -> Msg:
         """A request that raises :class:`PublishDenied` as soon as the server

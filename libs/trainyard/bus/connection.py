@@ -151,7 +151,9 @@ class Bus:
             await self.js.add_consumer(spec.stream, config)
         except nats.errors.Error as err:
             log.warning("%s: could not update the consumer: %r", spec.durable, err)
-        return await self.js.pull_subscribe(spec.filter_subject, durable=spec.durable, stream=spec.stream, config=config)
+        return await self.js.pull_subscribe(
+            spec.filter_subject, durable=spec.durable, stream=spec.stream, config=config
+        )
 
     @staticmethod
     def _headers(req: PublishRequest) -> dict[str, str]:
@@ -164,7 +166,11 @@ class Bus:
         return headers
 
     async def publish(
-        self, subject: str, message: Any, msg_id: str, expected_last_subject_seq: int | None = None,
+        self,
+        subject: str,
+        message: Any,
+        msg_id: str,
+        expected_last_subject_seq: int | None = None,
         fence_subject: str | None = None,
     ) -> PubAck:
         """Publish once.  A repeat with the same ``msg_id`` inside the stream's

@@ -110,7 +110,11 @@ class Broker(Protocol):
     generation: int  # bumped when the connection was opened anew: pull again
 
     async def publish(
-        self, subject: str, message: Any, msg_id: str, expected_last_subject_seq: int | None = None,
+        self,
+        subject: str,
+        message: Any,
+        msg_id: str,
+        expected_last_subject_seq: int | None = None,
         fence_subject: str | None = None,
     ) -> PubAck: ...
     async def publish_raw(self, subject: str, data: bytes, headers: dict[str, str]) -> PubAck: ...
@@ -236,7 +240,9 @@ async def publish_outcome(
     return outcome
 
 
-async def consume(bus: Broker, spec: ConsumerSpec, subscription: Subscription[Any], msgs: Sequence[Pulled]) -> list[str]:
+async def consume(
+    bus: Broker, spec: ConsumerSpec, subscription: Subscription[Any], msgs: Sequence[Pulled]
+) -> list[str]:
     """One fetched batch, start to end: decode, handle, publish, settle.
     Returns each message's fate (``ack``, ``retry``, ``wait``, ``dead-letter``, ``unsettled``)."""
     outcomes: list[Outcome] = [Outcome()] * len(msgs)

@@ -122,21 +122,41 @@ def _service(role: str, cluster: str) -> tuple[list[str], list[str], bool]:
     jobs = f"{_J}.jobs.*.*"
     leases, config = _kv(LEASES_BUCKET), _kv(CONFIG_BUCKET)
     if role == "admission":
-        publish = [f"{jobs}.admission", subjects.deadletter("INTAKE"), f"$KV.{LEASES_BUCKET}.admission.>",
-                   *_reads("INTAKE", ["admission-intake"]), *_reads("JOBS", ordered=True),
-                   *_reads("NODES", ordered=True), *_reads(leases), *_reads(config, ordered=True),
-                   *_declares([leases, config])]
+        publish = [
+            f"{jobs}.admission",
+            subjects.deadletter("INTAKE"),
+            f"$KV.{LEASES_BUCKET}.admission.>",
+            *_reads("INTAKE", ["admission-intake"]),
+            *_reads("JOBS", ordered=True),
+            *_reads("NODES", ordered=True),
+            *_reads(leases),
+            *_reads(config, ordered=True),
+            *_declares([leases, config]),
+        ]
         return publish, [], False
     if role == "placement":
-        publish = [f"{jobs}.placement", f"$KV.{LEASES_BUCKET}.placement.>",
-                   *_reads("JOBS", ordered=True), *_reads("NODES", ordered=True), *_reads(leases),
-                   *_declares([leases])]
+        publish = [
+            f"{jobs}.placement",
+            f"$KV.{LEASES_BUCKET}.placement.>",
+            *_reads("JOBS", ordered=True),
+            *_reads("NODES", ordered=True),
+            *_reads(leases),
+            *_declares([leases]),
+        ]
         return publish, [], False
     if role == "health":
-        publish = [f"{jobs}.health", subjects.NODES_ALL, subjects.audit("node"), subjects.audit("health"),
-                   subjects.deadletter("TELEMETRY"), subjects.deadletter("NODES"), f"{_J}.agent.*.*.control",
-                   *_reads("TELEMETRY", ["health-heartbeats"]), *_reads("NODES", ["health-nodes"], ordered=True),
-                   *_reads("JOBS")]
+        publish = [
+            f"{jobs}.health",
+            subjects.NODES_ALL,
+            subjects.audit("node"),
+            subjects.audit("health"),
+            subjects.deadletter("TELEMETRY"),
+            subjects.deadletter("NODES"),
+            f"{_J}.agent.*.*.control",
+            *_reads("TELEMETRY", ["health-heartbeats"]),
+            *_reads("NODES", ["health-nodes"], ordered=True),
+            *_reads("JOBS"),
+        ]
         return publish, [], False
     if role == "accounting":
         return [subjects.deadletter("JOBS"), *_reads("JOBS", ["accounting"])], [], False
@@ -144,14 +164,28 @@ def _service(role: str, cluster: str) -> tuple[list[str], list[str], bool]:
         # API tokens: created and revoked through the gateway, followed with a watch.
         auth = _kv(AUTH_BUCKET)
         # Dead letters: read, and replayed on intake and node subjects (trainyard.bus.deadletters).
-        publish = [f"{_J}.intake.*", subjects.NODES_ALL, subjects.AUDIT_ALL, *_reads("JOBS"), *_reads("DEADLETTER"),
-                   *_reads("NODES", ordered=True), f"$KV.{AUTH_BUCKET}.>", *_reads(auth, ordered=True),
-                   *_reads(_kv(CONFIG_BUCKET), ordered=True),  # the console's tenancy page: read only
-                   *_declares([auth])]
+        publish = [
+            f"{_J}.intake.*",
+            subjects.NODES_ALL,
+            subjects.AUDIT_ALL,
+            *_reads("JOBS"),
+            *_reads("DEADLETTER"),
+            *_reads("NODES", ordered=True),
+            f"$KV.{AUTH_BUCKET}.>",
+            *_reads(auth, ordered=True),
+            *_reads(_kv(CONFIG_BUCKET), ordered=True),  # the console's tenancy page: read only
+            *_declares([auth]),
+        ]
         return publish, [], False
     # emulator: the node agents of one cluster (or of every cluster with "*")
-    publish = [f"{jobs}.agent", f"{_J}.nodes.{cluster}.*", f"{_J}.telemetry.{cluster}.*",
-               subjects.deadletter("JOBS"), *_reads("JOBS", [f"emulator-{cluster}"]), *_reads("NODES")]
+    publish = [
+        f"{jobs}.agent",
+        f"{_J}.nodes.{cluster}.*",
+        f"{_J}.telemetry.{cluster}.*",
+        subjects.deadletter("JOBS"),
+        *_reads("JOBS", [f"emulator-{cluster}"]),
+        *_reads("NODES"),
+    ]
     subscribe = [f"{_J}.emulator.{cluster}.control", f"{_J}.agent.{cluster}.*.control"]
     return publish, subscribe, True
 
@@ -170,9 +204,7 @@ def permissions_for(role: str, tenant: str | None = None, cluster: str = "*") ->
     publish, subscribe, responses = _service(role, cluster)
     # Every service declares the streams at start (creating any that is missing).
     publish = [*publish, *_declares(STREAMS)]
-    return Permissions(
-        publish=tuple(dict.fromkeys(publish)), subscribe=(inbox, *subscribe), allow_responses=responses
-    )
+    return Permissions(publish=tuple(dict.fromkeys(publish)), subscribe=(inbox, *subscribe), allow_responses=responses)
 
 
 def nats_config(users: Iterable[BusUser], cluster: str = "*") -> str:

@@ -28,7 +28,9 @@ class StreamSpec(msgspec.Struct, frozen=True):
 
 
 STREAMS: tuple[StreamSpec, ...] = (
-    StreamSpec("INTAKE", [subjects.INTAKE_ALL], 30 * DAY, description="SubmitJob / CancelJob from portals and the gateway"),
+    StreamSpec(
+        "INTAKE", [subjects.INTAKE_ALL], 30 * DAY, description="SubmitJob / CancelJob from portals and the gateway"
+    ),
     StreamSpec("JOBS", [subjects.JOBS_ALL], 365 * DAY, description="job and run lifecycle: the source of truth"),
     StreamSpec("NODES", [subjects.NODES_ALL], 365 * DAY, description="node registration and state changes"),
     StreamSpec(
@@ -61,8 +63,18 @@ def stream_config(spec: StreamSpec, replicas: int = 1) -> StreamConfig:
 
 
 #: The settings :func:`stream_config` sets, compared to decide whether a stream needs an update.
-_SETTINGS = ("description", "subjects", "retention", "storage", "discard", "max_age", "max_msgs_per_subject",
-             "duplicate_window", "num_replicas", "allow_direct")
+_SETTINGS = (
+    "description",
+    "subjects",
+    "retention",
+    "storage",
+    "discard",
+    "max_age",
+    "max_msgs_per_subject",
+    "duplicate_window",
+    "num_replicas",
+    "allow_direct",
+)
 
 
 def differs(current: StreamConfig, wanted: StreamConfig) -> list[str]:
@@ -97,5 +109,8 @@ async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
         try:
             await js.update_stream(config)
         except PublishDenied:
-            log.warning("stream %s differs from this version's settings (%s); its update is left to admin",
-                        spec.name, ", ".join(changed))
+            log.warning(
+                "stream %s differs from this version's settings (%s); its update is left to admin",
+                spec.name,
+                ", ".join(changed),
+            )

@@ -99,8 +99,16 @@ def list_tokens(
     for t in tokens:
         expired = t.get("expires_at") is not None and t["expires_at"] <= now
         state = "revoked" if t["revoked"] else "expired" if expired else "active"
-        table.add_row(t["id"], t["name"], t["role"], t.get("tenant") or "-", _when(t["created_at"]), t["created_by"],
-                      _when(t.get("expires_at")), state)
+        table.add_row(
+            t["id"],
+            t["name"],
+            t["role"],
+            t.get("tenant") or "-",
+            _when(t["created_at"]),
+            t["created_by"],
+            _when(t.get("expires_at")),
+            state,
+        )
     console.print(table)
 
 
@@ -115,8 +123,12 @@ def revoke(token_id: str, api_url: str | None = ApiUrl, data_dir: str = DataDir)
 def bootstrap(
     name: str = typer.Option("admin", "--name", help="Name of the admin token."),
     expires_in: str | None = ExpiresIn,
-    nats_url: str | None = typer.Option(None, "--nats-url", envvar="TRAINYARD_NATS_URL",
-                                           help="NATS of the installation (default: the running `trainyard up`)."),
+    nats_url: str | None = typer.Option(
+        None,
+        "--nats-url",
+        envvar="TRAINYARD_NATS_URL",
+        help="NATS of the installation (default: the running `trainyard up`).",
+    ),
     data_dir: str = DataDir,
 ) -> None:
     """Create an admin token directly in the NATS KV bucket, for an installation
@@ -135,8 +147,15 @@ def bootstrap(
         try:
             store = await TokenStore.open(bus.js)
             record, token = await store.create(name, Role.ADMIN, None, created_by=actor, expires_in_s=lifetime)
-            await audit(bus, actor, "token.create", record.id, "bootstrap", details={"name": name, "role": "admin"},
-                        record_id=f"audit:token:create:{record.id}")
+            await audit(
+                bus,
+                actor,
+                "token.create",
+                record.id,
+                "bootstrap",
+                details={"name": name, "role": "admin"},
+                record_id=f"audit:token:create:{record.id}",
+            )
             return token, {"id": record.id, "name": record.name, "role": "admin", "expires_at": record.expires_at}
         finally:
             await bus.close()

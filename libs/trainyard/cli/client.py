@@ -87,8 +87,10 @@ def describe_error(response: httpx.Response, token_sent: bool) -> str:
     message = _format_error(response.status_code, body)
     if response.status_code == 401:
         hint = "check the token" if token_sent else "no token found"
-        message += (f"\n  ({hint}: pass --token, set {TOKEN_ENV}, or run `trainyard up`, which writes an admin "
-                    "token to <data dir>/admin-token)")
+        message += (
+            f"\n  ({hint}: pass --token, set {TOKEN_ENV}, or run `trainyard up`, which writes an admin "
+            "token to <data dir>/admin-token)"
+        )
     return message
 
 
@@ -96,7 +98,9 @@ def _format_error(status: int, body: Any) -> str:
     if isinstance(body, dict):
         errors = body.get("errors") or body.get("detail")
         if isinstance(errors, list):
-            lines = [f"  {e.get('field', '?')}: {e.get('message', e)}" if isinstance(e, dict) else f"  {e}" for e in errors]
+            lines = [
+                f"  {e.get('field', '?')}: {e.get('message', e)}" if isinstance(e, dict) else f"  {e}" for e in errors
+            ]
             return f"request refused ({status}):\n" + "\n".join(lines)
         if errors:
             return f"request refused ({status}): {errors}"

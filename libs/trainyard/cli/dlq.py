@@ -13,8 +13,9 @@ from rich.table import Table
 
 from trainyard.cli.client import ApiError, Client
 
-dlq_app = typer.Typer(help="Dead letters: messages a service could never handle, with the reason.",
-                      no_args_is_help=True)
+dlq_app = typer.Typer(
+    help="Dead letters: messages a service could never handle, with the reason.", no_args_is_help=True
+)
 
 console = Console()
 err_console = Console(stderr=True)
@@ -65,8 +66,14 @@ def list_command(
     table = Table("seq", "at", "stream", "subject", "stream seq", "size", "replay", "reason")
     for d in letters:
         table.add_row(
-            str(d["seq"]), _ts(d["at"]), d["stream"], escape(d["subject"]), str(d["stream_seq"] or "-"), _size(d),
-            "yes" if d["replayable"] else "no", escape(d["reason"]),
+            str(d["seq"]),
+            _ts(d["at"]),
+            d["stream"],
+            escape(d["subject"]),
+            str(d["stream_seq"] or "-"),
+            _size(d),
+            "yes" if d["replayable"] else "no",
+            escape(d["reason"]),
         )
     console.print(table)
     if len(letters) == limit:
@@ -81,9 +88,14 @@ def show_command(seq: int, as_json: bool = AsJson, api_url: str | None = ApiUrl,
         console.print_json(data=d)
         return
     rows = [
-        ("seq", d["seq"]), ("at", _ts(d["at"])), ("stream", d["stream"]), ("subject", d["subject"]),
-        ("stream seq", d["stream_seq"] if d["stream_seq"] is not None else "-"), ("reason", d["reason"]),
-        ("size", _size(d)), ("truncated", "yes" if d["truncated"] else "no"),
+        ("seq", d["seq"]),
+        ("at", _ts(d["at"])),
+        ("stream", d["stream"]),
+        ("subject", d["subject"]),
+        ("stream seq", d["stream_seq"] if d["stream_seq"] is not None else "-"),
+        ("reason", d["reason"]),
+        ("size", _size(d)),
+        ("truncated", "yes" if d["truncated"] else "no"),
         ("replayable", "yes" if d["replayable"] else "no"),
     ]
     for name, value in rows:

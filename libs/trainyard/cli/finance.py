@@ -99,12 +99,18 @@ def _get(api_url: str | None, data_dir: str, path: str, params: dict) -> httpx.R
 def export_chargeback(
     period: str = typer.Option(..., help="Billing month: YYYY-MM, this-month or last-month (UTC)."),
     fmt: str = typer.Option("csv", "--format", help="csv or parquet."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="File to write (default chargeback-PERIOD.FORMAT; '-' for stdout)."),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="File to write (default chargeback-PERIOD.FORMAT; '-' for stdout)."
+    ),
     ledger_url: str | None = LedgerUrl,
     rate_card: Path | None = typer.Option(None, help="Rate card file (default: $TRAINYARD_RATE_CARD, else examples/)."),
-    cost_centres: Path | None = typer.Option(None, help="Cost-centre map (default: $TRAINYARD_COST_CENTRES, else examples/)."),
+    cost_centres: Path | None = typer.Option(
+        None, help="Cost-centre map (default: $TRAINYARD_COST_CENTRES, else examples/)."
+    ),
     as_of: float | None = typer.Option(None, help="Charge open runs up to this Unix time (default: now)."),
-    via_api: bool = typer.Option(False, "--via-api", help="Ask the gateway (with a finance or admin token) instead of reading the ledger."),
+    via_api: bool = typer.Option(
+        False, "--via-api", help="Ask the gateway (with a finance or admin token) instead of reading the ledger."
+    ),
     api_url: str | None = ApiUrl,
     data_dir: str = DataDir,
 ) -> None:
@@ -122,7 +128,11 @@ def export_chargeback(
     if via_api or api_url:
         params = {"period": period, "format": fmt} | ({"as_of": as_of} if as_of is not None else {})
         response = _get(api_url, data_dir, "/v1/exports/chargeback", params)
-        body, rows, total = response.content, response.headers.get("X-Trainyard-Rows", "?"), response.headers.get("X-Trainyard-Billed-Total", "?")
+        body, rows, total = (
+            response.content,
+            response.headers.get("X-Trainyard-Rows", "?"),
+            response.headers.get("X-Trainyard-Billed-Total", "?"),
+        )
     else:
         ledger = Ledger(_ledger_url(ledger_url, data_dir))
         try:
@@ -186,9 +196,13 @@ def _capacity(capacity: str | None, data_dir: str) -> tuple[dict[str, int], str]
 def report_capacity(
     start: str | None = typer.Option(None, "--from", help="First day, YYYY-MM-DD (UTC)."),
     end: str | None = typer.Option(None, "--to", help="Last day, YYYY-MM-DD (UTC), included."),
-    period: str | None = typer.Option(None, help="A whole month instead of --from/--to: YYYY-MM, this-month or last-month."),
+    period: str | None = typer.Option(
+        None, help="A whole month instead of --from/--to: YYYY-MM, this-month or last-month."
+    ),
     out: Path = typer.Option(Path("capacity-report"), "--out", help="Directory for capacity.html and the CSV files."),
-    capacity: str | None = typer.Option(None, help="GPUs per type, e.g. 'H100=128,A100=16x8' (default: the running stack's nodes)."),
+    capacity: str | None = typer.Option(
+        None, help="GPUs per type, e.g. 'H100=128,A100=16x8' (default: the running stack's nodes)."
+    ),
     bucket: str = typer.Option("day", help="Time bucket of the allocation table and charts: day or hour."),
     horizon: int = typer.Option(14, help="Days of demand forecast past the last complete day."),
     as_of: float | None = typer.Option(None, help="Report as of this Unix time (default: now)."),
@@ -228,7 +242,9 @@ def report_capacity(
     finally:
         ledger.close()
     now = time.time() if as_of is None else as_of
-    report = capacity_report(runs, jobs, gpus, lo, hi, now, bucket_s=86_400.0 if bucket == "day" else 3_600.0, horizon_days=horizon)
+    report = capacity_report(
+        runs, jobs, gpus, lo, hi, now, bucket_s=86_400.0 if bucket == "day" else 3_600.0, horizon_days=horizon
+    )
     out.mkdir(parents=True, exist_ok=True)
     for name, text in report_files(report, source).items():
         (out / name).write_text(text)

@@ -97,9 +97,13 @@ def submit(
     priority_class: str = typer.Option("standard", help="Priority class."),
     duration: float | None = typer.Option(None, help="Simulated run time in seconds (emulated clusters)."),
     image: str | None = typer.Option(None, help="Container image."),
-    file: Path | None = typer.Option(None, "--file", "-f", help="A full job spec as JSON or YAML (overrides the flags but --tenant and --queue)."),
+    file: Path | None = typer.Option(
+        None, "--file", "-f", help="A full job spec as JSON or YAML (overrides the flags but --tenant and --queue)."
+    ),
     job_id: str | None = typer.Option(None, help="Idempotency key / job id."),
-    wait: float = typer.Option(10.0, help="Seconds to wait for admission to accept or reject the job (0: do not wait)."),
+    wait: float = typer.Option(
+        10.0, help="Seconds to wait for admission to accept or reject the job (0: do not wait)."
+    ),
     as_json: bool = typer.Option(False, "--json"),
     api_url: str | None = ApiUrl,
     data_dir: str = DataDir,
@@ -124,7 +128,10 @@ def submit(
             err_console.print("[red]error:[/red] say whose job it is: --tenant NAME (or give a job file with -f)")
             raise typer.Exit(2)
         body = {
-            "tenant": tenant, "queue": queue or "default", "name": name, "priority_class": priority_class,
+            "tenant": tenant,
+            "queue": queue or "default",
+            "name": name,
+            "priority_class": priority_class,
             "roles": [{"name": role, "replicas": replicas, "gpus_per_replica": gpus, "gpu_type": gpu_type}],
         }
         if duration is not None:
@@ -186,17 +193,22 @@ def jobs(
     for j in items:
         waiting = (j.get("reason") or "") if j.get("status") == "pending" else ""
         age = _age(now - j["submitted_at"]) if j.get("submitted_at") else "-"
-        table.add_row(j["job_id"], j["tenant"], j.get("queue") or "", str(j.get("gpus", 0)), j["status"],
-                      str(j.get("attempt", 0)), age, waiting)
+        table.add_row(
+            j["job_id"],
+            j["tenant"],
+            j.get("queue") or "",
+            str(j.get("gpus", 0)),
+            j["status"],
+            str(j.get("attempt", 0)),
+            age,
+            waiting,
+        )
     console.print(table)
 
 
 @app.command()
 def job(
-    job_id: str,
-    as_json: bool = typer.Option(False, "--json"),
-    api_url: str | None = ApiUrl,
-    data_dir: str = DataDir,
+    job_id: str, as_json: bool = typer.Option(False, "--json"), api_url: str | None = ApiUrl, data_dir: str = DataDir
 ) -> None:
     """Show one job: status, why it waits, where it runs."""
     j = _call(_client(api_url, data_dir).request, "GET", f"/v1/jobs/{job_id}")
@@ -208,8 +220,10 @@ def job(
     if j.get("status") == "rejected":
         console.print(f"[bold]{j['job_id']}[/bold]  [red]rejected[/red]  tenant={j['tenant']} queue={queue}")
     else:
-        console.print(f"[bold]{j['job_id']}[/bold]  {j['status']}  tenant={j['tenant']} queue={queue} "
-                      f"gpus={j.get('gpus')} attempt={j.get('attempt')} run={j.get('run_id') or '-'}")
+        console.print(
+            f"[bold]{j['job_id']}[/bold]  {j['status']}  tenant={j['tenant']} queue={queue} "
+            f"gpus={j.get('gpus')} attempt={j.get('attempt')} run={j.get('run_id') or '-'}"
+        )
     if j.get("status") == "pending" and j.get("reason"):
         console.print(f"  waiting: {j['reason']} (position {j.get('position') or '?'})")
     if j.get("errors"):
@@ -220,11 +234,7 @@ def job(
 
 
 @app.command()
-def cancel(
-    job_id: str,
-    api_url: str | None = ApiUrl,
-    data_dir: str = DataDir,
-) -> None:
+def cancel(job_id: str, api_url: str | None = ApiUrl, data_dir: str = DataDir) -> None:
     """Cancel a job that has not finished."""
     _call(_client(api_url, data_dir).request, "DELETE", f"/v1/jobs/{job_id}")
     console.print(f"cancel requested for {job_id}")
@@ -241,8 +251,15 @@ def nodes(as_json: bool = typer.Option(False, "--json"), api_url: str | None = A
     table = Table("node", "state", "type", "GPUs", "free", "rack", "reason")
     for n in items:
         info = n.get("info") or {}
-        table.add_row(n["node_id"], n["state"], info.get("gpu_type", ""), str(info.get("gpus", "")),
-                      str(len(n.get("free_gpus", []))), info.get("rack", ""), n.get("state_reason") or "")
+        table.add_row(
+            n["node_id"],
+            n["state"],
+            info.get("gpu_type", ""),
+            str(info.get("gpus", "")),
+            str(len(n.get("free_gpus", []))),
+            info.get("rack", ""),
+            n.get("state_reason") or "",
+        )
     console.print(table)
 
 
@@ -270,19 +287,19 @@ def usage(
 
 
 @app.command()
-def why(
-    job_id: str,
-    api_url: str | None = ApiUrl,
-    data_dir: str = DataDir,
-) -> None:
+def why(job_id: str, api_url: str | None = ApiUrl, data_dir: str = DataDir) -> None:
     """Why is this job pending, and where is it in line?"""
     from trainyard.core.reasons import REASON_TEXT, PendingReason
 
     j = _call(_client(api_url, data_dir).request, "GET", f"/v1/jobs/{job_id}")
     status = j["status"]
     if status != "pending":
-        detail = {"rejected": "it was rejected", "admitted": "it is admitted and waiting for placement",
-                  "placed": "it is placed and starting", "running": "it is running"}.get(status, f"it is {status}")
+        detail = {
+            "rejected": "it was rejected",
+            "admitted": "it is admitted and waiting for placement",
+            "placed": "it is placed and starting",
+            "running": "it is running",
+        }.get(status, f"it is {status}")
         console.print(f"{job_id} is not waiting: {detail}.")
         for e in j.get("errors") or []:
             console.print(f"  [red]{e['field']}[/red]: {e['message']}")

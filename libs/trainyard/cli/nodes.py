@@ -75,8 +75,9 @@ def _ts(value: float | None) -> str:
 
 
 @node_app.command("history")
-def history(node_id: str, as_json: bool = typer.Option(False, "--json"), api_url: str | None = ApiUrl,
-            data_dir: str = DataDir) -> None:
+def history(
+    node_id: str, as_json: bool = typer.Option(False, "--json"), api_url: str | None = ApiUrl, data_dir: str = DataDir
+) -> None:
     """A node's health state, current incident and history of transitions."""
     h = _request(api_url, data_dir, "GET", f"/v1/nodes/{node_id}/history")
     if as_json:
@@ -85,7 +86,9 @@ def history(node_id: str, as_json: bool = typer.Option(False, "--json"), api_url
     lemon = "  [red]lemon[/red]" if h.get("lemon") else ""
     console.print(f"[bold]{h['node_id']}[/bold]  {h['state']} since {_ts(h['since'])}{lemon}  {h['reason']}")
     if h.get("remedy"):
-        console.print(f"  remedy: {h['remedy']}  GPUs: {h.get('gpus') or '-'}  incidents: {len(h.get('incidents', []))}")
+        console.print(
+            f"  remedy: {h['remedy']}  GPUs: {h.get('gpus') or '-'}  incidents: {len(h.get('incidents', []))}"
+        )
     table = Table("at", "from", "to", "cause", "detail")
     for e in h.get("history", []):
         table.add_row(_ts(e["at"]), e["from_state"], e["to_state"], e["cause"], e["detail"])
@@ -98,7 +101,9 @@ def history(node_id: str, as_json: bool = typer.Option(False, "--json"), api_url
 def agent_command(
     node_id: str = typer.Option(socket.gethostname().split(".")[0], help="This node's id."),
     gpu_type: str | None = typer.Option(None, help="GPU type (default: from the first GPU's name)."),
-    zone: str = typer.Option("z1"), block: str = typer.Option("b1"), rack: str = typer.Option("r1"),
+    zone: str = typer.Option("z1"),
+    block: str = typer.Option("b1"),
+    rack: str = typer.Option("r1"),
     nvlink_domain: str | None = typer.Option(None),
     telemetry_interval: float = typer.Option(5.0, help="Seconds between GPU samples."),
     fake_gpus: int = typer.Option(0, help="Use N fake GPUs instead of NVML (tests and demos)."),
@@ -126,10 +131,23 @@ def agent_command(
     name = gpu_type or (backend.sample(0).name or "unknown" if count else "none")
 
     async def main(rt: Runtime) -> None:
-        info = NodeInfo(node_id=node_id, cluster=rt.settings.cluster, gpu_type=name.replace(" ", "-"), gpus=count,
-                        zone=zone, block=block, rack=rack, nvlink_domain=nvlink_domain)
-        agent = NodeAgent(rt.bus, info, backend, heartbeat_interval_s=rt.settings.heartbeat_interval_s,
-                          telemetry_interval_s=telemetry_interval)
+        info = NodeInfo(
+            node_id=node_id,
+            cluster=rt.settings.cluster,
+            gpu_type=name.replace(" ", "-"),
+            gpus=count,
+            zone=zone,
+            block=block,
+            rack=rack,
+            nvlink_domain=nvlink_domain,
+        )
+        agent = NodeAgent(
+            rt.bus,
+            info,
+            backend,
+            heartbeat_interval_s=rt.settings.heartbeat_interval_s,
+            telemetry_interval_s=telemetry_interval,
+        )
         await agent.run(rt.stop)
 
     serve("agent", main)
@@ -149,7 +167,9 @@ def emulate_inject(
     gpu_lost: bool = typer.Option(False, "--gpu-lost", help="The GPU falls off the bus."),
     silent: bool = typer.Option(False, "--silent", help="The node stops heartbeating."),
     clear: bool = typer.Option(False, "--clear", help="Undo every fault on the node."),
-    cluster: str | None = typer.Option(None, "--cluster", help="Its cluster (default: $TRAINYARD_CLUSTER, else local)."),
+    cluster: str | None = typer.Option(
+        None, "--cluster", help="Its cluster (default: $TRAINYARD_CLUSTER, else local)."
+    ),
     nats_url: str | None = typer.Option(None, "--nats-url", envvar="TRAINYARD_NATS_URL"),
     data_dir: str = DataDir,
 ) -> None:
@@ -157,21 +177,37 @@ def emulate_inject(
     from trainyard.agent.control import ControlRequest, decode_reply, emulator_control_subject, encode
 
     chosen = {
-        "xid": xid is not None, "ecc": ecc is not None or uncorrected > 0, "overheat": overheat is not None,
-        "nvlink_down": nvlink_down is not None, "gpu_lost": gpu_lost, "silent": silent, "clear": clear,
+        "xid": xid is not None,
+        "ecc": ecc is not None or uncorrected > 0,
+        "overheat": overheat is not None,
+        "nvlink_down": nvlink_down is not None,
+        "gpu_lost": gpu_lost,
+        "silent": silent,
+        "clear": clear,
     }
     ops = [op for op, on in chosen.items() if on]
     if len(ops) != 1:
-        err_console.print("[red]error:[/red] give exactly one of --xid, --ecc, --overheat, --nvlink-down, "
-                          "--gpu-lost, --silent, --clear")
+        err_console.print(
+            "[red]error:[/red] give exactly one of --xid, --ecc, --overheat, --nvlink-down, "
+            "--gpu-lost, --silent, --clear"
+        )
         raise typer.Exit(2)
     try:
         links = [int(x) for x in nvlink_down.split(",") if x.strip()] if nvlink_down else None
     except ValueError as err:
         err_console.print(f"[red]error:[/red] --nvlink-down takes link numbers like 0,1: {err}")
         raise typer.Exit(2) from err
-    request = ControlRequest(op=ops[0], node_id=node, gpu=gpu, xid=xid, count=ecc, uncorrected=uncorrected,
-                             temperature_c=overheat, links=links, by=f"operator:{_operator(None)}")
+    request = ControlRequest(
+        op=ops[0],
+        node_id=node,
+        gpu=gpu,
+        xid=xid,
+        count=ecc,
+        uncorrected=uncorrected,
+        temperature_c=overheat,
+        links=links,
+        by=f"operator:{_operator(None)}",
+    )
     cluster = cluster or cli_settings().cluster
     url = nats_url
     if url is None:

@@ -117,27 +117,56 @@ def _run(policies: list[str], o: dict[str, Any], as_json: bool, single: bool = F
         for name in policies:
             policy_named(name)
         plan = prepare(
-            o["workload"], o["traces"], o["jobs"], o["nodes"], o["seed"], o["load"], o["start"], o["end"],
-            o["add_nodes"], parse_quotas(o["quota"]), o["arrival_scale"], o["limit"], trace=o["trace"],
-            nodes_file=o["nodes_file"], target_load=o["target_load"], partition=o["partition_by_tenant"])
+            o["workload"],
+            o["traces"],
+            o["jobs"],
+            o["nodes"],
+            o["seed"],
+            o["load"],
+            o["start"],
+            o["end"],
+            o["add_nodes"],
+            parse_quotas(o["quota"]),
+            o["arrival_scale"],
+            o["limit"],
+            trace=o["trace"],
+            nodes_file=o["nodes_file"],
+            target_load=o["target_load"],
+            partition=o["partition_by_tenant"],
+        )
     except (TraceError, ValueError, OSError) as e:
         _fail(str(e), as_json, console)
     w = plan.workload
-    model = FailureModel(lemon_fraction=o["lemons"], checkpoint_interval_s=o["checkpoint"]) if o["failures"] \
+    model = (
+        FailureModel(lemon_fraction=o["lemons"], checkpoint_interval_s=o["checkpoint"])
+        if o["failures"]
         else NO_FAILURES
+    )
     # Philly's VCs were dedicated partitions: no borrowing unless asked for.
     borrow = o["borrowing"] if o["borrowing"] is not None else (o["workload"] != "philly" or bool(o["trace"]))
     if plan.partitioned:
         borrow = False
-    scenario = Scenario(tick_s=o["tick"], seed=o["seed"], failures=model, borrowing=borrow,
-                        check_every=o["check_every"], record_events=False)
-    where = (f"{len({j.tenant for j in w.jobs})} dedicated partitions" if plan.partitioned
-             else f"{len(plan.nodes):,} nodes")
-    info.print(f"{escape(w.source)}: {len(w.jobs):,} jobs on {where}, {plan.gpus:,} {plan.nodes[0].gpu_type} GPUs, "
-               f"borrowing={'on' if borrow else 'off'}")
+    scenario = Scenario(
+        tick_s=o["tick"],
+        seed=o["seed"],
+        failures=model,
+        borrowing=borrow,
+        check_every=o["check_every"],
+        record_events=False,
+    )
+    where = (
+        f"{len({j.tenant for j in w.jobs})} dedicated partitions" if plan.partitioned else f"{len(plan.nodes):,} nodes"
+    )
+    info.print(
+        f"{escape(w.source)}: {len(w.jobs):,} jobs on {where}, {plan.gpus:,} {plan.nodes[0].gpu_type} GPUs, "
+        f"borrowing={'on' if borrow else 'off'}"
+    )
     moved = o["target_load"] is not None or o["arrival_scale"] != 1.0
-    info.print(f"offered load: {_load(plan.load_before)}" + (f" -> {_load(plan.load_after)}" if moved else "")
-               + " (GPU-seconds demanded / (cluster GPUs x submission span))")
+    info.print(
+        f"offered load: {_load(plan.load_before)}"
+        + (f" -> {_load(plan.load_after)}" if moved else "")
+        + " (GPU-seconds demanded / (cluster GPUs x submission span))"
+    )
     if w.rounded:
         info.print(f"{w.rounded:,} fractional GPU requests rounded up to whole GPUs")
     t0 = time.perf_counter()
@@ -161,9 +190,11 @@ def _run(policies: list[str], o: dict[str, Any], as_json: bool, single: bool = F
             Path(o["out"]).mkdir(parents=True, exist_ok=True)
             (Path(o["out"]) / "summary.json").write_text(json.dumps(summaries, indent=2))
     for s in summaries:
-        s.update(offered_load_before=plan.load_before if plan.load_before != float("inf") else None,
-                 offered_load=plan.load_after if plan.load_after != float("inf") else None,
-                 rounded_gpu_requests=w.rounded)
+        s.update(
+            offered_load_before=plan.load_before if plan.load_before != float("inf") else None,
+            offered_load=plan.load_after if plan.load_after != float("inf") else None,
+            rounded_gpu_requests=w.rounded,
+        )
     bad = sum(s["violations"] for s in summaries)
     if as_json:
         typer.echo(json.dumps(summaries[0] if single else summaries, indent=2))
@@ -180,8 +211,11 @@ def _run(policies: list[str], o: dict[str, Any], as_json: bool, single: bool = F
     if plan.partitioned:
         _partition_table(console, summaries)
     checked = all(s.get("invariants_checked", True) for s in summaries)
-    console.print(f"invariants: checked every {o['check_every']} cycles, {bad} broken" if checked
-                  else "invariants: not checked (--check-every N checks them every N cycles)")
+    console.print(
+        f"invariants: checked every {o['check_every']} cycles, {bad} broken"
+        if checked
+        else "invariants: not checked (--check-every N checks them every N cycles)"
+    )
     if o["out"]:
         console.print(f"summary.json{', CSVs and charts' if sims else ''} in {escape(o['out'])}")
     if bad:
@@ -215,10 +249,15 @@ END = typer.Option(None, help="philly: day after the last")
 ADD_NODES = typer.Option(0, min=0, help="what-if: extra 8-GPU nodes")
 QUOTA = typer.Option([], help="what-if: TENANT=GPUS nominal quota, repeatable")
 ARRIVAL_SCALE = typer.Option(1.0, callback=_positive, help="what-if: arrivals this many times as fast")
-TARGET_LOAD = typer.Option(None, "--target-load", callback=_positive,
-                           help="move arrivals so that GPU-seconds demanded / (cluster GPUs x span) is this")
-PARTITION = typer.Option(False, "--partition-by-tenant",
-                         help="each tenant alone on dedicated nodes of its quota's size, no borrowing")
+TARGET_LOAD = typer.Option(
+    None,
+    "--target-load",
+    callback=_positive,
+    help="move arrivals so that GPU-seconds demanded / (cluster GPUs x span) is this",
+)
+PARTITION = typer.Option(
+    False, "--partition-by-tenant", help="each tenant alone on dedicated nodes of its quota's size, no borrowing"
+)
 TICK = typer.Option(60.0, min=0.0, help="scheduling cycle at most every N virtual seconds (0: every change)")
 FAILURES = typer.Option(False, help="node failures at Llama 3 rates")
 LEMONS = typer.Option(0.0, min=0.0, max=1.0, help="share of lemon nodes (10x failure rate), 0..1")
@@ -227,18 +266,36 @@ BORROWING = typer.Option(None, "--borrowing/--no-borrowing", help="default: off 
 OUT = typer.Option(None, help="folder for summary.json, CSVs and PNG charts")
 CHECK_EVERY = typer.Option(0, min=0, help="check invariants every N cycles (0: never)")
 LIMIT = typer.Option(None, min=1, help="philly: only the first N jobs")
-JSON = typer.Option(False, "--json", help="print the summaries as JSON (errors as {\"error\": ...})")
+JSON = typer.Option(False, "--json", help='print the summaries as JSON (errors as {"error": ...})')
 
 
 @sim_app.command("run", cls=JsonErrors)
 def run(
     policy: str = typer.Option("trainyard", help="trainyard, fifo, sjf or slurm"),
-    workload: str = WORKLOAD, traces: str = TRACES, trace: str = TRACE, nodes_file: str = NODES_FILE,
-    jobs: int = JOBS, nodes: int = NODES, seed: int = SEED, load: float = LOAD, start: str = START, end: str = END,
-    add_nodes: int = ADD_NODES, quota: list[str] = QUOTA, arrival_scale: float = ARRIVAL_SCALE,
-    target_load: float = TARGET_LOAD, partition_by_tenant: bool = PARTITION, tick: float = TICK,
-    failures: bool = FAILURES, lemons: float = LEMONS, checkpoint: float = CHECKPOINT, borrowing: bool = BORROWING,
-    out: str = OUT, check_every: int = CHECK_EVERY, limit: int = LIMIT, as_json: bool = JSON,
+    workload: str = WORKLOAD,
+    traces: str = TRACES,
+    trace: str = TRACE,
+    nodes_file: str = NODES_FILE,
+    jobs: int = JOBS,
+    nodes: int = NODES,
+    seed: int = SEED,
+    load: float = LOAD,
+    start: str = START,
+    end: str = END,
+    add_nodes: int = ADD_NODES,
+    quota: list[str] = QUOTA,
+    arrival_scale: float = ARRIVAL_SCALE,
+    target_load: float = TARGET_LOAD,
+    partition_by_tenant: bool = PARTITION,
+    tick: float = TICK,
+    failures: bool = FAILURES,
+    lemons: float = LEMONS,
+    checkpoint: float = CHECKPOINT,
+    borrowing: bool = BORROWING,
+    out: str = OUT,
+    check_every: int = CHECK_EVERY,
+    limit: int = LIMIT,
+    as_json: bool = JSON,
 ) -> None:
     """Simulate one policy."""
     options = dict(locals())
@@ -248,12 +305,30 @@ def run(
 @sim_app.command("compare", cls=JsonErrors)
 def compare(
     policies: str = typer.Option("trainyard,fifo,sjf,slurm", help="comma-separated policies"),
-    workload: str = WORKLOAD, traces: str = TRACES, trace: str = TRACE, nodes_file: str = NODES_FILE,
-    jobs: int = JOBS, nodes: int = NODES, seed: int = SEED, load: float = LOAD, start: str = START, end: str = END,
-    add_nodes: int = ADD_NODES, quota: list[str] = QUOTA, arrival_scale: float = ARRIVAL_SCALE,
-    target_load: float = TARGET_LOAD, partition_by_tenant: bool = PARTITION, tick: float = TICK,
-    failures: bool = FAILURES, lemons: float = LEMONS, checkpoint: float = CHECKPOINT, borrowing: bool = BORROWING,
-    out: str = OUT, check_every: int = CHECK_EVERY, limit: int = LIMIT, as_json: bool = JSON,
+    workload: str = WORKLOAD,
+    traces: str = TRACES,
+    trace: str = TRACE,
+    nodes_file: str = NODES_FILE,
+    jobs: int = JOBS,
+    nodes: int = NODES,
+    seed: int = SEED,
+    load: float = LOAD,
+    start: str = START,
+    end: str = END,
+    add_nodes: int = ADD_NODES,
+    quota: list[str] = QUOTA,
+    arrival_scale: float = ARRIVAL_SCALE,
+    target_load: float = TARGET_LOAD,
+    partition_by_tenant: bool = PARTITION,
+    tick: float = TICK,
+    failures: bool = FAILURES,
+    lemons: float = LEMONS,
+    checkpoint: float = CHECKPOINT,
+    borrowing: bool = BORROWING,
+    out: str = OUT,
+    check_every: int = CHECK_EVERY,
+    limit: int = LIMIT,
+    as_json: bool = JSON,
 ) -> None:
     """Simulate several policies on the same workload, one after another, and print them side by side."""
     options = dict(locals())
@@ -265,7 +340,10 @@ def compare(
 def convert_philly(
     out: str = typer.Option(..., "--out", help="trace file to write (.csv or .parquet)"),
     nodes_out: str = typer.Option(None, "--nodes-out", help="node list to write (.csv or .parquet)"),
-    traces: str = TRACES, start: str = START, end: str = END, limit: int = LIMIT,
+    traces: str = TRACES,
+    start: str = START,
+    end: str = END,
+    limit: int = LIMIT,
 ) -> None:
     """The Philly jobs (Jeon et al., ATC'19; CC BY 4.0) as a trace file, and their cluster as a node list."""
     from trainyard.sim.trace_writers import convert_philly as convert

@@ -29,7 +29,9 @@ def up(
         1, "--nats-cluster", help="NATS nodes: 1, or a cluster of 3 (or 5) keeping 3 replicas of every stream."
     ),
     nats_sync: str = typer.Option(
-        "", "--nats-sync", help="JetStream sync_interval: always (fsync before each ack), default (every 2 min) "
+        "",
+        "--nats-sync",
+        help="JetStream sync_interval: always (fsync before each ack), default (every 2 min) "
         "or a duration such as 1s. Default: always on one node, default in a cluster (docs/reliability.md).",
     ),
 ) -> None:
@@ -41,9 +43,17 @@ def up(
     from trainyard.local.supervisor import Supervisor
 
     config = StackConfig(
-        data_dir=data_dir, nodes=nodes, gpus_per_node=gpus, racks=racks, http_port=http_port,
-        grpc_port=grpc_port, nats_port=nats_port, redis_port=redis_port,
-        ledger_url=cli_settings().given("ledger_url"), portals=portal, nats_cluster=nats_cluster,
+        data_dir=data_dir,
+        nodes=nodes,
+        gpus_per_node=gpus,
+        racks=racks,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        nats_port=nats_port,
+        redis_port=redis_port,
+        ledger_url=cli_settings().given("ledger_url"),
+        portals=portal,
+        nats_cluster=nats_cluster,
         nats_sync=nats_sync,
     )
     try:
@@ -97,7 +107,9 @@ def _print_banner(stack, nodes: int, gpus: int, racks: int) -> None:  # type: ig
     _say(f"  NATS durability  {shape}; sync_interval {stack.nats_sync}")
     _say(f"  Redis            {stack.redis.admin_url}")
     if stack.credentials is not None:
-        _say(f"  bus users        {stack.data_dir / 'bus' / 'credentials.json'}  (one per service; see docs/security.md)")
+        _say(
+            f"  bus users        {stack.data_dir / 'bus' / 'credentials.json'}  (one per service; see docs/security.md)"
+        )
     _say(f"  ledger           {stack.ledger_url}")
     _say(f"  logs             {stack.data_dir / 'logs'}")
     _say(f"  ports kept in    {stack.data_dir / 'ports.json'}")
@@ -107,6 +119,6 @@ def _print_banner(stack, nodes: int, gpus: int, racks: int) -> None:  # type: ig
     _say(f"  admin token      {token_file}  ({kept}; the CLI reads it by itself)")
     _say("Use the API with it:", markup=False)
     _say(f"  export TRAINYARD_TOKEN=$(cat {token_file})", markup=False)
-    _say(f"  curl -H \"Authorization: Bearer $TRAINYARD_TOKEN\" {stack.api_url}/v1/jobs", markup=False)
+    _say(f'  curl -H "Authorization: Bearer $TRAINYARD_TOKEN" {stack.api_url}/v1/jobs', markup=False)
     _say("  trainyard auth token create --name alice --role researcher --tenant acme   # a token per person")
     _say("Try: trainyard submit --tenant acme --gpus 8 --duration 5 && trainyard jobs   (Ctrl-C stops)")

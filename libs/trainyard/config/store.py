@@ -81,8 +81,13 @@ class ConfigStore:
         else:
             revision = await self.kv.update(TENANCY_KEY, text.encode(), last=old.revision)
         await audit(
-            self.bus, actor, "config.apply", f"tenancy@{revision}", reason,
-            details={"changes": "\n".join(changes)[:4000]}, record_id=f"config:tenancy:{revision}",
+            self.bus,
+            actor,
+            "config.apply",
+            f"tenancy@{revision}",
+            reason,
+            details={"changes": "\n".join(changes)[:4000]},
+            record_id=f"config:tenancy:{revision}",
         )
         return revision, changes
 

@@ -46,8 +46,13 @@ def validate_tenancy(cfg: TenancyConfig) -> list[ConfigError]:
     if cfg.fair_share.half_life_s <= 0:
         err("fair_share.half_life_s", f"must be greater than 0, got {cfg.fair_share.half_life_s}")
     p = cfg.preemption
-    for field in ("min_runtime_s", "grace_period_s", "max_fair_share_preemptions", "restart_cost_s",
-                  "attained_service_min_runtime_s"):
+    for field in (
+        "min_runtime_s",
+        "grace_period_s",
+        "max_fair_share_preemptions",
+        "restart_cost_s",
+        "attained_service_min_runtime_s",
+    ):
         if getattr(p, field) < 0:
             err(f"preemption.{field}", f"must not be negative, got {getattr(p, field)}")
     if p.rate_window_s <= 0:
@@ -60,8 +65,10 @@ def validate_tenancy(cfg: TenancyConfig) -> list[ConfigError]:
         if not level > 0:
             err(f"scheduling.service_levels_gpu_h[{i}]", f"must be greater than 0, got {level}")
         elif i and not level > levels[i - 1]:
-            err(f"scheduling.service_levels_gpu_h[{i}]",
-                f"levels must rise: {level} is not above the level before it, {levels[i - 1]}")
+            err(
+                f"scheduling.service_levels_gpu_h[{i}]",
+                f"levels must rise: {level} is not above the level before it, {levels[i - 1]}",
+            )
     if not s.reserve_after_s >= 0:
         err("scheduling.reserve_after_s", f"must be 0 or more seconds, got {s.reserve_after_s}")
     if not s.starvation_s > 0:
@@ -80,8 +87,11 @@ def validate_tenancy(cfg: TenancyConfig) -> list[ConfigError]:
             twhere = f"{where}.teams[{t}]"
             _name(team.name, f"{twhere}.name", err)
             if team.name in team_names:
-                err(f"{twhere}.name", f"team {team.name!r} is already declared at {team_names[team.name]}; "
-                    "team names are tenant names and must be unique across organisations")
+                err(
+                    f"{twhere}.name",
+                    f"team {team.name!r} is already declared at {team_names[team.name]}; "
+                    "team names are tenant names and must be unique across organisations",
+                )
             team_names.setdefault(team.name, twhere)
             _node(twhere, team.weight, team.quota, flavors, err)
             _grants(f"{twhere}.priority_classes", team.priority_classes, None, classes, err)
@@ -94,16 +104,20 @@ def validate_tenancy(cfg: TenancyConfig) -> list[ConfigError]:
                 queue_names.add(queue.name)
                 _node(qwhere, queue.weight, queue.quota, flavors, err)
                 if queue.default_priority_class is not None and queue.default_priority_class not in classes:
-                    err(f"{qwhere}.default_priority_class",
-                        f"unknown priority class {queue.default_priority_class!r}; {_known(classes)}")
+                    err(
+                        f"{qwhere}.default_priority_class",
+                        f"unknown priority class {queue.default_priority_class!r}; {_known(classes)}",
+                    )
                 _grants(f"{qwhere}.priority_classes", queue.priority_classes, team.priority_classes, classes, err)
                 allowed = allowed_classes(cfg, team, queue)
                 default = queue.default_priority_class or cfg.default_priority_class
                 if default in classes and default not in allowed:
                     where_default = "default_priority_class" if queue.default_priority_class else "priority_classes"
-                    err(f"{qwhere}.{where_default}",
+                    err(
+                        f"{qwhere}.{where_default}",
                         f"the queue's default priority class {default!r} is not one it may use "
-                        f"({', '.join(allowed) or 'none'}); grant it in priority_classes or choose another default")
+                        f"({', '.join(allowed) or 'none'}); grant it in priority_classes or choose another default",
+                    )
             _children_fit(twhere, "team", team.quota, "queues", [x.quota for x in team.queues], flavors, err)
         _children_fit(where, "organisation", org.quota, "teams", [x.quota for x in org.teams], flavors, err)
     return errors
@@ -150,12 +164,21 @@ def _node(where: str, weight: float, quota: dict[str, QuotaLimits], flavors: set
             if q.lending_limit < 0:
                 err(f"{qwhere}.lending_limit", f"must not be negative, got {q.lending_limit}")
             elif q.lending_limit > q.nominal:
-                err(f"{qwhere}.lending_limit",
-                    f"{q.lending_limit} is more than the nominal quota {q.nominal}; a node can only lend what it has")
+                err(
+                    f"{qwhere}.lending_limit",
+                    f"{q.lending_limit} is more than the nominal quota {q.nominal}; a node can only lend what it has",
+                )
 
 
-def _children_fit(where: str, kind: str, quota: dict[str, QuotaLimits], children: str,
-                  child_quotas: list[dict[str, QuotaLimits]], flavors: set[str], err) -> None:
+def _children_fit(
+    where: str,
+    kind: str,
+    quota: dict[str, QuotaLimits],
+    children: str,
+    child_quotas: list[dict[str, QuotaLimits]],
+    flavors: set[str],
+    err,
+) -> None:
     totals: dict[str, int] = {}
     for cq in child_quotas:
         for f, q in cq.items():
@@ -164,5 +187,7 @@ def _children_fit(where: str, kind: str, quota: dict[str, QuotaLimits], children
     for f, total in totals.items():
         own = quota[f].nominal if f in quota else 0
         if total > own:
-            err(f"{where}.quota.{f}.nominal",
-                f"the {children}' nominal {f} quotas add up to {total}, more than the {kind}'s {own}")
+            err(
+                f"{where}.quota.{f}.nominal",
+                f"the {children}' nominal {f} quotas add up to {total}, more than the {kind}'s {own}",
+            )

@@ -172,11 +172,15 @@ def apply(record: JobRecord | None, event: JobEvent, seq: int) -> Folded:
             return Folded(_fail(record, event), True)
         if isinstance(event, PreemptionNotice):
             return Folded(_notice(record, event), True)
-        return Folded(msgspec.structs.replace(record, last_checkpoint_at=event.at, last_checkpoint_step=event.step), True)
+        return Folded(
+            msgspec.structs.replace(record, last_checkpoint_at=event.at, last_checkpoint_step=event.step), True
+        )
     if isinstance(event, JobCancelled):
         if record.status in TERMINAL:
             return Folded(record, False)
-        return Folded(msgspec.structs.replace(record, status=CANCELLED, finished_at=event.at, reason=event.reason), True)
+        return Folded(
+            msgspec.structs.replace(record, status=CANCELLED, finished_at=event.at, reason=event.reason), True
+        )
     return Folded(record, False)  # a second JobAccepted or JobRejected
 
 
@@ -184,13 +188,29 @@ def _create(event: JobEvent, seq: int) -> JobRecord | None:
     if isinstance(event, JobAccepted):
         spec = event.spec
         return JobRecord(
-            job_id=event.job_id, status=PENDING, tenant=spec.tenant, order=seq, last_seq=seq, queue=spec.queue,
-            name=spec.name, priority_class=spec.priority_class, spec=msgspec.Raw(_encode(spec)), gpus=spec.total_gpus, gpus_by_type=spec.gpus_by_type,
-            max_retries=spec.max_retries, submitted_at=event.submitted_at, accepted_at=event.at,
+            job_id=event.job_id,
+            status=PENDING,
+            tenant=spec.tenant,
+            order=seq,
+            last_seq=seq,
+            queue=spec.queue,
+            name=spec.name,
+            priority_class=spec.priority_class,
+            spec=msgspec.Raw(_encode(spec)),
+            gpus=spec.total_gpus,
+            gpus_by_type=spec.gpus_by_type,
+            max_retries=spec.max_retries,
+            submitted_at=event.submitted_at,
+            accepted_at=event.at,
         )
     if isinstance(event, JobRejected):
         return JobRecord(
-            job_id=event.job_id, status=REJECTED, tenant=event.tenant, order=seq, last_seq=seq, errors=list(event.errors),
+            job_id=event.job_id,
+            status=REJECTED,
+            tenant=event.tenant,
+            order=seq,
+            last_seq=seq,
+            errors=list(event.errors),
             finished_at=event.at,
         )
     return None
@@ -198,8 +218,16 @@ def _create(event: JobEvent, seq: int) -> JobRecord | None:
 
 def _admit(record: JobRecord, event: JobAdmitted) -> JobRecord:
     return msgspec.structs.replace(
-        record, status=ADMITTED, run_id=event.run_id, attempt=event.attempt, admitted_at=event.at, placement=(),
-        reason=None, started_at=None, placed_at=None, not_before=None,
+        record,
+        status=ADMITTED,
+        run_id=event.run_id,
+        attempt=event.attempt,
+        admitted_at=event.at,
+        placement=(),
+        reason=None,
+        started_at=None,
+        placed_at=None,
+        not_before=None,
     )
 
 
@@ -211,7 +239,10 @@ def _place(record: JobRecord, event: JobPlaced) -> JobRecord:
 
 def _notice(record: JobRecord, event: PreemptionNotice) -> JobRecord:
     return msgspec.structs.replace(
-        record, notice_at=event.at, preempt_deadline=event.at + event.grace_period_s, preemptor=event.preemptor,
+        record,
+        notice_at=event.at,
+        preempt_deadline=event.at + event.grace_period_s,
+        preemptor=event.preemptor,
         preempt_reason=event.reason,
     )
 
@@ -221,8 +252,15 @@ def _fail(record: JobRecord, event: RunFailed) -> JobRecord:
     if record.started_at is not None and event.at > record.started_at:
         attained += (event.at - record.started_at) * record.gpus
     ended = msgspec.structs.replace(
-        record, reason=event.reason, message=event.message, placement=(), notice_at=None, preempt_deadline=None,
-        preemptor=None, preempt_reason=None, attained_gpu_s=attained,
+        record,
+        reason=event.reason,
+        message=event.message,
+        placement=(),
+        notice_at=None,
+        preempt_deadline=None,
+        preemptor=None,
+        preempt_reason=None,
+        attained_gpu_s=attained,
     )
     category, base_cap = failure_category(event.reason)
     replace = msgspec.structs.replace

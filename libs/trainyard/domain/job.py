@@ -128,7 +128,6 @@ class ValidationError(msgspec.Struct, frozen=True):
         return f"{self.field}: {self.message}"
 
 
-
 _encoder = msgspec.json.Encoder()
 
 
@@ -239,9 +238,7 @@ def _check_role(role: Role, where: str, seen: set[str], errors: list[ValidationE
     seen.add(role.name)
     if not 1 <= role.replicas <= MAX_REPLICAS_PER_ROLE:
         errors.append(
-            ValidationError(
-                f"{where}.replicas", f"must be between 1 and {MAX_REPLICAS_PER_ROLE}, got {role.replicas}"
-            )
+            ValidationError(f"{where}.replicas", f"must be between 1 and {MAX_REPLICAS_PER_ROLE}, got {role.replicas}")
         )
     if not 1 <= role.gpus_per_replica <= MAX_GPUS_PER_REPLICA:
         errors.append(
@@ -253,8 +250,7 @@ def _check_role(role: Role, where: str, seen: set[str], errors: list[ValidationE
     if not GPU_TYPE_RE.match(role.gpu_type):
         errors.append(
             ValidationError(
-                f"{where}.gpu_type",
-                f"{quoted(role.gpu_type)} is not a GPU type name: 1-32 letters, digits, '_' or '-'",
+                f"{where}.gpu_type", f"{quoted(role.gpu_type)} is not a GPU type name: 1-32 letters, digits, '_' or '-'"
             )
         )
     # Comparisons are false for NaN, and the upper bounds exclude infinity.
@@ -265,8 +261,7 @@ def _check_role(role: Role, where: str, seen: set[str], errors: list[ValidationE
     if not 0 < role.memory_gib_per_replica <= MAX_MEMORY_GIB_PER_REPLICA:
         errors.append(
             ValidationError(
-                f"{where}.memory_gib_per_replica",
-                f"must be greater than 0 and at most {MAX_MEMORY_GIB_PER_REPLICA:g}",
+                f"{where}.memory_gib_per_replica", f"must be greater than 0 and at most {MAX_MEMORY_GIB_PER_REPLICA:g}"
             )
         )
 
@@ -274,9 +269,7 @@ def _check_role(role: Role, where: str, seen: set[str], errors: list[ValidationE
 def _check_payload(spec: JobSpec, errors: list[ValidationError]) -> None:
     if spec.image is None and spec.workload_ref is None and spec.simulated_duration_s is None:
         errors.append(
-            ValidationError(
-                "image", "say what to run: an image (and command), a workload_ref, or simulated_duration_s"
-            )
+            ValidationError("image", "say what to run: an image (and command), a workload_ref, or simulated_duration_s")
         )
     if spec.image is not None:
         problem = text_problem(spec.image, MAX_IMAGE_CHARS, spaces=False) or (

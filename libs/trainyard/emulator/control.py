@@ -26,7 +26,10 @@ log = logging.getLogger(__name__)
 
 class EmulatorControl:
     def __init__(
-        self, agents: Mapping[str, NodeAgent], backends: Mapping[str, FakeGpuBackend], silent: set[str],
+        self,
+        agents: Mapping[str, NodeAgent],
+        backends: Mapping[str, FakeGpuBackend],
+        silent: set[str],
         clock: Callable[[], float],
     ) -> None:
         self.agents = agents

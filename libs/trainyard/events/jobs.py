@@ -30,7 +30,6 @@ PLACEMENT_BACKOFF_S = (5.0, 300.0)  # base, cap: min(base * 2**(n-1), cap)
 RETRY_BACKOFF_S = (10.0, 600.0)
 
 
-
 def failure_category(reason: str) -> tuple[str, tuple[float, float]]:
     """How the fold requeues a job whose run failed for ``reason``, and its backoff."""
     if reason in HEAD_OF_QUEUE_FAILURES:

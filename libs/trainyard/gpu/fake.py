@@ -12,13 +12,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from trainyard.gpu.nvml import (
-    RECOVERY_ACTIONS,
-    GpuSample,
-    NvLinkErrorCounts,
-    XidEvent,
-    decode_clock_event_reasons,
-)
+from trainyard.gpu.nvml import RECOVERY_ACTIONS, GpuSample, NvLinkErrorCounts, XidEvent, decode_clock_event_reasons
 
 
 @dataclass
@@ -103,7 +97,9 @@ class FakeGpuBackend:
             clock_event_reason_names=decode_clock_event_reasons(gpu.clock_event_reasons),
             nvlink_links_up=[link for link in links if link not in gpu.links_down] if has_links else None,
             nvlink_links_down=sorted(gpu.links_down) if has_links else None,
-            nvlink_error_counts=NvLinkErrorCounts(gpu.nvlink_replay, gpu.nvlink_recovery, gpu.nvlink_crc) if has_links else None,
+            nvlink_error_counts=NvLinkErrorCounts(gpu.nvlink_replay, gpu.nvlink_recovery, gpu.nvlink_crc)
+            if has_links
+            else None,
             pcie_replay_counter=gpu.pcie_replay,
             recovery_action=gpu.recovery_action,
         )

@@ -101,7 +101,9 @@ class NvmlBackend:
         cls = getattr(self._nvml, name, None)
         return isinstance(cls, type) and isinstance(exc, cls)
 
-    def _try(self, name: str, *args: Any, errors: dict[str, str] | None = None, flags: dict[str, bool] | None = None) -> Any:
+    def _try(
+        self, name: str, *args: Any, errors: dict[str, str] | None = None, flags: dict[str, bool] | None = None
+    ) -> Any:
         """Call ``nvml.<name>(*args)``; return the value, or ``_MISSING`` when not reported.
 
         Not supported / function not found (old driver or bindings) -> missing, silently.
@@ -149,9 +151,14 @@ class NvmlBackend:
         name = _text(get("nvmlDeviceGetName"))
         temperature = get("nvmlDeviceGetTemperature", getattr(n, "NVML_TEMPERATURE_GPU", 0))
         power_mw = get("nvmlDeviceGetPowerUsage")
-        corrected, uncorrected = getattr(n, "NVML_MEMORY_ERROR_TYPE_CORRECTED", 0), getattr(n, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
+        corrected, uncorrected = (
+            getattr(n, "NVML_MEMORY_ERROR_TYPE_CORRECTED", 0),
+            getattr(n, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
+        )
         volatile, aggregate = getattr(n, "NVML_VOLATILE_ECC", 0), getattr(n, "NVML_AGGREGATE_ECC", 1)
-        sbe_pages = get("nvmlDeviceGetRetiredPages", getattr(n, "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0))
+        sbe_pages = get(
+            "nvmlDeviceGetRetiredPages", getattr(n, "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0)
+        )
         dbe_pages = get("nvmlDeviceGetRetiredPages", getattr(n, "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1))
         remap = get("nvmlDeviceGetRemappedRows")  # (correctable rows, uncorrectable rows, pending, failed)
         reasons = get("nvmlDeviceGetCurrentClocksEventReasons")
@@ -183,7 +190,9 @@ class NvmlBackend:
             read_errors=errors,
         )
 
-    def _nvlinks(self, handle: Any, errors: dict[str, str], flags: dict[str, bool]) -> tuple[list[int] | None, list[int] | None, NvLinkErrorCounts | None]:
+    def _nvlinks(
+        self, handle: Any, errors: dict[str, str], flags: dict[str, bool]
+    ) -> tuple[list[int] | None, list[int] | None, NvLinkErrorCounts | None]:
         n = self._nvml
         up: list[int] = []
         down: list[int] = []
@@ -205,7 +214,9 @@ class NvmlBackend:
             total: int | None = None
             for link in up + down:
                 for counter in counter_ids:
-                    value = self._try("nvmlDeviceGetNvLinkErrorCounter", handle, link, counter, errors=errors, flags=flags)
+                    value = self._try(
+                        "nvmlDeviceGetNvLinkErrorCounter", handle, link, counter, errors=errors, flags=flags
+                    )
                     if value is not _MISSING:
                         total = (total or 0) + int(value)
             totals[key] = total
@@ -301,7 +312,10 @@ class NvmlBackend:
             ("nvmlDeviceGetName", ()),
             ("nvmlDeviceGetTemperature", (getattr(n, "NVML_TEMPERATURE_GPU", 0),)),
             ("nvmlDeviceGetPowerUsage", ()),
-            ("nvmlDeviceGetTotalEccErrors", (getattr(n, "NVML_MEMORY_ERROR_TYPE_CORRECTED", 0), getattr(n, "NVML_VOLATILE_ECC", 0))),
+            (
+                "nvmlDeviceGetTotalEccErrors",
+                (getattr(n, "NVML_MEMORY_ERROR_TYPE_CORRECTED", 0), getattr(n, "NVML_VOLATILE_ECC", 0)),
+            ),
             ("nvmlDeviceGetRetiredPages", (getattr(n, "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1),)),
             ("nvmlDeviceGetRemappedRows", ()),
             ("nvmlDeviceGetCurrentClocksEventReasons", ()),
@@ -313,14 +327,24 @@ class NvmlBackend:
             run(fn_name, fn_name, handle, *args)
         field = getattr(n, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
         if field is None:
-            report["nvmlDeviceGetFieldValues(GPU_RECOVERY_ACTION)"] = "not supported (constant missing from the bindings)"
+            report["nvmlDeviceGetFieldValues(GPU_RECOVERY_ACTION)"] = (
+                "not supported (constant missing from the bindings)"
+            )
         else:
             values = run("nvmlDeviceGetFieldValues(GPU_RECOVERY_ACTION)", "nvmlDeviceGetFieldValues", handle, [field])
             if values is not None and getattr(values[0], "nvmlReturn", 0) != getattr(n, "NVML_SUCCESS", 0):
-                report["nvmlDeviceGetFieldValues(GPU_RECOVERY_ACTION)"] = f"field returned NVML error {values[0].nvmlReturn}"
+                report["nvmlDeviceGetFieldValues(GPU_RECOVERY_ACTION)"] = (
+                    f"field returned NVML error {values[0].nvmlReturn}"
+                )
         event_set = run("nvmlEventSetCreate", "nvmlEventSetCreate")
         if event_set is not None:
-            run("nvmlDeviceRegisterEvents(XidCriticalError)", "nvmlDeviceRegisterEvents", handle, getattr(n, "nvmlEventTypeXidCriticalError", 8), event_set)
+            run(
+                "nvmlDeviceRegisterEvents(XidCriticalError)",
+                "nvmlDeviceRegisterEvents",
+                handle,
+                getattr(n, "nvmlEventTypeXidCriticalError", 8),
+                event_set,
+            )
             run("nvmlEventSetWait_v2", "nvmlEventSetWait_v2", event_set, 0)
             if report["nvmlEventSetWait_v2"].startswith("NVMLError_Timeout"):
                 report["nvmlEventSetWait_v2"] = "ok"  # nothing queued: the call works

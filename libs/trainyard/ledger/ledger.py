@@ -38,10 +38,7 @@ class Ledger:
         if url.startswith("sqlite"):
             memory = url in ("sqlite://", "sqlite:///:memory:")
             self.engine = sa.create_engine(
-                url,
-                connect_args={"timeout": 30},
-                poolclass=sa.pool.StaticPool if memory else None,
-                **json,
+                url, connect_args={"timeout": 30}, poolclass=sa.pool.StaticPool if memory else None, **json
             )
             if not memory:
                 sa.event.listen(self.engine, "connect", _sqlite_pragmas)
@@ -102,7 +99,9 @@ class Ledger:
             result = conn.execute(stmt.order_by(t.runs.c.run_id))
             return [ledger_run_from_row(r._mapping) for r in result]
 
-    def jobs(self, *, tenant: str | None = None, start: float | None = None, end: float | None = None) -> list[LedgerJob]:
+    def jobs(
+        self, *, tenant: str | None = None, start: float | None = None, end: float | None = None
+    ) -> list[LedgerJob]:
         """Accepted jobs ordered by job id.  With ``end``, only jobs accepted
         before it; with ``start``, only jobs not cancelled before it."""
         t = self.tables

@@ -136,4 +136,3 @@ def write_deploy_files(
         _write_private(path, "".join(f"{k}={v}\n" for k, v in service_env(credentials, service).items()))
         written.append(path)
     return written
-

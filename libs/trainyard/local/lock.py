@@ -151,7 +151,8 @@ def stop_leftovers(stale: LockInfo, timeout: float = 10.0) -> list[str]:
     the command it recorded, so a reused pid is never touched).  Returns
     their names."""
     found = {
-        name: child for name, child in stale.children.items()
+        name: child
+        for name, child in stale.children.items()
         if stale.host == socket.gethostname() and child.cmdline and process_cmdline(child.pid) == child.cmdline
     }
     for child in found.values():
@@ -237,8 +238,10 @@ def choose_ports(
             port = stored[name]
             if not port_free(port) or port in chosen.values():
                 replacement = fresh()
-                notes.append(f"{name} port {port} (kept from the last start) is now in use by another program; "
-                             f"using {replacement} instead")
+                notes.append(
+                    f"{name} port {port} (kept from the last start) is now in use by another program; "
+                    f"using {replacement} instead"
+                )
                 port = replacement
         else:
             port = fresh()

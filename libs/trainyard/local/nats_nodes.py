@@ -57,7 +57,11 @@ def port_names(size: int) -> list[str]:
 
 
 def start_stack_nats(
-    data_dir: Path, size: int, ports: dict[str, int], sync: str, config_file: Path | None = None,
+    data_dir: Path,
+    size: int,
+    ports: dict[str, int],
+    sync: str,
+    config_file: Path | None = None,
     admin: tuple[str, str] | None = None,
 ) -> list[Server]:
     """Start the stack's NATS nodes: ``data_dir/nats`` for one server,
@@ -66,10 +70,13 @@ def start_stack_nats(
     if size == 1:
         return [start_nats(data_dir / "nats", ports["nats"], config_file=config_file, admin=admin, sync_interval=sync)]
     cluster = start_nats_cluster(
-        data_dir / "nats-cluster", size,
+        data_dir / "nats-cluster",
+        size,
         ports=[ports["nats"], *(ports[f"nats-{i}"] for i in range(2, size + 1))],
         cluster_ports=[ports[f"nats-cluster-{i}"] for i in range(1, size + 1)],
-        config_file=config_file, admin=admin, sync_interval=sync,
+        config_file=config_file,
+        admin=admin,
+        sync_interval=sync,
     )
     return cluster.nodes
 

@@ -90,7 +90,12 @@ def url_with_user(url: str, user: str, password: str) -> str:
 
 class Server:
     def __init__(
-        self, name: str, proc: subprocess.Popen, port: int, url: str, log_path: Path,
+        self,
+        name: str,
+        proc: subprocess.Popen,
+        port: int,
+        url: str,
+        log_path: Path,
         admin: tuple[str, str] | None = None,
     ) -> None:
         self.name = name
@@ -154,8 +159,13 @@ def _server_config(data_dir: Path, config_file: Path | None, sync_interval: str 
 
 
 def start_nats(
-    data_dir: Path, port: int | None = None, monitor_port: int | None = None, config_file: Path | None = None,
-    admin: tuple[str, str] | None = None, sync_interval: str | None = None, cluster: ClusterPeer | None = None,
+    data_dir: Path,
+    port: int | None = None,
+    monitor_port: int | None = None,
+    config_file: Path | None = None,
+    admin: tuple[str, str] | None = None,
+    sync_interval: str | None = None,
+    cluster: ClusterPeer | None = None,
     wait: bool = True,
 ) -> Server:
     """A JetStream server; with ``config_file`` (users and permissions) a
@@ -175,8 +185,16 @@ def start_nats(
     if cluster is not None:
         name = cluster.server_name
         routes = ",".join(f"nats://127.0.0.1:{p}" for p in cluster.route_ports)
-        args += ["--server_name", cluster.server_name, "--cluster_name", cluster.cluster_name,
-                 "--cluster", f"nats://127.0.0.1:{cluster.port}", "--routes", routes]
+        args += [
+            "--server_name",
+            cluster.server_name,
+            "--cluster_name",
+            cluster.cluster_name,
+            "--cluster",
+            f"nats://127.0.0.1:{cluster.port}",
+            "--routes",
+            routes,
+        ]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     if wait:
@@ -227,9 +245,15 @@ class NatsCluster:
 
 
 def start_nats_cluster(
-    data_dir: Path, size: int = 3, ports: list[int] | None = None, cluster_ports: list[int] | None = None,
-    config_file: Path | None = None, admin: tuple[str, str] | None = None, sync_interval: str | None = None,
-    cluster_name: str = "trainyard", timeout: float = 30.0,
+    data_dir: Path,
+    size: int = 3,
+    ports: list[int] | None = None,
+    cluster_ports: list[int] | None = None,
+    config_file: Path | None = None,
+    admin: tuple[str, str] | None = None,
+    sync_interval: str | None = None,
+    cluster_name: str = "trainyard",
+    timeout: float = 30.0,
 ) -> NatsCluster:
     """``size`` JetStream servers routed to each other as one cluster: node
     ``nats-<i>`` listens on ``ports[i-1]`` (clients) and ``cluster_ports[i-1]``
@@ -243,8 +267,17 @@ def start_nats_cluster(
     try:
         for i in range(size):
             peer = ClusterPeer(f"nats-{i + 1}", cluster_name, cluster_ports[i], cluster_ports)
-            nodes.append(start_nats(data_dir / peer.server_name, ports[i], config_file=config_file, admin=admin,
-                                    sync_interval=sync_interval, cluster=peer, wait=False))
+            nodes.append(
+                start_nats(
+                    data_dir / peer.server_name,
+                    ports[i],
+                    config_file=config_file,
+                    admin=admin,
+                    sync_interval=sync_interval,
+                    cluster=peer,
+                    wait=False,
+                )
+            )
         for node in nodes:
             wait_port(node.port, timeout=timeout, proc=node.proc, name=node.name)
         cluster = NatsCluster(nodes)
@@ -293,13 +326,20 @@ def start_redis(
     log_path = data_dir / "redis-server.log"
     args = [
         redis_server_binary(),
-        "--bind", "127.0.0.1",
-        "--port", str(port),
-        "--dir", str(data_dir),
-        "--save", "",
-        "--appendonly", "yes",
-        "--appendfsync", "everysec",
-        "--protected-mode", "yes",
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dir",
+        str(data_dir),
+        "--save",
+        "",
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "everysec",
+        "--protected-mode",
+        "yes",
     ]
     if acl_file is not None:
         args += ["--aclfile", str(acl_file)]

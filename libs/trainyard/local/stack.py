@@ -60,8 +60,12 @@ SERVICES: dict[str, list[str]] = {
     "gateway": ["-m", "trainyard_gateway"],
     "emulator": ["-m", "trainyard.cli.main", "emulate", "run"],
 }
-_CREDENTIAL_SETTINGS = ("TRAINYARD_NATS_USER", "TRAINYARD_NATS_PASSWORD", "TRAINYARD_REDIS_USER",
-                        "TRAINYARD_REDIS_PASSWORD")
+_CREDENTIAL_SETTINGS = (
+    "TRAINYARD_NATS_USER",
+    "TRAINYARD_NATS_PASSWORD",
+    "TRAINYARD_REDIS_USER",
+    "TRAINYARD_REDIS_PASSWORD",
+)
 STOP_TIMEOUT_S = 15.0
 
 
@@ -152,8 +156,12 @@ class LocalStack:
             stopped = stop_leftovers(stale)
             left = f"; stopped its leftover processes: {', '.join(stopped)}" if stopped else ""
             self.progress(f"took over the lock of a stack that is gone (pid {stale.pid} on {stale.host}){left}")
-        asked = {"http": self.config.http_port, "grpc": self.config.grpc_port,
-                 "nats": self.config.nats_port, "redis": self.config.redis_port}
+        asked = {
+            "http": self.config.http_port,
+            "grpc": self.config.grpc_port,
+            "nats": self.config.nats_port,
+            "redis": self.config.redis_port,
+        }
         ports, notes = choose_ports(self.data_dir, asked, [*PORT_NAMES, *port_names(self.config.nats_cluster)])
         for note in notes:
             self.progress(note)
@@ -234,7 +242,10 @@ class LocalStack:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, *SERVICES[name]], env=self.service_env(name), stdout=log, stderr=subprocess.STDOUT,
+                [sys.executable, *SERVICES[name]],
+                env=self.service_env(name),
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         self.procs[name] = proc
@@ -268,8 +279,9 @@ class LocalStack:
                 proc = self.procs[name]
                 if proc.poll() is not None:
                     if name == "gateway":
-                        raise ServerError(f"gateway exited with status {proc.returncode} while starting:\n"
-                                          f"{self.log_tail(name, 20)}")
+                        raise ServerError(
+                            f"gateway exited with status {proc.returncode} while starting:\n{self.log_tail(name, 20)}"
+                        )
                     pending.remove(name)
                     self.progress(f"{name} exited with status {proc.returncode} while starting")
                     continue
@@ -303,8 +315,12 @@ class LocalStack:
     def write_state(self) -> None:
         assert self.nats and self.redis
         state = StackState(
-            api_url=self.api_url, grpc_target=f"127.0.0.1:{self.grpc_port}", nats_url=self.nats_url,
-            redis_url=self.redis.url, ledger_url=self.ledger_url, pid=os.getpid(),
+            api_url=self.api_url,
+            grpc_target=f"127.0.0.1:{self.grpc_port}",
+            nats_url=self.nats_url,
+            redis_url=self.redis.url,
+            ledger_url=self.ledger_url,
+            pid=os.getpid(),
             locked_bus=self.credentials is not None,
         )
         write_state(self.data_dir, state)
@@ -363,4 +379,3 @@ def _listening(port: int) -> bool:
             return True
     except OSError:
         return False
-

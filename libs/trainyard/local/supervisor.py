@@ -65,8 +65,13 @@ class Supervisor:
     """Watches a :class:`~trainyard.local.stack.LocalStack` (duck-typed: its
     ``procs``, ``nats`` or ``nats_nodes``, ``redis`` and ``start_service``)."""
 
-    def __init__(self, stack, say: Callable[[str], None] = lambda line: None,  # type: ignore[no-untyped-def]
-                 clock: Callable[[], float] = time.monotonic, backoff: Callable[[], Backoff] = Backoff) -> None:
+    def __init__(
+        self,
+        stack,
+        say: Callable[[str], None] = lambda line: None,  # type: ignore[no-untyped-def]
+        clock: Callable[[], float] = time.monotonic,
+        backoff: Callable[[], Backoff] = Backoff,
+    ) -> None:
         self.stack = stack
         self.say = say
         self.clock = clock

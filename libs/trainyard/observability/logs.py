@@ -64,8 +64,11 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "time": self.formatTime(record), "level": record.levelname, "process": self.process,
-            "logger": record.name, "message": record.getMessage(),
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "process": self.process,
+            "logger": record.name,
+            "message": record.getMessage(),
         }
         for key, value in fields_of(record).items():
             entry.setdefault(key, value if isinstance(value, (int, float, bool, str)) else _text(value))

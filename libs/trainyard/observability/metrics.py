@@ -53,23 +53,30 @@ class DeciderMetrics:
         self.name = name
         self.stage = stage  # the decision-latency stage this decider ends
         self.cycle_seconds = Histogram(
-            f"trainyard_{name}_cycle_seconds", f"Time of one {name} cycle: snapshot, decide, publish, read back.",
-            buckets=CYCLE_BUCKETS, registry=self.registry,
-        )
-        self.last_cycle = Gauge(
-            f"trainyard_{name}_last_cycle_timestamp_seconds", f"When the last {name} cycle of this process ended.",
+            f"trainyard_{name}_cycle_seconds",
+            f"Time of one {name} cycle: snapshot, decide, publish, read back.",
+            buckets=CYCLE_BUCKETS,
             registry=self.registry,
         )
-        self.leader = Gauge(f"trainyard_{name}_leader", f"1 while this process holds the {name} lease.",
-                            registry=self.registry)
-        self.decisions = Counter(f"trainyard_{name}_decisions", f"Decisions {name} published, by kind.",
-                                 ["decision"], registry=self.registry)
+        self.last_cycle = Gauge(
+            f"trainyard_{name}_last_cycle_timestamp_seconds",
+            f"When the last {name} cycle of this process ended.",
+            registry=self.registry,
+        )
+        self.leader = Gauge(
+            f"trainyard_{name}_leader", f"1 while this process holds the {name} lease.", registry=self.registry
+        )
+        self.decisions = Counter(
+            f"trainyard_{name}_decisions", f"Decisions {name} published, by kind.", ["decision"], registry=self.registry
+        )
         for decision in decisions:
             self.decisions.labels(decision)
         self.latency = Histogram(
             "trainyard_decision_latency_seconds",
             "From one step of a job to the next: submitted -> admitted (admission), admitted -> placed (placement).",
-            ["stage"], buckets=LATENCY_BUCKETS, registry=self.registry,
+            ["stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
         )
         self.latency.labels(stage)
 
@@ -89,12 +96,22 @@ class DeciderMetrics:
 class AdmissionMetrics(DeciderMetrics):
     def __init__(self) -> None:
         super().__init__(
-            "admission", ("accepted", "rejected", "cancelled", "admitted", "preempted", "stopped"), "submitted_to_admitted"
+            "admission",
+            ("accepted", "rejected", "cancelled", "admitted", "preempted", "stopped"),
+            "submitted_to_admitted",
         )
-        self.pending_jobs = Gauge("trainyard_queue_pending_jobs", "Jobs waiting for admission, by tenant and queue.",
-                                  ["tenant", "queue"], registry=self.registry)
-        self.pending_gpus = Gauge("trainyard_queue_pending_gpus", "GPUs the pending jobs ask for, by tenant and queue.",
-                                  ["tenant", "queue"], registry=self.registry)
+        self.pending_jobs = Gauge(
+            "trainyard_queue_pending_jobs",
+            "Jobs waiting for admission, by tenant and queue.",
+            ["tenant", "queue"],
+            registry=self.registry,
+        )
+        self.pending_gpus = Gauge(
+            "trainyard_queue_pending_gpus",
+            "GPUs the pending jobs ask for, by tenant and queue.",
+            ["tenant", "queue"],
+            registry=self.registry,
+        )
         self._queues: set[tuple[str, str]] = set()
 
     def set_queues(self, depth: dict[tuple[str, str], tuple[int, int]]) -> None:
@@ -111,9 +128,12 @@ class AdmissionMetrics(DeciderMetrics):
 class PlacementMetrics(DeciderMetrics):
     def __init__(self) -> None:
         super().__init__("placement", ("placed", "backfilled", "conflict", "dropped"), "admitted_to_placed")
-        self.waiting = Gauge("trainyard_placement_waiting_jobs", "Admitted jobs not placed yet.", registry=self.registry)
-        self.reservations = Gauge("trainyard_placement_reservations", "Gangs holding a backfill reservation.",
-                                  registry=self.registry)
+        self.waiting = Gauge(
+            "trainyard_placement_waiting_jobs", "Admitted jobs not placed yet.", registry=self.registry
+        )
+        self.reservations = Gauge(
+            "trainyard_placement_reservations", "Gangs holding a backfill reservation.", registry=self.registry
+        )
 
 
 class ProjectionMetrics:
@@ -122,11 +142,18 @@ class ProjectionMetrics:
 
     def __init__(self, registry: CollectorRegistry, projectors: Sequence[Projector]) -> None:
         self.projectors = list(projectors)
-        self.lag = Gauge("trainyard_projection_lag_events", "Stream head minus the projection's applied sequence.",
-                         ["stream"], registry=registry)
-        self.rebuilds = Counter("trainyard_projection_rebuilds",
-                                "Times this process found the projection lost and rebuilt it from the stream.",
-                                ["stream"], registry=registry)
+        self.lag = Gauge(
+            "trainyard_projection_lag_events",
+            "Stream head minus the projection's applied sequence.",
+            ["stream"],
+            registry=registry,
+        )
+        self.rebuilds = Counter(
+            "trainyard_projection_rebuilds",
+            "Times this process found the projection lost and rebuilt it from the stream.",
+            ["stream"],
+            registry=registry,
+        )
         self._counted = [0] * len(self.projectors)  # lost_count already counted, per projector
         for p in self.projectors:
             self.lag.labels(p.stream).set(0)
@@ -148,17 +175,27 @@ class LedgerMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.durable = durable
         self.stream = stream
-        self.lag_events = Gauge("trainyard_ledger_lag_events",
-                                "JOBS stream head minus the last sequence the ledger has applied (and acknowledged).",
-                                registry=self.registry)
-        self.lag_seconds = Gauge("trainyard_ledger_lag_seconds",
-                                 "Age of the oldest JOBS event the ledger has not applied yet (0 when caught up).",
-                                 registry=self.registry)
-        self.applied_seq = Gauge("trainyard_ledger_applied_sequence",
-                                 "The JOBS sequence through which the ledger has applied every event.",
-                                 registry=self.registry)
-        self.metered = Counter("trainyard_ledger_runs_metered", "Runs whose end the ledger metered, by outcome.",
-                               ["outcome"], registry=self.registry)
+        self.lag_events = Gauge(
+            "trainyard_ledger_lag_events",
+            "JOBS stream head minus the last sequence the ledger has applied (and acknowledged).",
+            registry=self.registry,
+        )
+        self.lag_seconds = Gauge(
+            "trainyard_ledger_lag_seconds",
+            "Age of the oldest JOBS event the ledger has not applied yet (0 when caught up).",
+            registry=self.registry,
+        )
+        self.applied_seq = Gauge(
+            "trainyard_ledger_applied_sequence",
+            "The JOBS sequence through which the ledger has applied every event.",
+            registry=self.registry,
+        )
+        self.metered = Counter(
+            "trainyard_ledger_runs_metered",
+            "Runs whose end the ledger metered, by outcome.",
+            ["outcome"],
+            registry=self.registry,
+        )
 
     async def refresh(self, bus: Bus, now: Callable[[], float] = time.time) -> None:
         head = (await bus.js.stream_info(self.stream)).state.last_seq

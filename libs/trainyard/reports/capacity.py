@@ -119,7 +119,13 @@ def capacity_from_nodes(nodes: Iterable[tuple[str, int]]) -> dict[str, int]:
 
 
 def _spread(
-    into: dict[tuple[int, str], float], lo: float, hi: float, by_type: Mapping[str, int], start: float, bucket_s: float, n: int
+    into: dict[tuple[int, str], float],
+    lo: float,
+    hi: float,
+    by_type: Mapping[str, int],
+    start: float,
+    bucket_s: float,
+    n: int,
 ) -> None:
     """Add GPU-hours of [lo, hi) holding ``by_type`` into the buckets it overlaps."""
     if hi <= lo:
@@ -214,7 +220,12 @@ def forecast_demand(
         over = first_day_over(values, cap_per_day) if cap_per_day else None
         trends.append(
             TrendRow(
-                gpu_type, trend.days, trend.slope, trend.intercept, trend.r2, cap_per_day,
+                gpu_type,
+                trend.days,
+                trend.slope,
+                trend.intercept,
+                trend.r2,
+                cap_per_day,
                 first_start + (trend.days + over) * DAY if over is not None else None,
             )
         )
@@ -250,7 +261,15 @@ def capacity_report(
     daily = rows if bucket_s == DAY else timeline(runs, spans, capacity, start, end, now, DAY)
     trends, forecast = forecast_demand(daily, now, horizon_days)
     return CapacityReport(
-        start=start, end=end, now=now, bucket_s=bucket_s, capacity=dict(sorted(capacity.items())),
-        timeline=rows, daily=daily, waits=wait_stats(spans, start, end), lost=lost_work(runs, start, end),
-        trends=trends, forecast=forecast,
+        start=start,
+        end=end,
+        now=now,
+        bucket_s=bucket_s,
+        capacity=dict(sorted(capacity.items())),
+        timeline=rows,
+        daily=daily,
+        waits=wait_stats(spans, start, end),
+        lost=lost_work(runs, start, end),
+        trends=trends,
+        forecast=forecast,
     )

@@ -14,13 +14,25 @@ from trainyard.reports.capacity import CapacityReport, CapacityRow
 from trainyard.reports.svg import Series, line_chart
 
 CAPACITY_COLUMNS = (
-    "bucket_start", "bucket_end", "gpu_type", "capacity_gpus", "capacity_gpu_hours", "allocated_gpu_hours",
-    "pending_gpu_hours", "demand_gpu_hours", "utilisation",
+    "bucket_start",
+    "bucket_end",
+    "gpu_type",
+    "capacity_gpus",
+    "capacity_gpu_hours",
+    "allocated_gpu_hours",
+    "pending_gpu_hours",
+    "demand_gpu_hours",
+    "utilisation",
 )
 WAIT_COLUMNS = ("tenant", "placements", "p50_s", "p90_s", "p99_s", "max_s", "mean_s", "still_waiting")
 LOST_COLUMNS = ("tenant", "gpu_type", "runs_ended", "runs_lost_work", "gpu_hours", "lost_gpu_hours", "lost_share")
 TREND_COLUMNS = (
-    "gpu_type", "days", "slope_gpu_hours_per_day", "intercept_gpu_hours", "r2", "capacity_gpu_hours_per_day",
+    "gpu_type",
+    "days",
+    "slope_gpu_hours_per_day",
+    "intercept_gpu_hours",
+    "r2",
+    "capacity_gpu_hours_per_day",
     "first_day_over_capacity",
 )
 FORECAST_COLUMNS = ("day_start", "gpu_type", "demand_gpu_hours", "capacity_gpu_hours")

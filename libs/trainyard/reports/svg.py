@@ -85,8 +85,10 @@ def line_chart(title: str, y_label: str, series: Sequence[Series]) -> str:
             x, y = s.points[0]
             parts.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}"/>')
         ly = TOP + 14 + i * 16
-        parts.append(f'<line x1="{WIDTH - RIGHT + 10}" y1="{ly - 4}" x2="{WIDTH - RIGHT + 30}" y2="{ly - 4}" '
-                     f'stroke="{color}" stroke-width="2"{dash}/>')
+        parts.append(
+            f'<line x1="{WIDTH - RIGHT + 10}" y1="{ly - 4}" x2="{WIDTH - RIGHT + 30}" y2="{ly - 4}" '
+            f'stroke="{color}" stroke-width="2"{dash}/>'
+        )
         parts.append(f'<text x="{WIDTH - RIGHT + 36}" y="{ly}">{escape(s.name)}</text>')
     parts.append("</svg>")
     return "".join(parts)

@@ -8,6 +8,19 @@ from trainyard.sim.tenancy import tenancy_for
 from trainyard.sim.workloads import SimJob, Workload, load_philly, synthetic
 
 __all__ = [
-    "NO_FAILURES", "POLICIES", "FailureModel", "Policy", "Scenario", "SimCluster", "SimJob", "Simulator",
-    "Workload", "build_nodes", "load_philly", "policy_named", "simulate", "synthetic", "tenancy_for",
+    "NO_FAILURES",
+    "POLICIES",
+    "FailureModel",
+    "Policy",
+    "Scenario",
+    "SimCluster",
+    "SimJob",
+    "Simulator",
+    "Workload",
+    "build_nodes",
+    "load_philly",
+    "policy_named",
+    "simulate",
+    "synthetic",
+    "tenancy_for",
 ]

@@ -60,5 +60,11 @@ def check_state(sim: Simulator) -> list[str]:
 
 
 #: The simulator's job states and the fold's: a placed run starts at once in the simulator.
-FOLDED_AS = {"pending": "pending", "admitted": "admitted", "running": "running", "done": "succeeded",
-             "failed": "failed", "rejected": "rejected"}
+FOLDED_AS = {
+    "pending": "pending",
+    "admitted": "admitted",
+    "running": "running",
+    "done": "succeeded",
+    "failed": "failed",
+    "rejected": "rejected",
+}

@@ -19,8 +19,15 @@ from trainyard.sim.workloads import GPU_TYPE
 
 
 def build_nodes(
-    nodes: int, gpus_per_node: int = 8, nodes_per_rack: int = 32, racks_per_block: int = 16, blocks_per_zone: int = 8,
-    nvlink_nodes: int = 0, gpu_type: str = GPU_TYPE, cluster: str = "sim", prefix: str = "n",
+    nodes: int,
+    gpus_per_node: int = 8,
+    nodes_per_rack: int = 32,
+    racks_per_block: int = 16,
+    blocks_per_zone: int = 8,
+    nvlink_nodes: int = 0,
+    gpu_type: str = GPU_TYPE,
+    cluster: str = "sim",
+    prefix: str = "n",
 ) -> list[NodeInfo]:
     """``nodes`` nodes filled rack by rack; ``nvlink_nodes`` > 1 groups that many nodes per NVLink domain."""
     out = []
@@ -29,10 +36,18 @@ def build_nodes(
         block_no = rack_no // racks_per_block
         zone_no = block_no // blocks_per_zone
         nv = f"nv{i // nvlink_nodes}" if nvlink_nodes > 1 else None
-        out.append(NodeInfo(
-            node_id=f"{prefix}{i:05d}", cluster=cluster, gpu_type=gpu_type, gpus=gpus_per_node,
-            zone=f"z{zone_no}", block=f"b{block_no}", rack=f"r{rack_no}", nvlink_domain=nv,
-        ))
+        out.append(
+            NodeInfo(
+                node_id=f"{prefix}{i:05d}",
+                cluster=cluster,
+                gpu_type=gpu_type,
+                gpus=gpus_per_node,
+                zone=f"z{zone_no}",
+                block=f"b{block_no}",
+                rack=f"r{rack_no}",
+                nvlink_domain=nv,
+            )
+        )
     return out
 
 

@@ -41,30 +41,42 @@ __all__ = ["ARRIVE", "DETECT", "FAIL", "FINISH", "REPAIR", "STOP", "TICK", "Scen
 
 
 class Simulator(AdmissionView, Samples, SchedulingCycle):
-    def __init__(self, workload: Workload, cluster: SimCluster, policy: Policy, scenario: Scenario = Scenario()) -> None:
+    def __init__(
+        self, workload: Workload, cluster: SimCluster, policy: Policy, scenario: Scenario = Scenario()
+    ) -> None:
         self.workload, self.cluster, self.policy, self.scenario = workload, cluster, policy, scenario
         types = cluster.capacity_by_type
         several_queues = any(len(qs) > 1 or qs != [QUEUE] for qs in workload.queues.values())
-        tenancy = tenancy_for(workload.quotas, borrowing=scenario.borrowing, preemption=policy.preemption,
-                              fair_share_preemption=policy.fair_share_preemption, min_runtime_s=policy.min_runtime_s,
-                              service_preemption=policy.service_preemption,
-                              service_min_runtime_s=policy.service_min_runtime_s,
-                              capacity=dict(types) if list(types) != [GPU_TYPE] else None,
-                              queues=workload.queues if several_queues else None)
+        tenancy = tenancy_for(
+            workload.quotas,
+            borrowing=scenario.borrowing,
+            preemption=policy.preemption,
+            fair_share_preemption=policy.fair_share_preemption,
+            min_runtime_s=policy.min_runtime_s,
+            service_preemption=policy.service_preemption,
+            service_min_runtime_s=policy.service_min_runtime_s,
+            capacity=dict(types) if list(types) != [GPU_TYPE] else None,
+            queues=workload.queues if several_queues else None,
+        )
         self.tenancy = replace(tenancy, scheduling=policy.scheduling)
         classes = {c.name: c for c in self.tenancy.priority_classes}
-        self.priority = [classes[j.priority_class].priority if j.priority_class in classes else 0
-                         for j in workload.jobs]
-        self.preemptible = [classes[j.priority_class].preemptible if j.priority_class in classes else True
-                            for j in workload.jobs]
-        self.only_borrow = [classes[j.priority_class].may_only_borrow if j.priority_class in classes else False
-                            for j in workload.jobs]  # best effort: runs only on capacity others lend
+        self.priority = [
+            classes[j.priority_class].priority if j.priority_class in classes else 0 for j in workload.jobs
+        ]
+        self.preemptible = [
+            classes[j.priority_class].preemptible if j.priority_class in classes else True for j in workload.jobs
+        ]
+        self.only_borrow = [
+            classes[j.priority_class].may_only_borrow if j.priority_class in classes else False for j in workload.jobs
+        ]  # best effort: runs only on capacity others lend
         self.demand_of = [(j.gpu_type, j.gpus) for j in workload.jobs]  # (GPU type, GPUs) of each job
         self.qkey = [queue_key(j.tenant, j.queue) for j in workload.jobs]  # "tenant/queue" of each job
         self.admission = AdmissionPolicy(tenancy=self.tenancy)
         index = TreeIndex(self.tenancy, list(types))
         # largest gang each queue could ever get, per type
-        self.ceiling = {(index.names[q], t): index.ceiling[q][f] for q in index.queue_nodes for t, f in index.fidx.items()}
+        self.ceiling = {
+            (index.names[q], t): index.ceiling[q][f] for q in index.queue_nodes for t, f in index.fidx.items()
+        }
         self.entitled = dict.fromkeys(workload.quotas, 0.0)  # tenant -> its share of the cluster by weights
         for q in index.queue_nodes:
             self.entitled[index.names[q].split("/")[0]] += index.entitlement[q]
@@ -103,7 +115,9 @@ class Simulator(AdmissionView, Samples, SchedulingCycle):
         self.jain_samples: list[float] = []  # Jain's index of held vs fair GPUs, at samples with contention
         self.fair_periods: dict[int, FairPeriod] = {}  # the same samples summed per FAIR_PERIOD_S (report.py)
         self.violations: list[str] = []
-        self.decisions: list[tuple] = []  # ("admit", snapshot, now, result) / ("place", snapshot, requests, now, result)
+        self.decisions: list[
+            tuple
+        ] = []  # ("admit", snapshot, now, result) / ("place", snapshot, requests, now, result)
         self.failure_log: list[tuple[float, str, str]] = []  # (t, node, cause)
         self.failures = FailureSource(scenario.failures, cluster.order, scenario.seed)
 
@@ -184,8 +198,19 @@ class Simulator(AdmissionView, Samples, SchedulingCycle):
         if job.gpus > ceiling:
             st.status = "rejected"
             self.left -= 1
-            self.emit(JobRejected(at=self.now, job_id=job.job_id, tenant=job.tenant, errors=[ValidationError(
-                "roles", f"the gang needs {job.gpus} {job.gpu_type} GPUs but queue {qkey} can get at most {ceiling}")]))
+            self.emit(
+                JobRejected(
+                    at=self.now,
+                    job_id=job.job_id,
+                    tenant=job.tenant,
+                    errors=[
+                        ValidationError(
+                            "roles",
+                            f"the gang needs {job.gpus} {job.gpu_type} GPUs but queue {qkey} can get at most {ceiling}",
+                        )
+                    ],
+                )
+            )
             return
         record = self.emit(JobAccepted(at=self.now, job_id=job.job_id, spec=self._spec(st), submitted_at=job.submit))
         st.order = self._order(i, record.order)
@@ -262,8 +287,11 @@ class Simulator(AdmissionView, Samples, SchedulingCycle):
                 st.lost_to_preemption += wasted * st.job.gpus + restart
         # 2. Its GPUs back, the failure on the log.
         self._release(i)
-        record = self.emit(RunFailed(at=self.now, job_id=st.job.job_id, tenant=st.job.tenant, run_id=st.run_id,
-                                     reason=reason, node_id=node))  # type: ignore[arg-type]
+        record = self.emit(
+            RunFailed(
+                at=self.now, job_id=st.job.job_id, tenant=st.job.tenant, run_id=st.run_id, reason=reason, node_id=node
+            )
+        )  # type: ignore[arg-type]
         # 3. Requeued (or failed for good) by the lifecycle fold's rules: its place, its backoff, its retries.
         if record.status == "failed":
             st.status, st.end = "failed", self.now

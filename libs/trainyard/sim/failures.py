@@ -32,7 +32,11 @@ LLAMA3_CAUSES: dict[str, int] = {
     "host": 32 + 3 + 3 + 2 + 2 + 2 + 2,  # maintenance, SSD, PSU, chassis, IO board, CPU, memory
 }
 REPAIR_S: dict[str, float] = {
-    "gpu": 48 * 3600.0, "hbm": 48 * 3600.0, "software": 900.0, "network": 4 * 3600.0, "host": 8 * 3600.0,
+    "gpu": 48 * 3600.0,
+    "hbm": 48 * 3600.0,
+    "software": 900.0,
+    "network": 4 * 3600.0,
+    "host": 8 * 3600.0,
 }
 LLAMA3_RATE_PER_1000_NODE_DAYS = 419 / (2048 * 54) * 1000  # ~3.79
 

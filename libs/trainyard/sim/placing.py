@@ -15,7 +15,10 @@ from trainyard.sim.cluster import SimCluster
 
 
 def place_live(
-    cluster: SimCluster, running: list[RunningAlloc], policy: PlacementPolicy, requests: list[PlacementRequest],
+    cluster: SimCluster,
+    running: list[RunningAlloc],
+    policy: PlacementPolicy,
+    requests: list[PlacementRequest],
     now: float,
 ) -> PlacementResult:
     """``place(cluster.snapshot(running, policy), requests, now)`` without rebuilding the tree."""

@@ -35,7 +35,9 @@ class Policy(msgspec.Struct, frozen=True):
     preemption: bool = False  # admission may preempt (reclaim, priority)
     fair_share_preemption: bool = True  # with preemption: also for fair share
     min_runtime_s: float = 1800.0  # fair-share victims have run at least this long
-    service_preemption: bool = False  # with preemption: least attained service preempts (PreemptionSettings.attained_service)
+    service_preemption: bool = (
+        False  # with preemption: least attained service preempts (PreemptionSettings.attained_service)
+    )
     service_min_runtime_s: float = 4 * 3600.0  # such victims' current runs have lasted at least this long
     placement: PlacementPolicy = PlacementPolicy(backfill=False, max_reservations=0)
     order_by: str = "submit"  # "submit", "duration" (oracle) or "multifactor"
@@ -52,16 +54,27 @@ POLICIES: dict[str, Policy] = {
     # the default: least attained service with aging, backfill on run-time limits in admission and placement
     # with a reservation for a job once it has waited 6 hours, preemption for priority and to reclaim lent quota
     # by that job only (victims checkpoint during their notice)
-    "trainyard": Policy("trainyard", preemption=True, fair_share_preemption=False, service_preemption=True,
-                        scheduling=Scheduling(), placement=BACKFILL),
+    "trainyard": Policy(
+        "trainyard",
+        preemption=True,
+        fair_share_preemption=False,
+        service_preemption=True,
+        scheduling=Scheduling(),
+        placement=BACKFILL,
+    ),
     "fifo": Policy("fifo"),
     # oracles: shortest true run time first, strictly in order / with EASY backfill
     "sjf": Policy("sjf", order_by="duration"),
-    "sjf-backfill": Policy("sjf-backfill", order_by="duration", scheduling=Scheduling(order="fifo", reserve_after_s=0.0),
-                           placement=BACKFILL),
+    "sjf-backfill": Policy(
+        "sjf-backfill",
+        order_by="duration",
+        scheduling=Scheduling(order="fifo", reserve_after_s=0.0),
+        placement=BACKFILL,
+    ),
     # Slurm-like: multifactor priority, EASY backfill reserving for the top blocked job at once
-    "slurm": Policy("slurm", order_by="multifactor", scheduling=Scheduling(order="fifo", reserve_after_s=0.0),
-                    placement=BACKFILL),
+    "slurm": Policy(
+        "slurm", order_by="multifactor", scheduling=Scheduling(order="fifo", reserve_after_s=0.0), placement=BACKFILL
+    ),
     # Tiresias-like: discretised least attained service, work-conserving (whatever fits starts), no reservations
     "tiresias": Policy("tiresias", scheduling=Scheduling(reserve=False, starvation_s=float("inf"))),
 }

@@ -39,8 +39,9 @@ class PendingQueues:
     def level(self, attained_gpu_s: float) -> int:
         return service_level(self.levels, attained_gpu_s) if self.las else 0
 
-    def add(self, queue: str, i: int, priority: int, order: int, attained_gpu_s: float, submitted: float,
-            now: float) -> None:
+    def add(
+        self, queue: str, i: int, priority: int, order: int, attained_gpu_s: float, submitted: float, now: float
+    ) -> None:
         level = self.level(attained_gpu_s)
         if level and submitted + self.starvation_s <= now:
             level = -1
@@ -78,8 +79,9 @@ class PendingQueues:
         for key in keys:
             self.where[key[3]] = (queue, key)
 
-    def candidates(self, queue: str, demand_of: list[tuple[str, int]], free: dict[str, int],
-                   backfill: bool) -> Iterator[Key]:
+    def candidates(
+        self, queue: str, demand_of: list[tuple[str, int]], free: dict[str, int], backfill: bool
+    ) -> Iterator[Key]:
         """The jobs of ``queue`` admission could act on now, in order.
 
         ``demand_of[i]`` is job i's (GPU type, GPUs).  Every job up to the

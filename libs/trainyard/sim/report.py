@@ -43,10 +43,13 @@ def summarise(sim: Simulator) -> dict:
     for tenant in sorted(sim.workload.quotas):
         received = sim.used_s[tenant] / total_used
         fair_share = fair[tenant] / total_used
-        fairness[tenant] = {"received": round(received, 4), "entitled": round(sim.entitled[tenant], 4),
-                            "fair": round(fair_share, 4),
-                            "ratio": round(received / fair_share, 3) if fair_share else None,
-                            "demand_gpu_s": round(demand[tenant])}
+        fairness[tenant] = {
+            "received": round(received, 4),
+            "entitled": round(sim.entitled[tenant], 4),
+            "fair": round(fair_share, 4),
+            "ratio": round(received / fair_share, 3) if fair_share else None,
+            "demand_gpu_s": round(demand[tenant]),
+        }
         if fair_share > 0:
             ratios.append(received / fair_share)
     large = [st for st in sim.jobs if st.job.gpus >= LARGE_GPUS and st.status == "done"]
@@ -99,22 +102,61 @@ def write_outputs(sims: list[Simulator], out: str | Path, charts: bool = True) -
     for sim, summary in zip(sims, summaries, strict=True):
         with open(out / f"jobs_{sim.policy.name}.csv", "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["job_id", "tenant", "gpus", "submit_s", "duration_s", "first_start_s", "end_s", "jct_s",
-                        "wait_s", "attempts", "failures", "preemptions", "lost_gpu_s", "status"])
+            w.writerow(
+                [
+                    "job_id",
+                    "tenant",
+                    "gpus",
+                    "submit_s",
+                    "duration_s",
+                    "first_start_s",
+                    "end_s",
+                    "jct_s",
+                    "wait_s",
+                    "attempts",
+                    "failures",
+                    "preemptions",
+                    "lost_gpu_s",
+                    "status",
+                ]
+            )
             for st in sim.jobs:
                 j = st.job
                 end = st.end if st.end is not None else ""
                 start = st.first_start if st.first_start is not None else ""
-                w.writerow([j.job_id, j.tenant, j.gpus, f"{j.submit:.0f}", f"{j.duration:.0f}", start, end,
-                            f"{st.end - j.submit:.0f}" if st.end is not None else "",
-                            f"{st.first_start - j.submit:.0f}" if st.first_start is not None else "",
-                            st.attempt, st.failures, st.preemptions, f"{st.gpus_lost:.0f}", st.status])
+                w.writerow(
+                    [
+                        j.job_id,
+                        j.tenant,
+                        j.gpus,
+                        f"{j.submit:.0f}",
+                        f"{j.duration:.0f}",
+                        start,
+                        end,
+                        f"{st.end - j.submit:.0f}" if st.end is not None else "",
+                        f"{st.first_start - j.submit:.0f}" if st.first_start is not None else "",
+                        st.attempt,
+                        st.failures,
+                        st.preemptions,
+                        f"{st.gpus_lost:.0f}",
+                        st.status,
+                    ]
+                )
         with open(out / f"tenants_{sim.policy.name}.csv", "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["tenant", "quota_gpus", "entitled", "fair", "received", "ratio", "demand_gpu_s"])
             for tenant, row in summary["fairness"].items():
-                w.writerow([tenant, sim.workload.quotas[tenant], row["entitled"], row["fair"], row["received"],
-                            row["ratio"], row["demand_gpu_s"]])
+                w.writerow(
+                    [
+                        tenant,
+                        sim.workload.quotas[tenant],
+                        row["entitled"],
+                        row["fair"],
+                        row["received"],
+                        row["ratio"],
+                        row["demand_gpu_s"],
+                    ]
+                )
         with open(out / f"timeline_{sim.policy.name}.csv", "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["t_s", "utilisation", "pending", "running", "nodes_down"])
@@ -147,8 +189,12 @@ def _charts(sims: list[Simulator], out: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     for sim in sims:
         if sim.timeline:
-            ax.plot([t / 86400 for t, *_ in sim.timeline], [u for _, u, *_ in sim.timeline], label=sim.policy.name,
-                    linewidth=0.8)
+            ax.plot(
+                [t / 86400 for t, *_ in sim.timeline],
+                [u for _, u, *_ in sim.timeline],
+                label=sim.policy.name,
+                linewidth=0.8,
+            )
     ax.set_xlabel("day")
     ax.set_ylabel("GPU utilisation")
     ax.set_title("GPUs held by running jobs / GPUs in service")
@@ -162,8 +208,12 @@ def _charts(sims: list[Simulator], out: Path) -> None:
     width = 0.8 / max(len(sims), 1)
     for k, sim in enumerate(sims):
         s = summarise(sim)["fairness"]
-        ax.bar([x + k * width for x in range(len(tenants))], [s[t]["ratio"] or 0.0 for t in tenants], width,
-               label=sim.policy.name)
+        ax.bar(
+            [x + k * width for x in range(len(tenants))],
+            [s[t]["ratio"] or 0.0 for t in tenants],
+            width,
+            label=sim.policy.name,
+        )
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(tenants))], tenants, rotation=60, fontsize=7)
     ax.set_ylabel("share received / demand-capped fair share")
@@ -174,10 +224,17 @@ def _charts(sims: list[Simulator], out: Path) -> None:
 
 
 COLUMNS = [
-    ("jct_avg_s", "avg JCT (h)", 3600.0), ("jct_p50_s", "p50 JCT (h)", 3600.0), ("jct_p99_s", "p99 JCT (h)", 3600.0),
-    ("wait_avg_s", "avg wait (h)", 3600.0), ("wait_p99_s", "p99 wait (h)", 3600.0),
-    ("utilisation", "util", None), ("jain_contended", "Jain (queued)", None), ("preemptions", "preempt", None),
-    ("lost_gpu_hours", "lost GPU·h", None), ("large_goodput", "large goodput", None), ("unfinished", "unfinished", None),
+    ("jct_avg_s", "avg JCT (h)", 3600.0),
+    ("jct_p50_s", "p50 JCT (h)", 3600.0),
+    ("jct_p99_s", "p99 JCT (h)", 3600.0),
+    ("wait_avg_s", "avg wait (h)", 3600.0),
+    ("wait_p99_s", "p99 wait (h)", 3600.0),
+    ("utilisation", "util", None),
+    ("jain_contended", "Jain (queued)", None),
+    ("preemptions", "preempt", None),
+    ("lost_gpu_hours", "lost GPU·h", None),
+    ("large_goodput", "large goodput", None),
+    ("unfinished", "unfinished", None),
 ]
 
 
@@ -259,9 +316,16 @@ def merge_partitions(parts: dict[str, Simulator], workload: str) -> dict:
         "jain_index": None,
         "jain_contended": None,
         "jain_contended_24h": None,
-        "fairness": {t: {"received": round(used[t] / total_used, 4), "entitled": round(s["gpus"] / gpus, 4),
-                         "fair": None, "ratio": None, "demand_gpu_s": s["fairness"][t]["demand_gpu_s"]}
-                     for t, s in sums.items()},
+        "fairness": {
+            t: {
+                "received": round(used[t] / total_used, 4),
+                "entitled": round(s["gpus"] / gpus, 4),
+                "fair": None,
+                "ratio": None,
+                "demand_gpu_s": s["fairness"][t]["demand_gpu_s"],
+            }
+            for t, s in sums.items()
+        },
         "preemptions": total("preemptions"),
         "node_failures": total("node_failures"),
         "job_interruptions_by_failure": total("job_interruptions_by_failure"),
@@ -272,6 +336,11 @@ def merge_partitions(parts: dict[str, Simulator], workload: str) -> dict:
         "violations": total("violations"),
         "invariants_checked": all(s["invariants_checked"] for s in sums.values()),
         "partitioned": True,
-        "partitions": {t: {k: s[k] for k in ("gpus", "jobs", "done", "rejected", "jct_avg_s", "wait_avg_s",
-                                             "utilisation", "violations")} for t, s in sums.items()},
+        "partitions": {
+            t: {
+                k: s[k]
+                for k in ("gpus", "jobs", "done", "rejected", "jct_avg_s", "wait_avg_s", "utilisation", "violations")
+            }
+            for t, s in sums.items()
+        },
     }

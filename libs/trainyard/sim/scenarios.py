@@ -37,9 +37,18 @@ def parse_quotas(items: list[str]) -> dict[str, int]:
 
 
 def build(
-    workload: str = "philly", traces: str | None = None, jobs: int = 10_000, nodes: int = 512, seed: int = 0,
-    load: float = 0.8, start: str | None = None, end: str | None = None, add_nodes: int = 0,
-    quotas: dict[str, int] | None = None, arrival_scale: float = 1.0, limit: int | None = None,
+    workload: str = "philly",
+    traces: str | None = None,
+    jobs: int = 10_000,
+    nodes: int = 512,
+    seed: int = 0,
+    load: float = 0.8,
+    start: str | None = None,
+    end: str | None = None,
+    add_nodes: int = 0,
+    quotas: dict[str, int] | None = None,
+    arrival_scale: float = 1.0,
+    limit: int | None = None,
 ) -> tuple[Workload, int]:
     """The workload and the number of 8-GPU nodes to run it on.
 
@@ -62,8 +71,6 @@ def build(
     return w, base_nodes + add_nodes
 
 
-
-
 class Plan(NamedTuple):
     workload: Workload
     nodes: list[NodeInfo]  # the cluster; every policy runs on a fresh copy
@@ -77,10 +84,21 @@ class Plan(NamedTuple):
 
 
 def prepare(
-    workload: str = "philly", traces: str | None = None, jobs: int = 10_000, nodes: int = 512, seed: int = 0,
-    load: float = 0.8, start: str | None = None, end: str | None = None, add_nodes: int = 0,
-    quotas: dict[str, int] | None = None, arrival_scale: float = 1.0, limit: int | None = None,
-    trace: str | None = None, nodes_file: str | None = None, target_load: float | None = None,
+    workload: str = "philly",
+    traces: str | None = None,
+    jobs: int = 10_000,
+    nodes: int = 512,
+    seed: int = 0,
+    load: float = 0.8,
+    start: str | None = None,
+    end: str | None = None,
+    add_nodes: int = 0,
+    quotas: dict[str, int] | None = None,
+    arrival_scale: float = 1.0,
+    limit: int | None = None,
+    trace: str | None = None,
+    nodes_file: str | None = None,
+    target_load: float | None = None,
     partition: bool = False,
 ) -> Plan:
     """The workload and its cluster, every what-if knob applied; ``ValueError`` says what is wrong.
@@ -113,8 +131,10 @@ def prepare(
         active = sorted({j.tenant for j in w.jobs})
         empty = [t for t in active if w.quotas.get(t, 0) <= 0]
         if empty:
-            raise ValueError(f"tenant(s) {', '.join(empty)} have a quota of 0 GPUs and so no partition; "
-                             f"give them one with --quota {empty[0]}=GPUS")
+            raise ValueError(
+                f"tenant(s) {', '.join(empty)} have a quota of 0 GPUs and so no partition; "
+                f"give them one with --quota {empty[0]}=GPUS"
+            )
         node_list = [n for t in active for n in partition_nodes(t, w.quotas[t])]
     w = fit_to_nodes(w, node_list)
     gpus = sum(n.gpus for n in node_list)
@@ -146,8 +166,10 @@ def fit_to_nodes(w: Workload, nodes: list[NodeInfo]) -> Workload:
     if foreign:
         asked = ", ".join(f"{t} ({c:,} job{'s' if c != 1 else ''})" for t, c in sorted(foreign.items()))
         have = ", ".join(sorted(models))
-        raise ValueError(f"jobs ask for a GPU type the cluster does not have: {asked}; its GPUs are {have}. "
-                         "Change their gpu_type, or leave it empty to run on any type")
+        raise ValueError(
+            f"jobs ask for a GPU type the cluster does not have: {asked}; its GPUs are {have}. "
+            "Change their gpu_type, or leave it empty to run on any type"
+        )
     jobs = []
     changed = False
     for j in w.jobs:
@@ -184,15 +206,19 @@ class Watched(Simulator):
             self._progress(len(self.jobs) - self.left, len(self.jobs))
 
 
-def _simulate(w: Workload, nodes: list[NodeInfo], name: str, scenario: Scenario,
-              progress: Callable[[int, int], None] | None) -> Simulator:
+def _simulate(
+    w: Workload, nodes: list[NodeInfo], name: str, scenario: Scenario, progress: Callable[[int, int], None] | None
+) -> Simulator:
     if progress is None:
         return simulate(w, SimCluster(nodes), policy_named(name), scenario)
     return Watched(w, SimCluster(nodes), policy_named(name), scenario, progress=progress).run()
 
 
 def run_policies(
-    workload: Workload, nodes: int | list[NodeInfo], policies: list[str], scenario: Scenario,
+    workload: Workload,
+    nodes: int | list[NodeInfo],
+    policies: list[str],
+    scenario: Scenario,
     progress: Progress | None = None,
 ) -> list[Simulator]:
     """One simulation per policy, one after another, each on a fresh cluster (``nodes`` 8-GPU nodes or that list)."""
@@ -211,7 +237,7 @@ def run_policies(
 
 
 def simulate_partitions(
-    workload: Workload, policy: str, scenario: Scenario, progress: Progress | None = None,
+    workload: Workload, policy: str, scenario: Scenario, progress: Progress | None = None
 ) -> dict[str, Simulator]:
     """Each tenant with jobs alone, on its own nodes of its quota's size, without borrowing: tenant -> simulation."""
     policy_named(policy)
@@ -229,8 +255,10 @@ def simulate_partitions(
         part = fit_to_nodes(workload.partition(t), nodes)
         report = None
         if progress:
+
             def report(done: int, _all: int, base: int = finished) -> None:
                 progress(policy, base + done, total)
+
         sims[t] = _simulate(part, nodes, policy, alone, report)
         finished += len(part.jobs)
     if progress:
@@ -239,12 +267,16 @@ def simulate_partitions(
 
 
 def run_partitioned(
-    workload: Workload, policies: list[str], scenario: Scenario, progress: Progress | None = None,
+    workload: Workload, policies: list[str], scenario: Scenario, progress: Progress | None = None
 ) -> list[dict]:
     """Per policy, each tenant alone on its own nodes of its quota's size; one merged summary per policy."""
     from trainyard.sim.report import merge_partitions
 
     for name in policies:
         policy_named(name)
-    return [merge_partitions(simulate_partitions(workload, name, scenario, progress),
-                             f"{workload.source}, one partition per tenant") for name in policies]
+    return [
+        merge_partitions(
+            simulate_partitions(workload, name, scenario, progress), f"{workload.source}, one partition per tenant"
+        )
+        for name in policies
+    ]

@@ -53,8 +53,12 @@ class SchedulingCycle:
             self.push(now + p.grace_period_s, STOP, (i, st.run_id))
         # 2. Placement: every admitted gang not yet placed, in admission order, on the live tree.
         if self.to_place:
-            requests = [PlacementRequest(job_id=self.jobs[i].job.job_id, run_id=self.jobs[i].run_id,
-                                         spec=self._spec(self.jobs[i]), order=seq) for i, seq in self.to_place.items()]
+            requests = [
+                PlacementRequest(
+                    job_id=self.jobs[i].job.job_id, run_id=self.jobs[i].run_id, spec=self._spec(self.jobs[i]), order=seq
+                )
+                for i, seq in self.to_place.items()
+            ]
             running = list(self.allocs.values())
             before = self.cluster.snapshot(running, self.policy.placement) if self.scenario.trace_decisions else None
             placed = place_live(self.cluster, running, self.policy.placement, requests, now)
@@ -80,11 +84,18 @@ class SchedulingCycle:
         st.attempt += 1
         st.status = "admitted"
         st.run_id = f"{job.job_id}.{st.attempt}"
-        st.running = RunningJob(job_id=job.job_id, tenant=job.tenant, queue=job.queue,
-                                gpus_by_type={job.gpu_type: job.gpus},
-                                started_at=self.now, priority=self.priority[i], preemptible=self.preemptible[i],
-                                may_only_borrow=self.only_borrow[i],
-                                expected_end=self.now + job.limit_s, attained_gpu_s=st.attained)
+        st.running = RunningJob(
+            job_id=job.job_id,
+            tenant=job.tenant,
+            queue=job.queue,
+            gpus_by_type={job.gpu_type: job.gpus},
+            started_at=self.now,
+            priority=self.priority[i],
+            preemptible=self.preemptible[i],
+            may_only_borrow=self.only_borrow[i],
+            expected_end=self.now + job.limit_s,
+            attained_gpu_s=st.attained,
+        )
         self.admitted_running[i] = st.running
         self.in_use[job.gpu_type] += job.gpus
         self.admit_seq += 1
@@ -100,17 +111,26 @@ class SchedulingCycle:
         st.overhead = self.scenario.failures.restart_overhead_s if st.attempt > 1 else 0.0
         if st.first_start is None:
             st.first_start = self.now
-        st.alloc = RunningAlloc(job_id=job.job_id, run_id=st.run_id, replicas=p.replicas, started_at=self.now,
-                                max_runtime_s=job.limit_s, preemptible=self.preemptible[i],
-                                priority=self.priority[i])
+        st.alloc = RunningAlloc(
+            job_id=job.job_id,
+            run_id=st.run_id,
+            replicas=p.replicas,
+            started_at=self.now,
+            max_runtime_s=job.limit_s,
+            preemptible=self.preemptible[i],
+            priority=self.priority[i],
+        )
         self.allocs[i] = st.alloc
         self.held_by[job.tenant] += job.gpus
         key = (self.qkey[i], job.gpu_type)
         self.held_q[key] = self.held_q.get(key, 0) + job.gpus
         for r in p.replicas:
             self.on_node[r.node_id].add(i)
-        self.emit(JobPlaced(at=self.now, job_id=job.job_id, tenant=job.tenant, run_id=st.run_id, cluster="sim",
-                            replicas=p.replicas))
+        self.emit(
+            JobPlaced(
+                at=self.now, job_id=job.job_id, tenant=job.tenant, run_id=st.run_id, cluster="sim", replicas=p.replicas
+            )
+        )
         self.emit(RunStarted(at=self.now, job_id=job.job_id, tenant=job.tenant, run_id=st.run_id))
         run_for = st.overhead + st.remaining
         if run_for > job.limit_s:

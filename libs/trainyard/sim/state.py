@@ -30,9 +30,28 @@ class Scenario(msgspec.Struct, frozen=True):
 class JobState:
     """What the simulator knows of one job across its attempts."""
 
-    __slots__ = ("job", "status", "attempt", "run_id", "remaining", "order", "first_start", "end", "placed_at",
-                 "alloc", "running", "gpus_lost", "failures", "preemptions", "spec", "failed_at", "overhead",
-                 "attained", "not_before", "lost_to_preemption")
+    __slots__ = (
+        "job",
+        "status",
+        "attempt",
+        "run_id",
+        "remaining",
+        "order",
+        "first_start",
+        "end",
+        "placed_at",
+        "alloc",
+        "running",
+        "gpus_lost",
+        "failures",
+        "preemptions",
+        "spec",
+        "failed_at",
+        "overhead",
+        "attained",
+        "not_before",
+        "lost_to_preemption",
+    )
 
     def __init__(self, job: SimJob, order: int) -> None:
         self.job = job

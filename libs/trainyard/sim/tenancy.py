@@ -13,9 +13,15 @@ PRIORITY_CLASSES = [
 
 
 def tenancy_for(
-    quotas: dict[str, int], borrowing: bool = True, preemption: bool = True, half_life_s: float = 7 * 86400.0,
-    fair_share_preemption: bool = True, min_runtime_s: float = 1800.0, capacity: dict[str, int] | None = None,
-    queues: dict[str, list[str]] | None = None, service_preemption: bool = False,
+    quotas: dict[str, int],
+    borrowing: bool = True,
+    preemption: bool = True,
+    half_life_s: float = 7 * 86400.0,
+    fair_share_preemption: bool = True,
+    min_runtime_s: float = 1800.0,
+    capacity: dict[str, int] | None = None,
+    queues: dict[str, list[str]] | None = None,
+    service_preemption: bool = False,
     service_min_runtime_s: float = 4 * 3600.0,
 ) -> Tenancy:
     """The quota tree: organisation ``org`` -> tenants -> queues, ``quotas[tenant]`` nominal GPUs each.
@@ -30,31 +36,59 @@ def tenancy_for(
     """
     types = dict(capacity) if capacity else {GPU_TYPE: 0}
     limit = None if borrowing else 0
-    per_type = {t: split(n, {f: float(c) for f, c in types.items()}) if capacity else {GPU_TYPE: n}
-                for t, n in quotas.items()}
+    per_type = {
+        t: split(n, {f: float(c) for f, c in types.items()}) if capacity else {GPU_TYPE: n} for t, n in quotas.items()
+    }
     leaves: list[QueueQuota] = []
     teams: list[Cohort] = []
     for t, n in sorted(quotas.items()):
         names = sorted(set((queues or {}).get(t) or [QUEUE]))
         weight = max(float(n), 1.0)
         if len(names) == 1:
-            leaves.append(QueueQuota(tenant=t, name=names[0], cohort="org", weight=weight, quota={
-                f: FlavorQuota(nominal=g, borrowing_limit=limit) for f, g in per_type[t].items()}))
+            leaves.append(
+                QueueQuota(
+                    tenant=t,
+                    name=names[0],
+                    cohort="org",
+                    weight=weight,
+                    quota={f: FlavorQuota(nominal=g, borrowing_limit=limit) for f, g in per_type[t].items()},
+                )
+            )
             continue
         team = f"team:{t}"
-        teams.append(Cohort(name=team, parent="org", weight=weight, quota={
-            f: FlavorQuota(nominal=g, borrowing_limit=limit) for f, g in per_type[t].items()}))
+        teams.append(
+            Cohort(
+                name=team,
+                parent="org",
+                weight=weight,
+                quota={f: FlavorQuota(nominal=g, borrowing_limit=limit) for f, g in per_type[t].items()},
+            )
+        )
         shares = {f: split(g, dict.fromkeys(names, 1.0)) for f, g in per_type[t].items()}
         for q in names:
-            leaves.append(QueueQuota(tenant=t, name=q, cohort=team, weight=1.0,
-                                     quota={f: FlavorQuota(nominal=shares[f][q]) for f in per_type[t]}))
+            leaves.append(
+                QueueQuota(
+                    tenant=t,
+                    name=q,
+                    cohort=team,
+                    weight=1.0,
+                    quota={f: FlavorQuota(nominal=shares[f][q]) for f in per_type[t]},
+                )
+            )
     totals = {f: sum(per_type[t][f] for t in quotas) for f in types}
-    settings = PreemptionSettings(within_queue=preemption, reclaim=preemption,
-                                  fair_share=preemption and fair_share_preemption, min_runtime_s=min_runtime_s,
-                                  attained_service=preemption and service_preemption,
-                                  attained_service_min_runtime_s=service_min_runtime_s)
+    settings = PreemptionSettings(
+        within_queue=preemption,
+        reclaim=preemption,
+        fair_share=preemption and fair_share_preemption,
+        min_runtime_s=min_runtime_s,
+        attained_service=preemption and service_preemption,
+        attained_service_min_runtime_s=service_min_runtime_s,
+    )
     return Tenancy(
-        queues=leaves, cohorts=[Cohort(name="org", quota={f: FlavorQuota(nominal=g) for f, g in totals.items()}),
-                                *teams],
-        flavors=list(types), half_life_s=half_life_s, preemption=settings, priority_classes=list(PRIORITY_CLASSES),
+        queues=leaves,
+        cohorts=[Cohort(name="org", quota={f: FlavorQuota(nominal=g) for f, g in totals.items()}), *teams],
+        flavors=list(types),
+        half_life_s=half_life_s,
+        preemption=settings,
+        priority_classes=list(PRIORITY_CLASSES),
     )

@@ -33,16 +33,28 @@ class AdmissionView:
             for neg_priority, _, order, i in queues.candidates(qkey, self.demand_of, free, backfill):
                 st = jobs[i]
                 job = st.job
-                pending.append(PendingJob(
-                    job_id=job.job_id, tenant=job.tenant, queue=job.queue, order=order,
-                    gpus_by_type={job.gpu_type: job.gpus},
-                    priority=-neg_priority, not_before=st.not_before, may_only_borrow=self.only_borrow[i],
-                    runtime_limit_s=job.limit_s,
-                    attained_gpu_s=st.attained, submitted_at=job.submit))
+                pending.append(
+                    PendingJob(
+                        job_id=job.job_id,
+                        tenant=job.tenant,
+                        queue=job.queue,
+                        order=order,
+                        gpus_by_type={job.gpu_type: job.gpus},
+                        priority=-neg_priority,
+                        not_before=st.not_before,
+                        may_only_borrow=self.only_borrow[i],
+                        runtime_limit_s=job.limit_s,
+                        attained_gpu_s=st.attained,
+                        submitted_at=job.submit,
+                    )
+                )
         self.recent_preemptions = [t for t in self.recent_preemptions if self.now - t < 3600.0]
         return AdmissionSnapshot(
-            pending=pending, capacity=up, in_use=dict(self.in_use),
-            running=list(self.admitted_running.values()), usage_history=self.history,
+            pending=pending,
+            capacity=up,
+            in_use=dict(self.in_use),
+            running=list(self.admitted_running.values()),
+            usage_history=self.history,
             recent_preemptions=self.recent_preemptions,
         )
 
@@ -50,11 +62,22 @@ class AdmissionView:
         share = self._share(qkey.split("/")[0])
         cap = self.cluster.capacity
         jobs = self.jobs
-        self.pending.replace(qkey, sorted(
-            (-(multifactor(self.policy, self.now - jobs[i].job.submit, share, jobs[i].job.gpus, cap)
-               if order >= 0 else 10**9), 0, order, i)
-            for _, _, order, i in queue
-        ))
+        self.pending.replace(
+            qkey,
+            sorted(
+                (
+                    -(
+                        multifactor(self.policy, self.now - jobs[i].job.submit, share, jobs[i].job.gpus, cap)
+                        if order >= 0
+                        else 10**9
+                    ),
+                    0,
+                    order,
+                    i,
+                )
+                for _, _, order, i in queue
+            ),
+        )
 
     def _share(self, tenant: str) -> float:
         prefix = tenant + "/"

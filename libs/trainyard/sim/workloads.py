@@ -38,12 +38,32 @@ QUEUE = "default"
 class SimJob:
     """One submitted job: its gang shape, when it arrives and how much work it is."""
 
-    __slots__ = ("index", "job_id", "tenant", "submit", "duration", "roles", "gpus", "limit_s", "priority_class",
-                 "gpu_type", "queue", "trace_id")
+    __slots__ = (
+        "index",
+        "job_id",
+        "tenant",
+        "submit",
+        "duration",
+        "roles",
+        "gpus",
+        "limit_s",
+        "priority_class",
+        "gpu_type",
+        "queue",
+        "trace_id",
+    )
 
     def __init__(
-        self, index: int, tenant: str, submit: float, duration: float, roles: tuple[tuple[str, int, int], ...],
-        limit_s: int | None = None, priority_class: str = "standard", gpu_type: str = GPU_TYPE, queue: str = QUEUE,
+        self,
+        index: int,
+        tenant: str,
+        submit: float,
+        duration: float,
+        roles: tuple[tuple[str, int, int], ...],
+        limit_s: int | None = None,
+        priority_class: str = "standard",
+        gpu_type: str = GPU_TYPE,
+        queue: str = QUEUE,
         trace_id: str | None = None,
     ) -> None:
         self.index = index  # position in submission order
@@ -63,15 +83,28 @@ class SimJob:
     def spec(self) -> JobSpec:
         roles = [Role(name=n, replicas=r, gpus_per_replica=g, gpu_type=self.gpu_type) for n, r, g in self.roles]
         return JobSpec(
-            tenant=self.tenant, queue=self.queue, roles=roles, priority_class=self.priority_class,
-            max_runtime_s=self.limit_s, simulated_duration_s=min(self.duration, float(self.limit_s)),
+            tenant=self.tenant,
+            queue=self.queue,
+            roles=roles,
+            priority_class=self.priority_class,
+            max_runtime_s=self.limit_s,
+            simulated_duration_s=min(self.duration, float(self.limit_s)),
         )
 
     def but(self, **changes: object) -> SimJob:
         """A copy with some fields changed (``index``, ``submit``, ``roles``, ``gpu_type``, ...)."""
-        fields = {"index": self.index, "tenant": self.tenant, "submit": self.submit, "duration": self.duration,
-                  "roles": self.roles, "limit_s": self.limit_s, "priority_class": self.priority_class,
-                  "gpu_type": self.gpu_type, "queue": self.queue, "trace_id": self.trace_id}
+        fields = {
+            "index": self.index,
+            "tenant": self.tenant,
+            "submit": self.submit,
+            "duration": self.duration,
+            "roles": self.roles,
+            "limit_s": self.limit_s,
+            "priority_class": self.priority_class,
+            "gpu_type": self.gpu_type,
+            "queue": self.queue,
+            "trace_id": self.trace_id,
+        }
         fields.update(changes)
         return SimJob(**fields)  # type: ignore[arg-type]
 
@@ -130,8 +163,13 @@ class Workload:
     """
 
     def __init__(
-        self, jobs: list[SimJob], quotas: dict[str, int], source: str, rounded: int = 0,
-        queues: dict[str, list[str]] | None = None, type_constraints: dict[str, int] | None = None,
+        self,
+        jobs: list[SimJob],
+        quotas: dict[str, int],
+        source: str,
+        rounded: int = 0,
+        queues: dict[str, list[str]] | None = None,
+        type_constraints: dict[str, int] | None = None,
     ) -> None:
         self.jobs = jobs
         self.quotas = quotas
@@ -154,7 +192,9 @@ class Workload:
     def with_quotas(self, overrides: dict[str, int]) -> Workload:
         unknown = set(overrides) - set(self.quotas)
         if unknown:
-            raise ValueError(f"no such tenant(s): {', '.join(sorted(unknown))}; tenants: {', '.join(sorted(self.quotas))}")
+            raise ValueError(
+                f"no such tenant(s): {', '.join(sorted(unknown))}; tenants: {', '.join(sorted(self.quotas))}"
+            )
         return self._like(self.jobs, {**self.quotas, **overrides}, self.source)
 
     def demand_gpu_s(self) -> dict[str, float]:
@@ -196,8 +236,10 @@ class Workload:
             raise ValueError(f"target load must be a positive number, not {target}")
         now = self.offered_load(gpus)
         if now == 0 or math.isinf(now):
-            raise ValueError("the load of a workload whose jobs all arrive at the same moment cannot be changed "
-                             "by moving arrivals; it needs at least two submission times")
+            raise ValueError(
+                "the load of a workload whose jobs all arrive at the same moment cannot be changed "
+                "by moving arrivals; it needs at least two submission times"
+            )
         w = self.scaled(target / now)
         w.source = f"{self.source} at load {target:g}"
         return w
@@ -205,8 +247,12 @@ class Workload:
     def partition(self, tenant: str) -> Workload:
         """One tenant's jobs, numbered from 0, with only its quota (a dedicated partition)."""
         jobs = [j.but(index=k) for k, j in enumerate(j for j in self.jobs if j.tenant == tenant)]
-        return Workload(jobs, {tenant: self.quotas[tenant]}, f"{self.source} [{tenant}]",
-                        queues={tenant: self.queues.get(tenant, [QUEUE])})
+        return Workload(
+            jobs,
+            {tenant: self.quotas[tenant]},
+            f"{self.source} [{tenant}]",
+            queues={tenant: self.queues.get(tenant, [QUEUE])},
+        )
 
 
 def _epoch(stamp: str) -> float:
@@ -214,8 +260,11 @@ def _epoch(stamp: str) -> float:
 
 
 def load_philly(
-    traces: str | os.PathLike[str] | None = None, start: str | None = None, end: str | None = None,
-    default_vc_nodes: int = 2, limit: int | None = None,
+    traces: str | os.PathLike[str] | None = None,
+    start: str | None = None,
+    end: str | None = None,
+    default_vc_nodes: int = 2,
+    limit: int | None = None,
 ) -> Workload:
     """The Philly jobs (optionally those submitted in ``[start, end)``, dates ``YYYY-mm-dd``), VCs as tenants."""
     base = traces_dir(traces) / "philly"
@@ -241,7 +290,7 @@ def load_philly(
 
 
 def synthetic(
-    n_jobs: int, gpus: int, seed: int = 0, load: float = 0.8, tenants: int = 8, rl_share: float = 0.05,
+    n_jobs: int, gpus: int, seed: int = 0, load: float = 0.8, tenants: int = 8, rl_share: float = 0.05
 ) -> Workload:
     """Today's mix on a cluster of ``gpus`` GPUs at roughly ``load`` of its capacity.
 

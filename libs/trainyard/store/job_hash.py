@@ -72,9 +72,7 @@ def read_fields(fields: Iterable[str] | None) -> tuple[str, ...] | None:
     return HEAD + tuple(f for f in FIELDS if f in wanted and f not in HEAD)
 
 
-def decode_rows(
-    job_ids: Sequence[str], fields: tuple[str, ...] | None, rows: Sequence[Any]
-) -> list[JobRecord]:
+def decode_rows(job_ids: Sequence[str], fields: tuple[str, ...] | None, rows: Sequence[Any]) -> list[JobRecord]:
     """The records of ``job_ids`` from their ``HGETALL`` replies (``fields`` None)
     or ``HMGET`` replies of ``fields``; hashes that are no job are left out."""
     out = []

@@ -55,9 +55,18 @@ def _job_fields(seq: int, event: object, data: bytes) -> list[str | bytes]:
         spec = event.spec
         # Lua's cjson turns [] into {} and back; the spec stays opaque JSON text.
         return head + [
-            event.job_id, repr(event.at), spec.tenant, spec.queue, str(seq),
-            json.dumps(spec.gpus_by_type), bytes(_carried.decode(data).spec), repr(event.submitted_at),
-            spec.priority_class, spec.name, str(spec.total_gpus), str(spec.max_retries),
+            event.job_id,
+            repr(event.at),
+            spec.tenant,
+            spec.queue,
+            str(seq),
+            json.dumps(spec.gpus_by_type),
+            bytes(_carried.decode(data).spec),
+            repr(event.submitted_at),
+            spec.priority_class,
+            spec.name,
+            str(spec.total_gpus),
+            str(spec.max_retries),
         ]
     if isinstance(event, JobRejected):
         errors = _json.encode(event.errors).decode()
@@ -72,7 +81,14 @@ def _job_fields(seq: int, event: object, data: bytes) -> list[str | bytes]:
     if isinstance(event, RunFailed):
         category, (base, cap) = failure_category(event.reason)
         return head + [
-            event.job_id, repr(event.at), event.run_id, event.reason, event.message, category, repr(base), repr(cap),
+            event.job_id,
+            repr(event.at),
+            event.run_id,
+            event.reason,
+            event.message,
+            category,
+            repr(base),
+            repr(cap),
             str(HEAD_OF_QUEUE_OFFSET),
         ]
     if isinstance(event, PreemptionNotice):

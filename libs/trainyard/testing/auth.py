@@ -49,7 +49,6 @@ async def issue(bus: Bus) -> Callers:
     return Callers(store, tokens, ids)
 
 
-
 async def issue_at(nats_url: str) -> Callers:
     """:func:`issue` on the NATS at ``nats_url`` (a running stack's); the
     tokens and headers stay usable, the returned store does not."""

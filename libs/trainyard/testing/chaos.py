@@ -83,8 +83,14 @@ class ChaosReport(msgspec.Struct):
 
     @property
     def clean(self) -> bool:
-        return not (self.lost or self.accepted_twice or self.run_twice or self.stuck or self.double_allocations
-                    or abs(self.ledger_minus_stream_gpu_s) > 1e-3)
+        return not (
+            self.lost
+            or self.accepted_twice
+            or self.run_twice
+            or self.stuck
+            or self.double_allocations
+            or abs(self.ledger_minus_stream_gpu_s) > 1e-3
+        )
 
 
 def workload(n: int, seed: int) -> list[tuple[str, JobSpec]]:
@@ -95,7 +101,9 @@ def workload(n: int, seed: int) -> list[tuple[str, JobSpec]]:
     for i in range(n):
         r, g = rng.choice(shapes)
         spec = JobSpec(
-            tenant=rng.choice(["acme", "globex", "initech"]), queue="default", name=f"chaos-{i}",
+            tenant=rng.choice(["acme", "globex", "initech"]),
+            queue="default",
+            name=f"chaos-{i}",
             roles=[Role(name="trainer", replicas=r, gpus_per_replica=g)],
             simulated_duration_s=round(rng.uniform(0.2, 2.0), 2),
         )
@@ -104,8 +112,14 @@ def workload(n: int, seed: int) -> list[tuple[str, JobSpec]]:
 
 
 class Chaos:
-    def __init__(self, stack: LocalStack, plan: ChaosPlan, bus: Bus, store: Store,
-                 progress: Callable[[str], None] = lambda line: None) -> None:
+    def __init__(
+        self,
+        stack: LocalStack,
+        plan: ChaosPlan,
+        bus: Bus,
+        store: Store,
+        progress: Callable[[str], None] = lambda line: None,
+    ) -> None:
         self.stack = stack
         self.plan = plan
         self.bus = bus
@@ -253,16 +267,23 @@ class Chaos:
         statuses = Counter(r.status for j, r in fold.jobs.items() if j in ids)
         letters = await dead_letters(self.bus)
         return ChaosReport(
-            seed=self.plan.seed, jobs=len(jobs), faults=dict(sorted(self.faults.items())),
+            seed=self.plan.seed,
+            jobs=len(jobs),
+            faults=dict(sorted(self.faults.items())),
             lost=sum(1 for j in ids if decided[j] == 0),
             accepted_twice=sum(1 for j in ids if decided[j] > 1),
             run_twice=sum(1 for j in ids if fold.successes.get(j, 0) > 1),
             stuck=sum(1 for j in ids if j in fold.jobs and fold.jobs[j].status not in TERMINAL),
             double_allocations=sum(1 for v in fold.violations if "while held by" in v),
-            dead_letters=sum(letters.values()), dead_letter_reasons=dict(letters.most_common(10)),
+            dead_letters=sum(letters.values()),
+            dead_letter_reasons=dict(letters.most_common(10)),
             ledger_minus_stream_gpu_s=await self.ledger_difference(events),
-            statuses=dict(statuses), unplanned_exits=dict(self.supervisor.restarts),
-            failed_runs=dict(Counter(e.reason for e in events if isinstance(e, RunFailed))), violations=fold.violations[:20], offered_s=offered, drained_s=drained,
+            statuses=dict(statuses),
+            unplanned_exits=dict(self.supervisor.restarts),
+            failed_runs=dict(Counter(e.reason for e in events if isinstance(e, RunFailed))),
+            violations=fold.violations[:20],
+            offered_s=offered,
+            drained_s=drained,
         )
 
     async def ledger_difference(self, events: list[JobEvent], timeout: float = 120.0) -> float:

@@ -167,7 +167,11 @@ class FakeConsumer:
         taken = [seq for seq in due if seq in self.stream.messages]
         for seq in set(due) - set(taken):  # dropped from the stream meanwhile
             del self.pending[seq]
-        while len(taken) < batch and len(self.pending) < self.spec.max_ack_pending and self.next_new <= self.stream.last_seq:
+        while (
+            len(taken) < batch
+            and len(self.pending) < self.spec.max_ack_pending
+            and self.next_new <= self.stream.last_seq
+        ):
             seq, self.next_new = self.next_new, self.next_new + 1
             stored = self.stream.messages.get(seq)
             if stored is not None and subject_matches(self.spec.filter_subject, stored.subject):

@@ -127,7 +127,9 @@ def first_cancel(a: tuple[float, int | None], b: tuple[float, int | None]) -> bo
     return key(a) < key(b)
 
 
-def lock_rows(conn: sa.Connection, table: sa.Table, column: sa.Column, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+def lock_rows(
+    conn: sa.Connection, table: sa.Table, column: sa.Column, keys: Sequence[str]
+) -> dict[str, dict[str, Any]]:
     """Rows whose ``column`` is in ``keys``, keyed by primary key, locked for update."""
     pk = next(iter(table.primary_key.columns))
     name = pk.name
@@ -210,7 +212,9 @@ def write_runs(
             checkpoints.setdefault(r.run_id, []).append(r.at)
     updates = []
     for run_id, facts in changed.items():
-        roles = {name: (kind, gpus) for name, (kind, gpus) in ((jobs.get(facts.job_id) or {}).get("roles") or {}).items()}
+        roles = {
+            name: (kind, gpus) for name, (kind, gpus) in ((jobs.get(facts.job_id) or {}).get("roles") or {}).items()
+        }
         usage = meter(facts, roles=roles, checkpoints=checkpoints.get(run_id, ()))
         ended = facts.ended_at is not None
         row = {c: getattr(facts, c) for c in FACT_COLUMNS} | {

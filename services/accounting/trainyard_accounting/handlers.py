@@ -23,13 +23,7 @@ from collections.abc import Sequence
 from sqlalchemy.exc import DataError, IntegrityError
 
 from trainyard.bus import Delivery, JobEvents, Outcome
-from trainyard.events import (
-    CheckpointSaved,
-    JobCancelled,
-    JobEvent,
-    RunFailed,
-    RunSucceeded,
-)
+from trainyard.events import CheckpointSaved, JobCancelled, JobEvent, RunFailed, RunSucceeded
 from trainyard.observability.logs import kv
 from trainyard.observability.metrics import LedgerMetrics
 from trainyard_accounting.writer import LedgerWriter
@@ -81,8 +75,17 @@ class LedgerHandler(JobEvents):
         if outcome is None:
             return
         run_id = getattr(event, "run_id", None)
-        log.info("run metered", extra=kv(decision="metered", job_id=event.job_id, run_id=run_id,
-                                          tenant=event.tenant, outcome=outcome, seq=event_id))
+        log.info(
+            "run metered",
+            extra=kv(
+                decision="metered",
+                job_id=event.job_id,
+                run_id=run_id,
+                tenant=event.tenant,
+                outcome=outcome,
+                seq=event_id,
+            ),
+        )
         if self.metrics is not None:
             self.metrics.metered.labels(outcome.split(":", 1)[0]).inc()
 

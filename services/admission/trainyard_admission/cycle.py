@@ -49,6 +49,7 @@ from trainyard_admission.tenancy import TenancyHolder
 
 log = logging.getLogger(__name__)
 
+
 def run_id_for(job_id: str, attempt: int) -> str:
     return f"{job_id}-r{attempt}"
 
@@ -64,9 +65,18 @@ def queue_depth(pending: list[PendingJob]) -> dict[tuple[str, str], tuple[int, i
 
 class AdmissionCycle:
     def __init__(
-        self, bus: Bus, store: Store, projector: Projector, policy: AdmissionPolicy, clock: Callable[[], float],
-        window: int = 20_000, node_projector: tuple[Projector, ...] = (), tenancy: TenancyHolder | None = None,
-        placement_timeout_s: float = 60.0, cluster: str | None = None, metrics: AdmissionMetrics | None = None,
+        self,
+        bus: Bus,
+        store: Store,
+        projector: Projector,
+        policy: AdmissionPolicy,
+        clock: Callable[[], float],
+        window: int = 20_000,
+        node_projector: tuple[Projector, ...] = (),
+        tenancy: TenancyHolder | None = None,
+        placement_timeout_s: float = 60.0,
+        cluster: str | None = None,
+        metrics: AdmissionMetrics | None = None,
     ) -> None:
         self.bus = bus
         self.store = store
@@ -153,7 +163,9 @@ class AdmissionCycle:
                 self.store.key("fairshare"), mapping={"usage": json.dumps(history), "updated_at": repr(now)}
             )
         window = self.tenancy.compiled.preemption.fair_share_window_s if self.tenancy.compiled else 600.0
-        recent = [float(t) for t in await self.store.redis.zrangebyscore(self.store.key("preemptions"), now - window, "+inf")]
+        recent = [
+            float(t) for t in await self.store.redis.zrangebyscore(self.store.key("preemptions"), now - window, "+inf")
+        ]
         return history, recent
 
     async def run_once(self) -> int:
@@ -167,7 +179,9 @@ class AdmissionCycle:
         now = self.clock()
         t.append(clock())
         # 2. Decide (pure).
-        policy = AdmissionPolicy(self.policy.max_admissions_per_cycle, self.tenancy.compiled, self.policy.max_preemptors_per_cycle)
+        policy = AdmissionPolicy(
+            self.policy.max_admissions_per_cycle, self.tenancy.compiled, self.policy.max_preemptors_per_cycle
+        )
         result = admit(snapshot, policy, now) if snapshot.pending else AdmissionResult([], [])
         t.append(clock())
         # 3. Publish the decisions, each fenced by the job's last subject sequence.
@@ -187,8 +201,11 @@ class AdmissionCycle:
         #    forget the reasons of jobs no longer waiting here.
         reasons = {w.job_id: w for w in result.waiting}
         last, touched = self._reasons, self._changed
-        changed = {j: waiting.Waiting(w.reason.value, w.position) for j, w in reasons.items()
-                   if j in touched or last.get(j) != w}
+        changed = {
+            j: waiting.Waiting(w.reason.value, w.position)
+            for j, w in reasons.items()
+            if j in touched or last.get(j) != w
+        }
         await waiting.write(self.store, "pending", changed, gone=last.keys() - reasons.keys())
         self._reasons, self._changed = reasons, set()
         t.append(clock())
@@ -197,8 +214,9 @@ class AdmissionCycle:
         if seqs:
             await self.projector.wait_for(max(seqs))
         t.append(clock())
-        self.last_timings = dict(zip(("snapshot", "decide", "publish", "reasons", "read_back"),
-                                     (b - a for a, b in pairwise(t)), strict=True))
+        self.last_timings = dict(
+            zip(("snapshot", "decide", "publish", "reasons", "read_back"), (b - a for a, b in pairwise(t)), strict=True)
+        )
         if self.metrics is not None:
             self.metrics.cycle_done(t[-1] - t[0])
             admitted = {d.job_id for d in result.admitted}
@@ -212,21 +230,48 @@ class AdmissionCycle:
         queue = (r.queue if r is not None else None) or ""
         if isinstance(event, JobAdmitted):
             decision = "admitted"
-            log.info("job admitted", extra=kv(decision=decision, job_id=event.job_id, run_id=event.run_id,
-                                               tenant=event.tenant, queue=queue, attempt=event.attempt))
+            log.info(
+                "job admitted",
+                extra=kv(
+                    decision=decision,
+                    job_id=event.job_id,
+                    run_id=event.run_id,
+                    tenant=event.tenant,
+                    queue=queue,
+                    attempt=event.attempt,
+                ),
+            )
             submitted = r.submitted_at if r is not None else None
             if self.metrics is not None and event.attempt == 1 and submitted is not None:
                 self.metrics.waited([now - submitted])
         elif isinstance(event, PreemptionNotice):
             decision = "preempted"
-            log.info("run to be preempted", extra=kv(
-                decision=decision, job_id=event.job_id, run_id=event.run_id, tenant=event.tenant, queue=queue,
-                preemptor=event.preemptor, reason=event.reason, grace_period_s=event.grace_period_s))
+            log.info(
+                "run to be preempted",
+                extra=kv(
+                    decision=decision,
+                    job_id=event.job_id,
+                    run_id=event.run_id,
+                    tenant=event.tenant,
+                    queue=queue,
+                    preemptor=event.preemptor,
+                    reason=event.reason,
+                    grace_period_s=event.grace_period_s,
+                ),
+            )
         else:
             decision = "stopped"
-            log.info("run stopped", extra=kv(decision=f"stopped:{event.reason}", job_id=event.job_id,
-                                              run_id=event.run_id, tenant=event.tenant, queue=queue,
-                                              reason=event.message))
+            log.info(
+                "run stopped",
+                extra=kv(
+                    decision=f"stopped:{event.reason}",
+                    job_id=event.job_id,
+                    run_id=event.run_id,
+                    tenant=event.tenant,
+                    queue=queue,
+                    reason=event.message,
+                ),
+            )
         if self.metrics is not None:
             self.metrics.decided(decision)
 
@@ -236,8 +281,12 @@ class AdmissionCycle:
             r = rows[decision.job_id]
             attempt = r.attempt + 1
             event = JobAdmitted(
-                at=now, job_id=decision.job_id, tenant=r.tenant, run_id=run_id_for(decision.job_id, attempt),
-                attempt=attempt, resume_from_step=r.last_checkpoint_step,
+                at=now,
+                job_id=decision.job_id,
+                tenant=r.tenant,
+                run_id=run_id_for(decision.job_id, attempt),
+                attempt=attempt,
+                resume_from_step=r.last_checkpoint_step,
             )
             subject = subjects.job(r.tenant, decision.job_id, "admission")
             out.append(PublishRequest(subject, event, f"{decision.job_id}:admit:{attempt}", r.last_seq))
@@ -250,8 +299,14 @@ class AdmissionCycle:
             if r is None or not r.run_id or r.notice_at is not None:
                 continue
             event = PreemptionNotice(
-                at=now, job_id=p.job_id, tenant=r.tenant, run_id=r.run_id, preemptor=p.preemptor,
-                reason=p.reason.value, grace_period_s=p.grace_period_s, lost_gpu_seconds=p.lost_gpu_seconds,
+                at=now,
+                job_id=p.job_id,
+                tenant=r.tenant,
+                run_id=r.run_id,
+                preemptor=p.preemptor,
+                reason=p.reason.value,
+                grace_period_s=p.grace_period_s,
+                lost_gpu_seconds=p.lost_gpu_seconds,
             )
             subject = subjects.job(r.tenant, p.job_id, "admission")
             out.append(PublishRequest(subject, event, f"{r.run_id}:notice", r.last_seq))
@@ -273,8 +328,9 @@ class AdmissionCycle:
                 message = f"stopped at its run-time limit of {self.backlog.spec(stop.job_id).max_runtime_s}s"
             else:
                 message = f"not placed within {self.placement_timeout_s:.0f}s"
-            event = RunFailed(at=now, job_id=stop.job_id, tenant=r.tenant, run_id=r.run_id or "", reason=stop.reason,
-                              message=message)
+            event = RunFailed(
+                at=now, job_id=stop.job_id, tenant=r.tenant, run_id=r.run_id or "", reason=stop.reason, message=message
+            )
             subject = subjects.job(r.tenant, stop.job_id, "admission")
             out.append(PublishRequest(subject, event, f"{r.run_id}:failed", r.last_seq))
         return out

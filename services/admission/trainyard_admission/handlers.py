@@ -31,15 +31,7 @@ from trainyard.core.admission.commands import (
 from trainyard.core.admission.fit import FleetSummary
 from trainyard.domain.job import ValidationError
 from trainyard.domain.limits import job_id_problem
-from trainyard.events import (
-    CancelJob,
-    JobAccepted,
-    JobCancelled,
-    JobRejected,
-    SubmitJob,
-    decode_intake,
-    subjects,
-)
+from trainyard.events import CancelJob, JobAccepted, JobCancelled, JobRejected, SubmitJob, decode_intake, subjects
 from trainyard.observability.logs import kv
 from trainyard.observability.metrics import AdmissionMetrics
 from trainyard.store.projections import Projections
@@ -70,8 +62,12 @@ def _rejection_of(tenant: str, bad: Unreadable, clock: Callable[[], float]) -> P
         fence = subjects.job_id_anywhere(bad.job_id)
     except ValueError as err:
         raise PoisonMessage(str(err)) from None
-    rejection = JobRejected(at=clock(), job_id=bad.job_id, tenant=tenant, errors=[ValidationError("payload", bad.error[:1000])])
-    return PublishRequest(subject, rejection, f"{tenant}/{bad.job_id}:accepted", expected_last_subject_seq=0, fence_subject=fence)
+    rejection = JobRejected(
+        at=clock(), job_id=bad.job_id, tenant=tenant, errors=[ValidationError("payload", bad.error[:1000])]
+    )
+    return PublishRequest(
+        subject, rejection, f"{tenant}/{bad.job_id}:accepted", expected_last_subject_seq=0, fence_subject=fence
+    )
 
 
 def _tenant_of(subject: str) -> str:
@@ -86,7 +82,10 @@ class IntakeHandler(Subscription[IntakeMessage]):
     """SubmitJob -> JobAccepted | JobRejected;  CancelJob -> JobCancelled."""
 
     def __init__(
-        self, projections: Projections, clock: Callable[[], float], tenancy: TenancyHolder | None = None,
+        self,
+        projections: Projections,
+        clock: Callable[[], float],
+        tenancy: TenancyHolder | None = None,
         metrics: AdmissionMetrics | None = None,
     ) -> None:
         self.metrics = metrics
@@ -124,8 +123,13 @@ class IntakeHandler(Subscription[IntakeMessage]):
         cancel = await self._decide_cancel(tenant, cmd)
         return Outcome.done() if cancel is None else Outcome.done(cancel)
 
-    async def _decide_submit(self, delivery: Delivery[IntakeMessage], tenant: str, cmd: SubmitJob,
-                             fleet: Callable[[], Awaitable[FleetSummary]]) -> PublishRequest:
+    async def _decide_submit(
+        self,
+        delivery: Delivery[IntakeMessage],
+        tenant: str,
+        cmd: SubmitJob,
+        fleet: Callable[[], Awaitable[FleetSummary]],
+    ) -> PublishRequest:
         if cmd.job_id is not None and (problem := job_id_problem(cmd.job_id)) is not None:
             raise PoisonMessage(f"job_id: {problem}")  # nothing can be filed under an id that breaks the id rule
         job_id = cmd.job_id or f"j{delivery.seq}"
@@ -143,7 +147,9 @@ class IntakeHandler(Subscription[IntakeMessage]):
             event = JobAccepted(at=self.clock(), job_id=job_id, spec=cmd.spec, submitted_at=cmd.at)
         # Fenced on the job id under every tenant: one id names one job.
         fence = subjects.job_id_anywhere(job_id)
-        return PublishRequest(subject, event, f"{tenant}/{job_id}:accepted", expected_last_subject_seq=0, fence_subject=fence)
+        return PublishRequest(
+            subject, event, f"{tenant}/{job_id}:accepted", expected_last_subject_seq=0, fence_subject=fence
+        )
 
     async def _decide_cancel(self, tenant: str, cmd: CancelJob) -> PublishRequest | None:
         problem = cancel_problem(tenant, cmd.job_id, cmd.tenant, cmd.reason)
@@ -157,9 +163,13 @@ class IntakeHandler(Subscription[IntakeMessage]):
             raise PoisonMessage(problem)
         if job.status in TERMINAL:
             return None
-        event = JobCancelled(at=self.clock(), job_id=job.job_id, tenant=job.tenant, run_id=job.run_id, reason=cmd.reason)
+        event = JobCancelled(
+            at=self.clock(), job_id=job.job_id, tenant=job.tenant, run_id=job.run_id, reason=cmd.reason
+        )
         return PublishRequest(
-            subjects.job(job.tenant, job.job_id, "admission"), event, f"{job.job_id}:cancel",
+            subjects.job(job.tenant, job.job_id, "admission"),
+            event,
+            f"{job.job_id}:cancel",
             expected_last_subject_seq=job.last_seq,
         )
 
@@ -192,16 +202,34 @@ class IntakeHandler(Subscription[IntakeMessage]):
         """Log one published decision, and count it."""
         if isinstance(event, JobAccepted):
             decision = "accepted"
-            log.info("job accepted", extra=kv(decision=decision, job_id=event.job_id, tenant=event.spec.tenant,
-                                               queue=event.spec.queue, gpus=event.spec.total_gpus))
+            log.info(
+                "job accepted",
+                extra=kv(
+                    decision=decision,
+                    job_id=event.job_id,
+                    tenant=event.spec.tenant,
+                    queue=event.spec.queue,
+                    gpus=event.spec.total_gpus,
+                ),
+            )
         elif isinstance(event, JobRejected):
             decision = "rejected"
             problems = "; ".join(f"{e.field}: {e.message}" for e in event.errors)
-            log.info("job rejected", extra=kv(decision=decision, job_id=event.job_id, tenant=event.tenant,
-                                               reason=problems[:500]))
+            log.info(
+                "job rejected",
+                extra=kv(decision=decision, job_id=event.job_id, tenant=event.tenant, reason=problems[:500]),
+            )
         else:
             decision = "cancelled"
-            log.info("job cancelled", extra=kv(decision=decision, job_id=event.job_id, run_id=event.run_id,
-                                                tenant=event.tenant, reason=event.reason))
+            log.info(
+                "job cancelled",
+                extra=kv(
+                    decision=decision,
+                    job_id=event.job_id,
+                    run_id=event.run_id,
+                    tenant=event.tenant,
+                    reason=event.reason,
+                ),
+            )
         if self.metrics is not None:
             self.metrics.decided(decision)

@@ -30,11 +30,20 @@ async def main(rt: Runtime) -> None:
     serve_metrics("admission", metrics.registry, rt.settings)
     intake = IntakeHandler(RedisProjections(rt.bus, rt.store), time.time, tenancy, metrics=metrics)
     cycle = AdmissionCycle(
-        rt.bus, rt.store, jobs, AdmissionPolicy(), time.time, node_projector=(nodes,), tenancy=tenancy,
-        placement_timeout_s=rt.settings.placement_timeout_s, cluster=rt.settings.cluster, metrics=metrics,
+        rt.bus,
+        rt.store,
+        jobs,
+        AdmissionPolicy(),
+        time.time,
+        node_projector=(nodes,),
+        tenancy=tenancy,
+        placement_timeout_s=rt.settings.placement_timeout_s,
+        cluster=rt.settings.cluster,
+        metrics=metrics,
     )
-    lease = await Lease.open(rt.bus, f"admission.{rt.settings.cluster}", holder=f"{os.getpid()}",
-                             replicas=rt.settings.stream_replicas)
+    lease = await Lease.open(
+        rt.bus, f"admission.{rt.settings.cluster}", holder=f"{os.getpid()}", replicas=rt.settings.stream_replicas
+    )
     spec = ConsumerSpec(stream="INTAKE", durable="admission-intake", filter_subject=subjects.INTAKE_ALL)
     try:
         await run_tasks(

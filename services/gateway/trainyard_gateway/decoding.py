@@ -99,7 +99,9 @@ def _read_as(shape: Any, value: Any) -> Any:
     ``value`` is read as; None for a scalar, or for a value no member reads."""
     for option in _members(shape):
         origin = get_origin(option)
-        if isinstance(value, dict) and (origin is dict or isinstance(option, type) and issubclass(option, msgspec.Struct)):
+        if isinstance(value, dict) and (
+            origin is dict or isinstance(option, type) and issubclass(option, msgspec.Struct)
+        ):
             return option
         if isinstance(value, list) and origin in _ARRAYS:
             return option

@@ -68,10 +68,21 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
             return error_response(404, "not_found", str(err))
         except dlq.NotReplayable as err:
             return error_response(409, "conflict", str(err))
-        details = {"stream": done.stream, "subject": done.subject, "replayed_seq": str(done.replayed_seq),
-                   "msg_id": done.msg_id}
-        await audit(bus, who.actor, "deadletter.replay", str(seq), body.reason.strip(), details=details,
-                    record_id=f"audit:{done.msg_id}")
+        details = {
+            "stream": done.stream,
+            "subject": done.subject,
+            "replayed_seq": str(done.replayed_seq),
+            "msg_id": done.msg_id,
+        }
+        await audit(
+            bus,
+            who.actor,
+            "deadletter.replay",
+            str(seq),
+            body.reason.strip(),
+            details=details,
+            record_id=f"audit:{done.msg_id}",
+        )
         return json_response(done, 202)
 
     return router

@@ -46,7 +46,9 @@ def unauthenticated_response(message: str, credentials_sent: bool) -> Response:
 
 
 def unavailable_response(err: Exception) -> Response:
-    return error_response(503, "unavailable", f"NATS, Redis or the identity provider is unavailable, try again: {err!r}")
+    return error_response(
+        503, "unavailable", f"NATS, Redis or the identity provider is unavailable, try again: {err!r}"
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -77,8 +79,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def request_invalid(_: Request, err: Exception) -> Response:
         assert isinstance(err, RequestValidationError)
         errors = [
-            ValidationError(".".join(str(p) for p in e["loc"][1:]) or str(e["loc"][0]), e["msg"])
-            for e in err.errors()
+            ValidationError(".".join(str(p) for p in e["loc"][1:]) or str(e["loc"][0]), e["msg"]) for e in err.errors()
         ]
         return error_response(422, "invalid_argument", "the request is invalid; nothing was changed", errors)
 

@@ -118,7 +118,10 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
         "/exports/chargeback",
         summary="Chargeback export of one month (finance and admin)",
         responses={
-            200: {"description": "FOCUS-style rows as CSV or Parquet", "content": {m.split(";")[0]: {} for m in FORMATS.values()}},
+            200: {
+                "description": "FOCUS-style rows as CSV or Parquet",
+                "content": {m.split(";")[0]: {} for m in FORMATS.values()},
+            },
             403: {"description": "The caller's role is neither finance nor admin"},
             422: {"description": "Bad period, format or tenant"},
             500: {"description": "The rate card cannot price the usage, or cannot be read"},
@@ -156,8 +159,10 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
         "/reports/capacity",
         summary="Capacity-planning report over whole UTC days (finance or admin)",
         responses={
-            200: {"description": "The report as JSON: allocation vs capacity per bucket and GPU type, queue waits, "
-                                 "lost work, demand trend and forecast"},
+            200: {
+                "description": "The report as JSON: allocation vs capacity per bucket and GPU type, queue waits, "
+                "lost work, demand trend and forecast"
+            },
             403: {"description": "The caller's role is neither finance nor admin"},
             422: {"description": "Bad window, capacity, bucket or horizon"},
         },
@@ -165,7 +170,9 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
     async def capacity_report_route(
         start: str = Query(..., alias="from", description="First day, YYYY-MM-DD (UTC)"),
         end: str = Query(..., alias="to", description="Last day, YYYY-MM-DD (UTC), included"),
-        capacity: str | None = Query(None, description="GPUs per type, e.g. H100=128,A100=16x8 (default: the registered nodes)"),
+        capacity: str | None = Query(
+            None, description="GPUs per type, e.g. H100=128,A100=16x8 (default: the registered nodes)"
+        ),
         bucket: str = Query("day", description="day or hour"),
         horizon: int = Query(14, ge=0, le=365, description="Days of demand forecast past the last complete day"),
         as_of: float | None = Query(None, description="Report as of this Unix time (default: now)"),

@@ -81,9 +81,7 @@ def spec_from_proto(s: pb.JobSpec) -> JobSpec:
         "roles": [_role_from_proto(r) for r in s.roles],
         "labels": dict(s.labels),
         "command": list(s.command),
-        **_optional(
-            s, ("name", "priority_class", "max_runtime_s", "image", "workload_ref", "simulated_duration_s")
-        ),
+        **_optional(s, ("name", "priority_class", "max_runtime_s", "image", "workload_ref", "simulated_duration_s")),
     }
     if s.HasField("topology"):
         raw["topology"] = _topology_from_proto(s.topology)

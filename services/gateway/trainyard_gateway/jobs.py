@@ -87,8 +87,13 @@ class JobOperations:
         key = f"{spec.tenant}:{job_id}"
         await self.bus.publish(subjects.intake(spec.tenant), command, msg_id=f"submit:{key}")
         await audit(
-            self.bus, actor, "job.submit", job_id, details={"tenant": spec.tenant, "queue": spec.queue},
-            at=now, record_id=f"audit:submit:{key}",
+            self.bus,
+            actor,
+            "job.submit",
+            job_id,
+            details={"tenant": spec.tenant, "queue": spec.queue},
+            at=now,
+            record_id=f"audit:submit:{key}",
         )
         return job_id
 
@@ -121,7 +126,13 @@ class JobOperations:
         command = CancelJob(at=now, job_id=job_id, tenant=job.tenant, reason=reason)
         await self.bus.publish(subjects.intake(job.tenant), command, msg_id=f"cancel:{job_id}")
         await audit(
-            self.bus, actor, "job.cancel", job_id, reason, details={"tenant": job.tenant}, at=now,
+            self.bus,
+            actor,
+            "job.cancel",
+            job_id,
+            reason,
+            details={"tenant": job.tenant},
+            at=now,
             record_id=f"audit:cancel:{job_id}",
         )
         return job

@@ -148,12 +148,7 @@ async def main(rt: Runtime) -> None:
     http_task = asyncio.create_task(http.serve(sockets=[sock]))
     log.info("REST API and console on http://%s:%d (OpenAPI at /docs, metrics at /metrics)", gw.host, http_port)
     try:
-        await run_tasks(
-            rt.stop,
-            Projector(rt.bus, rt.store, "NODES").run(rt.stop),
-            _until_exit(http_task),
-            following,
-        )
+        await run_tasks(rt.stop, Projector(rt.bus, rt.store, "NODES").run(rt.stop), _until_exit(http_task), following)
     finally:
         http.should_exit = True
         await asyncio.gather(http_task, return_exceptions=True)

@@ -57,9 +57,7 @@ class _SnapshotCollector(Collector):
         jobs = GaugeMetricFamily("trainyard_jobs", "Jobs in the projection by status.", labels=["status"])
         for status, n in sorted(s.jobs_by_status.items()):
             jobs.add_metric([status], n)
-        capacity = GaugeMetricFamily(
-            "trainyard_gpus_capacity", "Schedulable GPUs by GPU type.", labels=["gpu_type"]
-        )
+        capacity = GaugeMetricFamily("trainyard_gpus_capacity", "Schedulable GPUs by GPU type.", labels=["gpu_type"])
         for gpu_type, n in sorted(s.gpus_capacity.items()):
             capacity.add_metric([gpu_type], n)
         in_use = GaugeMetricFamily(
@@ -73,7 +71,8 @@ class _SnapshotCollector(Collector):
         yield from (jobs, capacity, in_use, nodes)
         if s.deadletters:
             dead = GaugeMetricFamily(
-                "trainyard_deadletters", "Dead letters kept in the DEADLETTER stream, by the stream they came from.",
+                "trainyard_deadletters",
+                "Dead letters kept in the DEADLETTER stream, by the stream they came from.",
                 labels=["stream"],
             )
             for stream, n in sorted(s.deadletters.items()):

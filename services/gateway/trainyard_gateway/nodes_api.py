@@ -26,14 +26,7 @@ from fastapi.responses import Response
 from trainyard.auth import Action, Principal
 from trainyard.bus import Bus
 from trainyard.bus.audit import audit
-from trainyard.core.health import (
-    Cordon,
-    Drain,
-    NodeHealthRecord,
-    TransitionRejected,
-    Uncordon,
-    transition,
-)
+from trainyard.core.health import Cordon, Drain, NodeHealthRecord, TransitionRejected, Uncordon, transition
 from trainyard.domain.job import ValidationError
 from trainyard.domain.node import NodeState
 from trainyard.events import subjects
@@ -94,7 +87,9 @@ class NodeCommandRefused(Exception):
         self.status = status
 
 
-async def node_command(bus: Bus, store: Store, op: str, node_id: str, reason: str, who: Principal) -> NodeCommandAccepted:
+async def node_command(
+    bus: Bus, store: Store, op: str, node_id: str, reason: str, who: Principal
+) -> NodeCommandAccepted:
     """Cordon, drain or uncordon ``node_id`` for ``who`` (REST and the console):
     checked against health's record, published for health, audited."""
     by = f"operator:{who.actor}"  # health takes "operator:" as a person's command
@@ -158,9 +153,15 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
             return error_response(404, "not_found", f"no node {node_id!r}")
         return json_response(
             NodeHistory(
-                node_id=node_id, state=record.state.value, reason=record.reason, since=record.since,
-                remedy=record.remedy.value if record.remedy else None, gpus=list(record.gpus),
-                cordoned_by=record.cordoned_by, lemon=record.lemon, incidents=list(record.incidents),
+                node_id=node_id,
+                state=record.state.value,
+                reason=record.reason,
+                since=record.since,
+                remedy=record.remedy.value if record.remedy else None,
+                gpus=list(record.gpus),
+                cordoned_by=record.cordoned_by,
+                lemon=record.lemon,
+                incidents=list(record.incidents),
                 history=list(record.history),
             )
         )

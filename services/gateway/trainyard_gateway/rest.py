@@ -190,7 +190,9 @@ def job_router(
         status_code=202,
         summary="Submit a job",
         responses={
-            **answer(202, "Published; admission accepts or rejects it", Submitted), **_INVALID, **_FORBIDDEN,
+            **answer(202, "Published; admission accepts or rejects it", Submitted),
+            **_INVALID,
+            **_FORBIDDEN,
             **answer(409, "The job id is another tenant's job's", ErrorBody),
             **answer(413, f"The body is over {MAX_SUBMIT_BYTES // 1024} KiB", ErrorBody),
         },
@@ -245,7 +247,9 @@ def job_router(
         job = await ops.cancel(job_id, scope, reason or "cancelled by user", actor=who.actor)
         return json_response(Cancelling(job_id=job.job_id, status="cancelling"), 202)
 
-    @router.get("/v1/nodes", summary="List nodes with state and free GPUs", responses=answer(200, "The nodes", NodeList))
+    @router.get(
+        "/v1/nodes", summary="List nodes with state and free GPUs", responses=answer(200, "The nodes", NodeList)
+    )
     async def list_nodes(who: Principal = allow(Action.NODE_LIST)) -> Response:
         return json_response(NodeList(await views.list_nodes(store)))
 

@@ -26,9 +26,16 @@ MAX_BODY_BYTES = 4096
 
 def info(record: TokenRecord) -> TokenInfo:
     return TokenInfo(
-        id=record.id, name=record.name, role=record.role.value, tenant=record.tenant, created_at=record.created_at,
-        created_by=record.created_by, expires_at=record.expires_at, revoked=record.revoked,
-        revoked_at=record.revoked_at, revoked_by=record.revoked_by,
+        id=record.id,
+        name=record.name,
+        role=record.role.value,
+        tenant=record.tenant,
+        created_at=record.created_at,
+        created_by=record.created_by,
+        expires_at=record.expires_at,
+        revoked=record.revoked,
+        revoked_at=record.revoked_at,
+        revoked_by=record.revoked_by,
     )
 
 
@@ -54,7 +61,9 @@ def token_router(bus: Bus, tokens: TokenStore | None) -> APIRouter:
             body = msgspec.json.decode(raw, type=CreateTokenBody)
             role = parse_role(body.role)
         except (msgspec.DecodeError, RecursionError) as err:
-            raise InvalidRequest([ValidationError("body", f"give name, role, and tenant or expires_in_s: {err}")]) from None
+            raise InvalidRequest(
+                [ValidationError("body", f"give name, role, and tenant or expires_in_s: {err}")]
+            ) from None
         except ValueError as err:
             raise InvalidRequest([ValidationError("role", str(err))]) from None
         tenant = body.tenant
@@ -68,8 +77,15 @@ def token_router(bus: Bus, tokens: TokenStore | None) -> APIRouter:
         details = {"name": record.name, "role": record.role.value, "tenant": record.tenant or ""}
         if record.expires_at is not None:
             details["expires_at"] = f"{record.expires_at:.0f}"
-        await audit(bus, who.actor, "token.create", record.id, details=details, at=record.created_at,
-                    record_id=f"audit:token:create:{record.id}")
+        await audit(
+            bus,
+            who.actor,
+            "token.create",
+            record.id,
+            details=details,
+            at=record.created_at,
+            record_id=f"audit:token:create:{record.id}",
+        )
         return json_response(CreatedToken(token=token, info=info(record)), 201)
 
     @router.get("", summary="List API tokens (never their secrets)", responses=answer(200, "The tokens", TokenList))
@@ -95,8 +111,15 @@ def token_router(bus: Bus, tokens: TokenStore | None) -> APIRouter:
             return error_response(404, "not_found", f"no token {token_id!r}")
         revoked = await tokens.revoke(token_id, who.actor)
         if revoked.revoked_by == who.actor and not record.revoked:
-            await audit(bus, who.actor, "token.revoke", token_id, details={"name": record.name},
-                        at=revoked.revoked_at, record_id=f"audit:token:revoke:{token_id}")
+            await audit(
+                bus,
+                who.actor,
+                "token.revoke",
+                token_id,
+                details={"name": record.name},
+                at=revoked.revoked_at,
+                record_id=f"audit:token:revoke:{token_id}",
+            )
         return json_response(info(revoked))
 
     return router

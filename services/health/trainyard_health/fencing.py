@@ -69,8 +69,13 @@ async def publish_failures(
         PublishRequest(
             subjects.job(job.tenant, job.job_id, "health"),
             RunFailed(
-                at=clock(), job_id=job.job_id, tenant=job.tenant, run_id=job.run_id,  # type: ignore[arg-type]
-                reason=reason, message=message, node_id=node_id,  # type: ignore[arg-type]
+                at=clock(),
+                job_id=job.job_id,
+                tenant=job.tenant,
+                run_id=job.run_id,  # type: ignore[arg-type]
+                reason=reason,
+                message=message,
+                node_id=node_id,  # type: ignore[arg-type]
             ),
             f"{job.run_id}:failed",
             job.last_seq,
@@ -85,13 +90,22 @@ async def publish_failures(
             raise result
         elif not result.duplicate:
             failed += 1
-            log.info("run failed", extra=kv(decision="failed", job_id=job.job_id, run_id=job.run_id,
-                                             tenant=job.tenant, node=node_id, reason=reason))
+            log.info(
+                "run failed",
+                extra=kv(
+                    decision="failed",
+                    job_id=job.job_id,
+                    run_id=job.run_id,
+                    tenant=job.tenant,
+                    node=node_id,
+                    reason=reason,
+                ),
+            )
     return failed, refused
 
 
 async def fail_runs_fenced(
-    bus: Bus, store: Store, clock: Callable[[], float], node_id: str, reason: str, message: str, gpu: int | None = None,
+    bus: Bus, store: Store, clock: Callable[[], float], node_id: str, reason: str, message: str, gpu: int | None = None
 ) -> int:
     """Fail the current active run of every job on the node (or on one GPU of it); returns how many were failed."""
     await jobs_caught_up(bus, store)

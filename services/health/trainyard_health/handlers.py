@@ -95,7 +95,9 @@ class TelemetryHandler(_NodeEvents):
                 findings += evaluate_sample(record, event.sample, previous, self.monitor.policy)
                 await records.keep_sample(event.sample)
         read = await records.record_heartbeats(beats)
-        resumed = sorted({b.node_id for b in read if heartbeat_resumes(b.state or "", b.registered_boot, b.boot_id, b.advanced)})
+        resumed = sorted(
+            {b.node_id for b in read if heartbeat_resumes(b.state or "", b.registered_boot, b.boot_id, b.advanced)}
+        )
         try:
             await self.monitor.on_findings(findings)
             for node_id in resumed:
@@ -142,13 +144,21 @@ class NodeEventsHandler(_NodeEvents):
             if boot != event.boot_id:
                 return  # a newer boot of the node reports: it is not lost
             lost = Finding(
-                node_id=event.node_id, gpu=None, kind=FindingKind.HEARTBEAT_TIMEOUT, severity=Severity.FATAL,
-                action=Remedy.REBOOT_NODE, message=event.reason, at=event.at, rules_version=m.policy.rules_version,
+                node_id=event.node_id,
+                gpu=None,
+                kind=FindingKind.HEARTBEAT_TIMEOUT,
+                severity=Severity.FATAL,
+                action=Remedy.REBOOT_NODE,
+                message=event.reason,
+                at=event.at,
+                rules_version=m.policy.rules_version,
             )
             await m.on_findings([lost], limited=False)  # the node is already lost: nothing to hold back
         elif isinstance(event, CordonNode | DrainNode | UncordonNode):
             if self.clock() - event.at > COMMAND_MAX_AGE_S:
-                log.warning("ignoring %s of %s from %.0f s ago", type(event).__name__, event.node_id, self.clock() - event.at)
+                log.warning(
+                    "ignoring %s of %s from %.0f s ago", type(event).__name__, event.node_id, self.clock() - event.at
+                )
                 return
             kind = {CordonNode: Cordon, DrainNode: Drain, UncordonNode: Uncordon}[type(event)]
             await m.on_command(kind(node_id=event.node_id, by=event.by, reason=event.reason), by=event.by)

@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 #: a heartbeat is recorded at most this much later, against a timeout of seconds.
 HEARTBEAT_LINGER_S = 0.05
 
+
 def load_policy(settings: Settings) -> HealthPolicy:
     """The default policy with the fields ``TRAINYARD_HEALTH_POLICY`` overrides."""
     if not settings.health_policy:
@@ -60,12 +61,21 @@ async def main(rt: Runtime) -> None:
     nodes = Projector(rt.bus, rt.store, "NODES")
     monitor = Monitor(rt.bus, rt.store, policy, time.time, metrics=metrics, nodes=nodes, hook=kube_hook(rt.settings))
     telemetry = ConsumerSpec(
-        stream="TELEMETRY", durable=HEARTBEAT_DURABLE, filter_subject=subjects.TELEMETRY_ALL, ack_wait_s=10.0,
+        stream="TELEMETRY",
+        durable=HEARTBEAT_DURABLE,
+        filter_subject=subjects.TELEMETRY_ALL,
+        ack_wait_s=10.0,
         linger_s=HEARTBEAT_LINGER_S,
     )
-    node_events = ConsumerSpec(stream="NODES", durable="health-nodes", filter_subject=subjects.NODES_ALL, ack_wait_s=10.0)
+    node_events = ConsumerSpec(
+        stream="NODES", durable="health-nodes", filter_subject=subjects.NODES_ALL, ack_wait_s=10.0
+    )
     check = LivenessCheck(
-        rt.bus, rt.store, monitor, rt.settings.heartbeat_timeout_s, time.time,
+        rt.bus,
+        rt.store,
+        monitor,
+        rt.settings.heartbeat_timeout_s,
+        time.time,
         catch_up_wait_s=max(1.0, rt.settings.heartbeat_interval_s),
     )
     await run_tasks(

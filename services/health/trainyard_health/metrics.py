@@ -16,20 +16,38 @@ from trainyard.settings import Settings
 class HealthMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.nodes = Gauge("trainyard_health_nodes", "Nodes by health state (health's records).", ["state"],
-                           registry=self.registry)
-        self.xids = Counter("trainyard_health_xids", "XIDs reported by agents, by XID code.", ["xid"],
-                            registry=self.registry)
-        self.findings = Counter("trainyard_health_findings", "Findings by kind and severity.", ["kind", "severity"],
-                                registry=self.registry)
-        self.transitions = Counter("trainyard_health_transitions", "Node state changes, by new state and who decided.",
-                                   ["state", "by"], registry=self.registry)
-        self.alerts = Counter("trainyard_health_alerts", "Alerts raised, by severity.", ["severity"], registry=self.registry)
-        self.held = Counter("trainyard_health_blast_radius_held", "Isolations held back by the blast-radius limit.",
-                            registry=self.registry)
-        self.rack_faults = Counter("trainyard_health_rack_faults", "Suspected rack faults raised.", registry=self.registry)
-        self.runs_failed = Counter("trainyard_health_runs_failed", "Runs failed or preempted off unhealthy nodes.",
-                                   ["reason"], registry=self.registry)
+        self.nodes = Gauge(
+            "trainyard_health_nodes", "Nodes by health state (health's records).", ["state"], registry=self.registry
+        )
+        self.xids = Counter(
+            "trainyard_health_xids", "XIDs reported by agents, by XID code.", ["xid"], registry=self.registry
+        )
+        self.findings = Counter(
+            "trainyard_health_findings", "Findings by kind and severity.", ["kind", "severity"], registry=self.registry
+        )
+        self.transitions = Counter(
+            "trainyard_health_transitions",
+            "Node state changes, by new state and who decided.",
+            ["state", "by"],
+            registry=self.registry,
+        )
+        self.alerts = Counter(
+            "trainyard_health_alerts", "Alerts raised, by severity.", ["severity"], registry=self.registry
+        )
+        self.held = Counter(
+            "trainyard_health_blast_radius_held",
+            "Isolations held back by the blast-radius limit.",
+            registry=self.registry,
+        )
+        self.rack_faults = Counter(
+            "trainyard_health_rack_faults", "Suspected rack faults raised.", registry=self.registry
+        )
+        self.runs_failed = Counter(
+            "trainyard_health_runs_failed",
+            "Runs failed or preempted off unhealthy nodes.",
+            ["reason"],
+            registry=self.registry,
+        )
         self.time_to_isolate = Histogram(
             "trainyard_health_time_to_isolate_seconds",
             "From the fault's observation on the node to the node taken out of service (state change stored).",

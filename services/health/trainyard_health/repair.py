@@ -51,7 +51,9 @@ class RepairLoop:
             if info is None:
                 await m.records.checks_done(node_id)
                 continue
-            reply = await ask_agent(m.bus, info, control.ControlRequest(op="check", node_id=node_id, by="service:health"))
+            reply = await ask_agent(
+                m.bus, info, control.ControlRequest(op="check", node_id=node_id, by="service:health")
+            )
             if reply is None:
                 log.info("no agent answered the checks for %s (%s); asking again", node_id, reason)
                 continue

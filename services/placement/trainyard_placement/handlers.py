@@ -80,9 +80,16 @@ class Snapshot(msgspec.Struct):
 
 class PlacementCycle:
     def __init__(
-        self, bus: Bus, store: Store, projector: Projector, cluster: str, clock: Callable[[], float],
-        node_projector: tuple[Projector, ...] = (), lease: Leadership | None = None,
-        policy: PlacementPolicy = PlacementPolicy(), binding: Binding | None = None,
+        self,
+        bus: Bus,
+        store: Store,
+        projector: Projector,
+        cluster: str,
+        clock: Callable[[], float],
+        node_projector: tuple[Projector, ...] = (),
+        lease: Leadership | None = None,
+        policy: PlacementPolicy = PlacementPolicy(),
+        binding: Binding | None = None,
         metrics: PlacementMetrics | None = None,
     ) -> None:
         self.metrics = metrics  # None: not exported
@@ -115,7 +122,8 @@ class PlacementCycle:
         ]
         placed = [
             Placement(j.job_id, j.run_id, self._replicas[j.run_id])
-            for j in jobs.values() if j.status == "placed" and j.run_id in self._replicas
+            for j in jobs.values()
+            if j.status == "placed" and j.run_id in self._replicas
         ]
         return Snapshot(cluster, requests, waiting, placed)
 
@@ -160,7 +168,11 @@ class PlacementCycle:
         for p in result.placements:
             job = snap.waiting[p.job_id]
             event = JobPlaced(
-                at=self.clock(), job_id=p.job_id, tenant=job.tenant, run_id=p.run_id, cluster=self.cluster,
+                at=self.clock(),
+                job_id=p.job_id,
+                tenant=job.tenant,
+                run_id=p.run_id,
+                cluster=self.cluster,
                 replicas=p.replicas,
             )
             subject = subjects.job(job.tenant, job.job_id, "placement")
@@ -197,10 +209,18 @@ class PlacementCycle:
     def _placed(self, p: Placement, job: JobRecord) -> None:
         """Log one published placement, and count it."""
         nodes = sorted({r.node_id for r in p.replicas})
-        log.info("run placed", extra=kv(
-            decision="placed", job_id=p.job_id, run_id=p.run_id, tenant=job.tenant, nodes=nodes,
-            gpus=sum(len(r.gpus) for r in p.replicas), backfilled=p.backfilled or None,
-        ))
+        log.info(
+            "run placed",
+            extra=kv(
+                decision="placed",
+                job_id=p.job_id,
+                run_id=p.run_id,
+                tenant=job.tenant,
+                nodes=nodes,
+                gpus=sum(len(r.gpus) for r in p.replicas),
+                backfilled=p.backfilled or None,
+            ),
+        )
         if self.metrics is not None:
             self.metrics.decided("placed")
             if p.backfilled:

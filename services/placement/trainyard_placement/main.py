@@ -43,13 +43,23 @@ async def main(rt: Runtime, binder: str = "none") -> None:
     binding = binding_for(binder)
     jobs = Projector(rt.bus, rt.store, "JOBS")
     nodes = Projector(rt.bus, rt.store, "NODES")
-    lease = await Lease.open(rt.bus, lease_key(rt.settings.cluster), holder=f"{os.getpid()}",
-                             replicas=rt.settings.stream_replicas)
+    lease = await Lease.open(
+        rt.bus, lease_key(rt.settings.cluster), holder=f"{os.getpid()}", replicas=rt.settings.stream_replicas
+    )
     metrics = PlacementMetrics()
     projections = ProjectionMetrics(metrics.registry, [jobs, nodes])
     serve_metrics("placement", metrics.registry, rt.settings)
-    cycle = PlacementCycle(rt.bus, rt.store, jobs, rt.settings.cluster, time.time, node_projector=(nodes,), lease=lease,
-                           binding=binding, metrics=metrics)
+    cycle = PlacementCycle(
+        rt.bus,
+        rt.store,
+        jobs,
+        rt.settings.cluster,
+        time.time,
+        node_projector=(nodes,),
+        lease=lease,
+        binding=binding,
+        metrics=metrics,
+    )
     try:
         await run_tasks(
             rt.stop,

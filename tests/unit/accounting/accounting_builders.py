@@ -69,7 +69,9 @@ def placed(
     replicas = []
     for rank, first in enumerate(range(0, gpus, per_node)):
         count = min(per_node, gpus - first)
-        replicas.append(ReplicaPlacement(role=role, replica=rank, rank=rank, node_id=f"n{rank}", gpus=list(range(count))))
+        replicas.append(
+            ReplicaPlacement(role=role, replica=rank, rank=rank, node_id=f"n{rank}", gpus=list(range(count)))
+        )
     return JobPlaced(at=at, job_id=job, tenant=tenant, run_id=run, cluster="c1", replicas=replicas)
 
 
@@ -81,7 +83,9 @@ def succeeded(run: str = "r1", job: str = "j1", tenant: str = "acme", at: float 
     return RunSucceeded(at=at, job_id=job, tenant=tenant, run_id=run)
 
 
-def failed(run: str = "r1", job: str = "j1", tenant: str = "acme", at: float = T0, reason: str = "preempted") -> RunFailed:
+def failed(
+    run: str = "r1", job: str = "j1", tenant: str = "acme", at: float = T0, reason: str = "preempted"
+) -> RunFailed:
     return RunFailed(at=at, job_id=job, tenant=tenant, run_id=run, reason=reason)  # type: ignore[arg-type]
 
 

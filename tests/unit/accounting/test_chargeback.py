@@ -85,7 +85,14 @@ def test_rows(ledger: LedgerWriter, events, expected):
     ledger.apply(numbered(events))
     rows = export(ledger)
     got = [
-        (r["ChargePeriodStart"], r["ChargePeriodEnd"], r["SkuId"], r["SkuPriceId"], r["ConsumedQuantity"], r["BilledCost"])
+        (
+            r["ChargePeriodStart"],
+            r["ChargePeriodEnd"],
+            r["SkuId"],
+            r["SkuPriceId"],
+            r["ConsumedQuantity"],
+            r["BilledCost"],
+        )
         for r in rows
     ]
     assert got == expected
@@ -160,7 +167,10 @@ def test_csv_and_parquet_hold_the_same_rows(ledger: LedgerWriter):
             id="a date that is not a date",
         ),
         pytest.param(
-            {"currency": "dollars", "versions": [{"version": "a", "effective_from": "2026-11-01", "prices": {"H100": "1"}}]},
+            {
+                "currency": "dollars",
+                "versions": [{"version": "a", "effective_from": "2026-11-01", "prices": {"H100": "1"}}],
+            },
             "ISO 4217",
             id="a currency that is not a code",
         ),

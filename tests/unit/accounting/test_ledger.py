@@ -46,10 +46,7 @@ SKEWED = numbered(
     [
         pytest.param([ONE_RUN], 8 * 2 * HOUR, "succeeded", id="a run applied in one batch is charged GPUs x wall time"),
         pytest.param(
-            [ONE_RUN, [ONE_RUN[-1]]],
-            8 * 2 * HOUR,
-            "succeeded",
-            id="a redelivered RunSucceeded does not charge twice",
+            [ONE_RUN, [ONE_RUN[-1]]], 8 * 2 * HOUR, "succeeded", id="a redelivered RunSucceeded does not charge twice"
         ),
         pytest.param(
             [ONE_RUN, ONE_RUN, ONE_RUN[::-1]],
@@ -153,7 +150,9 @@ def test_a_batch_that_fails_midway_stores_nothing_and_can_be_redelivered(ledger:
     "bad, message",
     [
         pytest.param([("", succeeded())], "event id", id="an empty event id is refused"),
-        pytest.param([("1", "RunSucceeded")], "not a job lifecycle event", id="something that is not an event is refused"),
+        pytest.param(
+            [("1", "RunSucceeded")], "not a job lifecycle event", id="something that is not an event is refused"
+        ),
     ],
 )
 def test_bad_input_is_refused_and_changes_nothing(ledger: LedgerWriter, bad, message):
@@ -240,9 +239,7 @@ def _two_tenants(ledger: LedgerWriter) -> None:
             id="usage with no grouping is one total",
         ),
         pytest.param(
-            dict(start=T0 + 10 * HOUR, now=T0 + 3 * HOUR),
-            {},
-            id="a window after every run has ended holds no usage",
+            dict(start=T0 + 10 * HOUR, now=T0 + 3 * HOUR), {}, id="a window after every run has ended holds no usage"
         ),
     ],
 )
@@ -258,7 +255,11 @@ def test_usage_refuses_an_unknown_grouping(ledger: LedgerWriter):
 
 def test_several_runs_of_one_job_are_separate_rows(ledger: LedgerWriter):
     first = lifecycle("r1", gpus=8, started_at=T0, ended_at=T0 + HOUR, outcome="preempted")
-    second = [admitted("r2", at=T0 + 2 * HOUR, attempt=2), placed("r2", at=T0 + 2 * HOUR), started("r2", at=T0 + 2 * HOUR)]
+    second = [
+        admitted("r2", at=T0 + 2 * HOUR, attempt=2),
+        placed("r2", at=T0 + 2 * HOUR),
+        started("r2", at=T0 + 2 * HOUR),
+    ]
     second.append(failed("r2", at=T0 + 3 * HOUR, reason="node_failure"))
     third = [placed("r3", at=T0 + 4 * HOUR), started("r3", at=T0 + 4 * HOUR), succeeded("r3", at=T0 + 5 * HOUR)]
     ledger.apply(numbered([*third, *second, *first, accepted(at=T0 - 5)]))

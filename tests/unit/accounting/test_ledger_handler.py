@@ -45,7 +45,9 @@ async def publish(bus: FakeBus, events: list[JobEvent]) -> None:
         await publish_event(bus, event, msg_id=f"{event.job_id}:{i}")  # type: ignore[arg-type]
 
 
-async def test_a_run_is_metered_once_though_a_new_consumer_replays_the_stream(bus: FakeBus, ledger: LedgerWriter) -> None:
+async def test_a_run_is_metered_once_though_a_new_consumer_replays_the_stream(
+    bus: FakeBus, ledger: LedgerWriter
+) -> None:
     await publish(bus, lifecycle(gpus=16))
     handler = LedgerHandler(ledger)
 
@@ -56,7 +58,9 @@ async def test_a_run_is_metered_once_though_a_new_consumer_replays_the_stream(bu
     assert (run.run_id, run.outcome, run.gpus, run.gpu_seconds) == ("r1", "succeeded", 16, 16 * HOUR)
 
 
-async def test_an_event_on_another_writers_subject_is_dead_lettered_and_never_billed(bus: FakeBus, ledger: LedgerWriter) -> None:
+async def test_an_event_on_another_writers_subject_is_dead_lettered_and_never_billed(
+    bus: FakeBus, ledger: LedgerWriter
+) -> None:
     await publish(bus, lifecycle(ended_at=None))
     forged = RunSucceeded(at=T0 + HOUR, job_id="j1", tenant="acme", run_id="r1")
     await bus.publish(subjects.job("acme", "j1", "placement"), forged, msg_id="forged")  # placement ends no runs

@@ -16,11 +16,19 @@ from trainyard.settings import load_settings
 @pytest.mark.parametrize(
     ("environ", "expected"),
     [
-        pytest.param({}, ".trainyard/ledger.db", id="no settings at all: .trainyard/ledger.db under the start directory"),
-        pytest.param({"TRAINYARD_DATA_DIR": "state"}, "state/ledger.db",
-                     id="a relative data directory is resolved once, at start"),
-        pytest.param({"TRAINYARD_DATA_DIR": "{tmp}/elsewhere"}, "elsewhere/ledger.db",
-                     id="an absolute data directory holds the ledger"),
+        pytest.param(
+            {}, ".trainyard/ledger.db", id="no settings at all: .trainyard/ledger.db under the start directory"
+        ),
+        pytest.param(
+            {"TRAINYARD_DATA_DIR": "state"},
+            "state/ledger.db",
+            id="a relative data directory is resolved once, at start",
+        ),
+        pytest.param(
+            {"TRAINYARD_DATA_DIR": "{tmp}/elsewhere"},
+            "elsewhere/ledger.db",
+            id="an absolute data directory holds the ledger",
+        ),
     ],
 )
 def test_a_service_without_a_ledger_url_keeps_the_ledger_absolute_under_its_data_dir(

@@ -74,7 +74,9 @@ def deliveries(draw):
     return runs, gpu_type, batches
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(delivery=deliveries())
 def test_ledger_equals_the_sum_of_run_intervals_and_exports_match_to_the_cent(make_ledger, delivery):
     runs, gpu_type, batches = delivery
@@ -112,7 +114,9 @@ def test_ledger_equals_the_sum_of_run_intervals_and_exports_match_to_the_cent(ma
         assert abs(hours * 3600 - sum(Decimal(int(s)) for s in usage.values())) < Decimal("0.0001") * (len(rows) + 1)
         exported: dict[str, Decimal] = {}
         for row in csv.DictReader(io.StringIO(chargeback(ledger, "2026-11", CARD, "csv", now=NOW).decode())):
-            exported[row["SubAccountName"]] = exported.get(row["SubAccountName"], Decimal(0)) + Decimal(row["BilledCost"])
+            exported[row["SubAccountName"]] = exported.get(row["SubAccountName"], Decimal(0)) + Decimal(
+                row["BilledCost"]
+            )
         assert exported == owed
     finally:
         ledger.drop_schema()
@@ -134,5 +138,7 @@ def test_metering_a_run_ignores_duplicates_and_order(run, extra, checkpoints, da
     )
     usage = meter_run("r0", shuffled, now=NOW)
     assert usage is not None
-    assert usage.gpu_seconds == run["gpus"] * (run["duration"] if run["outcome"] else max(0, NOW - run["placed_at"] - run["idle"]))
+    assert usage.gpu_seconds == run["gpus"] * (
+        run["duration"] if run["outcome"] else max(0, NOW - run["placed_at"] - run["idle"])
+    )
     assert 0 <= usage.lost_seconds <= usage.gpu_seconds

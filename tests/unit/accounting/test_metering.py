@@ -99,7 +99,9 @@ END = START + 2 * HOUR
             lifecycle(gpus=4, placed_at=T0, started_at=START, ended_at=None),
             [],
             START + HOUR,
-            dict(ended_at=None, outcome=None, metered_to=START + HOUR, gpu_seconds=4 * HOUR, idle_seconds=4 * 10 * MINUTE),
+            dict(
+                ended_at=None, outcome=None, metered_to=START + HOUR, gpu_seconds=4 * HOUR, idle_seconds=4 * 10 * MINUTE
+            ),
             id="an open run is metered up to now",
         ),
         pytest.param(
@@ -199,7 +201,11 @@ def test_mixed_gpu_types_are_split_by_type():
     ]
     placement = placed(at=T0, gpus=16, role="trainer")
     placement = type(placement)(
-        at=T0, job_id="j1", tenant="acme", run_id="r1", cluster="c1",
+        at=T0,
+        job_id="j1",
+        tenant="acme",
+        run_id="r1",
+        cluster="c1",
         replicas=[*placement.replicas, *placed(gpus=2, role="eval").replicas],
     )
     usage = meter_run("r1", [accepted(roles=roles), placement, started(at=START), succeeded(at=START + HOUR)])
@@ -262,19 +268,27 @@ FAILURE, LATE_SUCCESS = failed(at=END, reason="node_failure"), succeeded(at=END 
     "reports, outcome, ended_at",
     [
         pytest.param(
-            [(FAILURE, 4), (LATE_SUCCESS, 5)], "failed:node_failure", END,
+            [(FAILURE, 4), (LATE_SUCCESS, 5)],
+            "failed:node_failure",
+            END,
             id="of two terminal reports the first in log order wins, not the earliest stamped",
         ),
         pytest.param(
-            [(LATE_SUCCESS, 5), (FAILURE, 4)], "failed:node_failure", END,
+            [(LATE_SUCCESS, 5), (FAILURE, 4)],
+            "failed:node_failure",
+            END,
             id="the first in log order wins whatever order the reports are observed in",
         ),
         pytest.param(
-            [(LATE_SUCCESS, 5), (FAILURE, 4), (LATE_SUCCESS, 9), (FAILURE, 4)], "failed:node_failure", END,
+            [(LATE_SUCCESS, 5), (FAILURE, 4), (LATE_SUCCESS, 9), (FAILURE, 4)],
+            "failed:node_failure",
+            END,
             id="a terminal report published again under a later sequence changes nothing",
         ),
         pytest.param(
-            [(LATE_SUCCESS, None), (FAILURE, 4)], "failed:node_failure", END,
+            [(LATE_SUCCESS, None), (FAILURE, 4)],
+            "failed:node_failure",
+            END,
             id="a report with a sequence wins over one without",
         ),
     ],

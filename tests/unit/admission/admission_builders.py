@@ -59,8 +59,9 @@ def tenancy(*queues: QueueQuota, cohorts: list[Cohort] | None = None, **settings
         cohorts = [cohort("org", **total)]
     preemption = PreemptionSettings(**settings)
     classes = [PriorityClass("high", 100, False), PriorityClass("low", 0), PriorityClass("be", -10, True, True)]
-    return Tenancy(queues=list(queues), cohorts=cohorts, priority_classes=classes, half_life_s=3600.0,
-                   preemption=preemption)
+    return Tenancy(
+        queues=list(queues), cohorts=cohorts, priority_classes=classes, half_life_s=3600.0, preemption=preemption
+    )
 
 
 def job(
@@ -109,8 +110,20 @@ def running(
     ends: float | None = None,
     attained: float = 0.0,
 ) -> RunningJob:
-    return RunningJob(job_id, tenant, queue, {gpu: gpus}, started, checkpoint, priority, preemptible, best_effort,
-                      notice, expected_end=ends, attained_gpu_s=attained)
+    return RunningJob(
+        job_id,
+        tenant,
+        queue,
+        {gpu: gpus},
+        started,
+        checkpoint,
+        priority,
+        preemptible,
+        best_effort,
+        notice,
+        expected_end=ends,
+        attained_gpu_s=attained,
+    )
 
 
 def cycle(

@@ -12,7 +12,18 @@ from trainyard.core.admission import check_quota
 
 CORE = Path(__file__).resolve().parents[3] / "libs" / "trainyard" / "core" / "admission"
 ALLOWED = ("trainyard.core", "trainyard.domain", "trainyard.events", "msgspec", "__future__")
-STDLIB_OK = {"bisect", "heapq", "math", "typing", "operator", "collections", "enum", "itertools", "functools", "dataclasses"}
+STDLIB_OK = {
+    "bisect",
+    "heapq",
+    "math",
+    "typing",
+    "operator",
+    "collections",
+    "enum",
+    "itertools",
+    "functools",
+    "dataclasses",
+}
 
 
 @pytest.mark.parametrize("module", sorted(p.name for p in CORE.glob("*.py")))
@@ -32,11 +43,17 @@ def test_the_admission_core_imports_only_the_standard_library_msgspec_and_the_co
     "holders, words",
     [
         pytest.param([running("r", 24, "a")], None, id="borrowing an idle sibling's quota is within limits"),
-        pytest.param([running("r", 24, "a"), running("s", 16, "b")], "exceeds the tree's",
-                     id="a lender and a borrower together beyond the tree"),
+        pytest.param(
+            [running("r", 24, "a"), running("s", 16, "b")],
+            "exceeds the tree's",
+            id="a lender and a borrower together beyond the tree",
+        ),
         pytest.param([running("r", 8, "nobody")], "outside the quota tree", id="a job in no queue of the tree"),
-        pytest.param([running("r", 8, "b", gpu="A100")], "more than its nominal quota",
-                     id="a type the queue's quota does not list"),
+        pytest.param(
+            [running("r", 8, "b", gpu="A100")],
+            "more than its nominal quota",
+            id="a type the queue's quota does not list",
+        ),
     ],
 )
 def test_check_quota_reports_every_broken_limit(holders, words):

@@ -19,16 +19,17 @@ NO_PREEMPTION = {"within_queue": False, "reclaim": False, "fair_share": False}
     "pending, admitted",
     [
         pytest.param(
-            [job("low", 8, priority=0, order=1), job("high", 8, priority=10, order=2)], ["high"],
+            [job("low", 8, priority=0, order=1), job("high", 8, priority=10, order=2)],
+            ["high"],
             id="a higher-priority job goes before an earlier lower-priority one in the same queue",
         ),
         pytest.param(
-            [job("second", 8, order=2), job("first", 8, order=1)], ["first"],
+            [job("second", 8, order=2), job("first", 8, order=1)],
+            ["first"],
             id="equal priority goes by submission order",
         ),
         pytest.param(
-            [job("x", 8, order=5), job("w", 8, order=5)], ["w"],
-            id="equal submission order breaks the tie by job id",
+            [job("x", 8, order=5), job("w", 8, order=5)], ["w"], id="equal submission order breaks the tie by job id"
         ),
     ],
 )
@@ -113,7 +114,9 @@ def test_max_admissions_per_cycle_leaves_the_rest_queued_behind():
         pytest.param(100.0, 0.0, 3600.0, 3600.0, 50.0, id="usage halves after one half-life"),
         pytest.param(100.0, 0.0, 7200.0, 3600.0, 25.0, id="and quarters after two"),
         pytest.param(100.0, 10.0, 0.0, 3600.0, 110.0, id="no time passed adds the new use"),
-        pytest.param(0.0, 3600.0, 3600.0, 3600.0, 3600.0 / (2 * math.log(2)), id="new use is decayed over its interval"),
+        pytest.param(
+            0.0, 3600.0, 3600.0, 3600.0, 3600.0 / (2 * math.log(2)), id="new use is decayed over its interval"
+        ),
     ],
 )
 def test_decay_usage(prev, used, elapsed, half_life, expected):

@@ -18,19 +18,22 @@ def victims(result) -> dict[str, tuple[str, P]]:
 CASES = [
     pytest.param(
         tenancy(queue("a", H100=(8, 0)), queue("b", H100=8), **OWN),
-        [job("hi", 8, priority=10)], [running("lo", 8, priority=0)],
+        [job("hi", 8, priority=10)],
+        [running("lo", 8, priority=0)],
         {"lo": ("hi", P.PRIORITY)},
         id="a higher-priority job preempts a lower-priority one in its queue",
     ),
     pytest.param(
         tenancy(queue("a", H100=(8, 0)), queue("b", H100=8), **OWN),
-        [job("hi", 8, priority=10)], [running("lo", 8, priority=0, preemptible=False)],
+        [job("hi", 8, priority=10)],
+        [running("lo", 8, priority=0, preemptible=False)],
         {},
         id="a non-preemptible job is never a victim",
     ),
     pytest.param(
         tenancy(queue("a", H100=(8, 0)), queue("b", H100=8), **OWN),
-        [job("same", 8, priority=0)], [running("lo", 8, priority=0)],
+        [job("same", 8, priority=0)],
+        [running("lo", 8, priority=0)],
         {},
         id="equal priority does not preempt",
     ),
@@ -50,31 +53,36 @@ CASES = [
     ),
     pytest.param(
         tenancy(queue("a", H100=16), queue("b", H100=16), fair_share=False),
-        [job("own", 16, "a")], [running("borrowed", 24, "b")],
+        [job("own", 16, "a")],
+        [running("borrowed", 24, "b")],
         {"borrowed": ("own", P.RECLAIM)},
         id="a queue within its nominal quota reclaims what a sibling borrowed",
     ),
     pytest.param(
         tenancy(queue("a", H100=16), queue("b", H100=16), fair_share=False),
-        [job("own", 16, "a")], [running("be", 8, "b", best_effort=True), running("b-own", 16, "b")],
+        [job("own", 16, "a")],
+        [running("be", 8, "b", best_effort=True), running("b-own", 16, "b")],
         {"be": ("own", P.RECLAIM)},
         id="best-effort jobs are reclaimed first",
     ),
     pytest.param(
         tenancy(queue("a", H100=0), queue("b", H100=0), cohorts=[cohort("org", H100=16)], min_runtime_s=600),
-        [job("a1", 8, "a")], [running("b1", 8, "b"), running("b2", 8, "b")],
+        [job("a1", 8, "a")],
+        [running("b1", 8, "b"), running("b2", 8, "b")],
         {"b1": ("a1", P.FAIR_SHARE)},
         id="a tenant below its fair share preempts one above it",
     ),
     pytest.param(
         tenancy(queue("a", H100=0), queue("b", H100=0), cohorts=[cohort("org", H100=16)], min_runtime_s=600),
-        [job("a1", 8, "a")], [running("b1", 8, "b", started=NOW - 60), running("b2", 8, "b", started=NOW - 60)],
+        [job("a1", 8, "a")],
+        [running("b1", 8, "b", started=NOW - 60), running("b2", 8, "b", started=NOW - 60)],
         {},
         id="fair-share victims must have run the minimum runtime",
     ),
     pytest.param(
         tenancy(queue("a", H100=0), queue("b", H100=0), cohorts=[cohort("org", H100=16)]),
-        [job("a1", 16, "a")], [running("b1", 8, "b"), running("b2", 8, "b")],
+        [job("a1", 16, "a")],
+        [running("b1", 8, "b"), running("b2", 8, "b")],
         {},
         id="no fair-share preemption that would leave the preemptor above the victim",
     ),
@@ -91,8 +99,13 @@ def test_preemption(tree, pending, holders, expected):
 
 
 def test_fair_share_preemptions_are_rate_limited():
-    tree = tenancy(queue("a", H100=0), queue("b", H100=0), cohorts=[cohort("org", H100=16)],
-                   fair_share_limit=2, fair_share_window_s=600)
+    tree = tenancy(
+        queue("a", H100=0),
+        queue("b", H100=0),
+        cohorts=[cohort("org", H100=16)],
+        fair_share_limit=2,
+        fair_share_window_s=600,
+    )
     holders = [running("b1", 8, "b"), running("b2", 8, "b")]
     recent = [NOW - 100, NOW - 200]
     assert cycle(tree, [job("a1", 8, "a")], holders, recent=recent).preemptions == []

@@ -22,62 +22,71 @@ def victims(result) -> dict[str, tuple[str, P]]:
 CASES = [
     pytest.param(
         tenancy(queue("a", H100=(8, 0)), queue("b", H100=8), **SERVICE),
-        [job("new", 8)], [running("long", 8, started=NOW - 2 * H)],  # 16 GPU-hours: level 1
+        [job("new", 8)],
+        [running("long", 8, started=NOW - 2 * H)],  # 16 GPU-hours: level 1
         {"long": ("new", P.SERVICE)},
         id="a new job stops a run of its queue that has received more service levels",
     ),
     pytest.param(
         tenancy(queue("a", H100=(8, 0)), queue("b", H100=8), **SERVICE),
-        [job("new", 8)], [running("short", 8, started=NOW - 300)],  # under 1 GPU-hour: level 0
+        [job("new", 8)],
+        [running("short", 8, started=NOW - 300)],  # under 1 GPU-hour: level 0
         {},
         id="no preemption between jobs of the same level",
     ),
     pytest.param(
         tenancy(queue("a", H100=(8, 0)), queue("b", H100=8), **SERVICE),
-        [job("new", 8)], [running("restarted", 8, started=NOW - 1800, attained=100 * H)],
+        [job("new", 8)],
+        [running("restarted", 8, started=NOW - 1800, attained=100 * H)],
         {},
         id="a victim's current run must have lasted the minimum run time",
     ),
     pytest.param(
         tenancy(queue("a", H100=(8, 0)), queue("b", H100=8), **SERVICE),
-        [job("again", 8, attained=100 * H)], [running("long", 8, started=NOW - 2 * H)],
+        [job("again", 8, attained=100 * H)],
+        [running("long", 8, started=NOW - 2 * H)],
         {},
         id="a job that has had more service does not preempt one that has had less",
     ),
     pytest.param(
         tenancy(queue("a", H100=(8, 0)), queue("b", H100=8), **SERVICE),
-        [job("new", 8)], [running("prod", 8, started=NOW - 2 * H, priority=10)],
+        [job("new", 8)],
+        [running("prod", 8, started=NOW - 2 * H, priority=10)],
         {},
         id="never a victim of higher priority",
     ),
     pytest.param(
         tenancy(queue("a", H100=(8, 0)), queue("b", H100=8), **SERVICE),
-        [job("new", 8)], [running("pinned", 8, started=NOW - 2 * H, preemptible=False)],
+        [job("new", 8)],
+        [running("pinned", 8, started=NOW - 2 * H, preemptible=False)],
         {},
         id="never a non-preemptible victim",
     ),
     pytest.param(
         tenancy(queue("a", H100=(8, 0)), queue("b", H100=(8, 0)), **SERVICE),
-        [job("new", 8, "a")], [running("sibling", 8, "b", started=NOW - 2 * H)],
+        [job("new", 8, "a")],
+        [running("sibling", 8, "b", started=NOW - 2 * H)],
         {},
         id="a sibling inside its own nominal quota is not a victim",
     ),
     pytest.param(
         tenancy(queue("a", H100=8), queue("b", H100=8), **SERVICE),
-        [job("new", 8, "a")], [running("b1", 8, "b", started=NOW - 2 * H), running("b2", 8, "b", started=NOW - 2 * H)],
+        [job("new", 8, "a")],
+        [running("b1", 8, "b", started=NOW - 2 * H), running("b2", 8, "b", started=NOW - 2 * H)],
         {"b1": ("new", P.SERVICE)},  # either of b's runs will do: equal ones go by job id
         id="inside its nominal quota a job stops a borrower's run that has had more service",
     ),
     pytest.param(
         tenancy(queue("a", H100=(16, 0)), queue("b", H100=8), **SERVICE),
-        [job("new", 8)], [running("most", 8, started=NOW - 9 * H, attained=2000 * H),
-                          running("less", 8, started=NOW - 2 * H)],
+        [job("new", 8)],
+        [running("most", 8, started=NOW - 9 * H, attained=2000 * H), running("less", 8, started=NOW - 2 * H)],
         {"most": ("new", P.SERVICE)},
         id="the most served run goes first",
     ),
     pytest.param(
         tenancy(queue("a", H100=(8, 0)), queue("b", H100=8), reclaim=False, fair_share=False),
-        [job("new", 8)], [running("long", 8, started=NOW - 2 * H)],
+        [job("new", 8)],
+        [running("long", 8, started=NOW - 2 * H)],
         {},
         id="off unless the tenancy turns it on",
     ),
@@ -100,8 +109,10 @@ def test_each_blocked_job_may_stop_its_own_victim_in_one_cycle():
     tree = tenancy(queue("a", H100=16), queue("b", H100=8), **SERVICE)
     # short of GPUs (not of quota), with run-time limits known: the first job reserves, the second would
     # backfill; both look for victims
-    holders = [running("l1", 8, started=NOW - 3 * H, ends=NOW + 9 * H),
-               running("l2", 8, started=NOW - 2 * H, ends=NOW + 9 * H)]
+    holders = [
+        running("l1", 8, started=NOW - 3 * H, ends=NOW + 9 * H),
+        running("l2", 8, started=NOW - 2 * H, ends=NOW + 9 * H),
+    ]
     result = cycle(tree, [job("n1", 8), job("n2", 8)], holders, capacity={"H100": 16})
     # same level: the cheaper victim (less work since its start) goes to the first job in line
     assert victims(result) == {"l2": ("n1", P.SERVICE), "l1": ("n2", P.SERVICE)}

@@ -34,8 +34,13 @@ from trainyard.core.reasons import PendingReason as R
 
 FLAVORS = ("H100", "A100")
 SHAPE = {"o1": {"t1": ["q1", "q2"], "t2": ["q1"]}, "o2": {"t3": ["q1", "q2"]}}
-NEVER = {R.UNKNOWN_QUEUE, R.NO_CAPACITY_OF_TYPE, R.GANG_LARGER_THAN_CLUSTER, R.GANG_LARGER_THAN_QUOTA,
-         R.NO_QUOTA_FOR_TYPE}
+NEVER = {
+    R.UNKNOWN_QUEUE,
+    R.NO_CAPACITY_OF_TYPE,
+    R.GANG_LARGER_THAN_CLUSTER,
+    R.GANG_LARGER_THAN_QUOTA,
+    R.NO_QUOTA_FOR_TYPE,
+}
 HOLDS_UP = {R.QUEUED_BEHIND, R.QUOTA, R.COHORT_EXHAUSTED, R.INSUFFICIENT_GPUS, R.FAIR_SHARE, R.PREEMPTING}
 
 
@@ -95,9 +100,9 @@ def recount(tree: Tenancy, running: list[RunningJob]) -> list[str]:
             continue
         for f, n in r.gpus_by_type.items():
             qname = f"{q.tenant}/{q.name}"
-            (borrowed if r.may_only_borrow else regular)[(qname, f)] = (
-                (borrowed if r.may_only_borrow else regular).get((qname, f), 0) + n
-            )
+            (borrowed if r.may_only_borrow else regular)[(qname, f)] = (borrowed if r.may_only_borrow else regular).get(
+                (qname, f), 0
+            ) + n
             for name in [qname, *_ancestors(q.cohort, nodes)]:
                 usage[(name, f)] = usage.get((name, f), 0) + n
 
@@ -167,8 +172,14 @@ class AdmissionMachine(RuleBasedStateMachine):
         n = next(self.ids)
         queue = self.tree.queues[q]
         self.pending[f"j{n}"] = PendingJob(
-            f"j{n}", queue.tenant, queue.name, n, {flavor: gpus}, priority,
-            self.now + 30 if backoff and n % 3 == 0 else None, best_effort and priority == 0,
+            f"j{n}",
+            queue.tenant,
+            queue.name,
+            n,
+            {flavor: gpus},
+            priority,
+            self.now + 30 if backoff and n % 3 == 0 else None,
+            best_effort and priority == 0,
         )
 
     @rule(
@@ -214,8 +225,11 @@ class AdmissionMachine(RuleBasedStateMachine):
             for f, n in r.gpus_by_type.items():
                 in_use[f] = in_use.get(f, 0) + n
         snapshot = AdmissionSnapshot(
-            pending=list(self.pending.values()), capacity=self.capacity, in_use=in_use,
-            running=list(self.running.values()), recent_preemptions=self.recent,
+            pending=list(self.pending.values()),
+            capacity=self.capacity,
+            in_use=in_use,
+            running=list(self.running.values()),
+            recent_preemptions=self.recent,
         )
         result = admit(snapshot, AdmissionPolicy(tenancy=self.tree), self.now)
         decided = [a.job_id for a in result.admitted] + [w.job_id for w in result.waiting]
@@ -224,16 +238,31 @@ class AdmissionMachine(RuleBasedStateMachine):
         for a in result.admitted:
             job = self.pending.pop(a.job_id)
             self.running[a.job_id] = RunningJob(
-                job.job_id, job.tenant, job.queue, job.gpus_by_type, self.now, None, job.priority,
-                job.priority < 10, job.may_only_borrow,
+                job.job_id,
+                job.tenant,
+                job.queue,
+                job.gpus_by_type,
+                self.now,
+                None,
+                job.priority,
+                job.priority < 10,
+                job.may_only_borrow,
             )
         for p in result.preemptions:
             assert p.job_id in self.running and self.running[p.job_id].preemptible
             assert self.running[p.job_id].notice_at is None, "a job is told to stop once"
             r = self.running[p.job_id]
             self.running[p.job_id] = RunningJob(
-                r.job_id, r.tenant, r.queue, r.gpus_by_type, r.started_at, r.last_checkpoint_at, r.priority,
-                r.preemptible, r.may_only_borrow, self.now,
+                r.job_id,
+                r.tenant,
+                r.queue,
+                r.gpus_by_type,
+                r.started_at,
+                r.last_checkpoint_at,
+                r.priority,
+                r.preemptible,
+                r.may_only_borrow,
+                self.now,
             )
             if p.reason.value == "fair_share":
                 self.recent.append(self.now)
@@ -302,8 +331,9 @@ def test_no_tenant_starves_under_fair_share(capacity, greedy_sizes, victim_size,
             pending[f"g{n}"] = PendingJob(f"g{n}", "greedy", "q", n, {"H100": size})
         running = {k: (r, end) for k, (r, end) in running.items() if end > c}
         in_use = {"H100": sum(r.gpus_by_type["H100"] for r, _ in running.values())}
-        snapshot = AdmissionSnapshot(list(pending.values()), {"H100": capacity}, in_use,
-                                     [r for r, _ in running.values()], history)
+        snapshot = AdmissionSnapshot(
+            list(pending.values()), {"H100": capacity}, in_use, [r for r, _ in running.values()], history
+        )
         result = admit(snapshot, AdmissionPolicy(tenancy=tree), 1000.0 + 60 * c)
         if any(a.job_id == "victim" for a in result.admitted):
             return

@@ -23,20 +23,32 @@ OWN = {"reclaim": False, "fair_share": False}  # only priority preemption inside
 FOUR_NODES = {"n1": "r1", "n2": "r1", "n3": "r2", "n4": "r2"}  # node -> rack, 8 H100 each
 
 
-def run(job_id: str, where: dict[str, list[int]] | dict[str, range], age: float = 600.0, priority: int = 0,
-        preemptible: bool = True) -> tuple[str, dict[str, list[int]], float, int, bool]:
+def run(
+    job_id: str,
+    where: dict[str, list[int]] | dict[str, range],
+    age: float = 600.0,
+    priority: int = 0,
+    preemptible: bool = True,
+) -> tuple[str, dict[str, list[int]], float, int, bool]:
     """A run holding ``where`` (node -> GPU indices), last checkpointed ``age`` seconds ago."""
     return job_id, {n: list(g) for n, g in where.items()}, age, priority, preemptible
 
 
 def gang(replicas: int = 1, rack: bool = False) -> JobSpec:
     topology = TopologyConstraint(TopologyLevel.RACK, required=True) if rack else None
-    return JobSpec(tenant="a", queue="q", roles=[Role("trainer", replicas=replicas, gpus_per_replica=8)],
-                   topology=topology)
+    return JobSpec(
+        tenant="a", queue="q", roles=[Role("trainer", replicas=replicas, gpus_per_replica=8)], topology=topology
+    )
 
 
-def decide(racks: dict[str, str], runs: list[tuple], spec: JobSpec, with_cluster: bool = True,
-           restart_cost_s: float = 300.0, spec_for: str = "hi") -> AdmissionResult:
+def decide(
+    racks: dict[str, str],
+    runs: list[tuple],
+    spec: JobSpec,
+    with_cluster: bool = True,
+    restart_cost_s: float = 300.0,
+    spec_for: str = "hi",
+) -> AdmissionResult:
     """One admission cycle with one high-priority waiting gang of queue a/q."""
     held: dict[str, set[int]] = {n: set() for n in racks}
     jobs, allocs = [], []
@@ -44,18 +56,24 @@ def decide(racks: dict[str, str], runs: list[tuple], spec: JobSpec, with_cluster
         gpus = sum(len(g) for g in where.values())
         jobs.append(running(job_id, gpus, checkpoint=NOW - age, priority=priority, preemptible=preemptible))
         replicas = [ReplicaPlacement("trainer", i, i, n, g) for i, (n, g) in enumerate(sorted(where.items()))]
-        allocs.append(RunningAlloc(job_id, f"{job_id}-r1", replicas, NOW - 7200, 86_400.0, preemptible, NOW - age,
-                                   priority))
+        allocs.append(
+            RunningAlloc(job_id, f"{job_id}-r1", replicas, NOW - 7200, 86_400.0, preemptible, NOW - age, priority)
+        )
         for n, g in where.items():
             held[n].update(g)
-    nodes = [NodeView(NodeInfo(n, "c1", "H100", 8, rack=rack), tuple(g for g in range(8) if g not in held[n]))
-             for n, rack in racks.items()]
+    nodes = [
+        NodeView(NodeInfo(n, "c1", "H100", 8, rack=rack), tuple(g for g in range(8) if g not in held[n]))
+        for n, rack in racks.items()
+    ]
     capacity = 8 * len(racks)
     in_use = sum(len(g) for g in held.values())
     pending = job("hi", spec.total_gpus, priority=10)
     tree = tenancy(queue("a", H100=(capacity, 0)), restart_cost_s=restart_cost_s, **OWN)
     snapshot = AdmissionSnapshot(
-        [pending], {"H100": capacity}, {"H100": in_use}, jobs,
+        [pending],
+        {"H100": capacity},
+        {"H100": in_use},
+        jobs,
         cluster=ClusterSnapshot(nodes, allocs) if with_cluster else None,
         specs={spec_for: spec} if with_cluster else {},
     )
@@ -68,17 +86,22 @@ def victims(result: AdmissionResult) -> set[str]:
 
 # Rack r1 holds an expensive run on n1 and a cheap half-node run on n2; rack r2 mirrors it, slightly cheaper.
 SCATTERED = [
-    run("r1-big", {"n1": range(8)}, age=3000), run("cheap-1", {"n2": range(4)}, age=10),
-    run("cheap-2", {"n3": range(4)}, age=10), run("r2-big", {"n4": range(8)}, age=2000),
+    run("r1-big", {"n1": range(8)}, age=3000),
+    run("cheap-1", {"n2": range(4)}, age=10),
+    run("cheap-2", {"n3": range(4)}, age=10),
+    run("r2-big", {"n4": range(8)}, age=2000),
 ]
 # The only preemptible runs sit in different racks; production holds the rest.
 SPLIT = [
-    run("prod-1", {"n1": range(8)}, preemptible=False), run("lo-a", {"n2": range(8)}),
-    run("prod-2", {"n3": range(8)}, preemptible=False), run("lo-b", {"n4": range(8)}),
+    run("prod-1", {"n1": range(8)}, preemptible=False),
+    run("lo-a", {"n2": range(8)}),
+    run("prod-2", {"n3": range(8)}, preemptible=False),
+    run("lo-b", {"n4": range(8)}),
 ]
 # A 2-node gang spans both racks; single-node runs fill the rest.
 GANG_VICTIM = [
-    run("lo-gang", {"n1": range(8), "n3": range(8)}, age=100), run("lo-2", {"n2": range(8)}, age=2000),
+    run("lo-gang", {"n1": range(8), "n3": range(8)}, age=100),
+    run("lo-2", {"n2": range(8)}, age=2000),
     run("lo-4", {"n4": range(8)}, age=3000),
 ]
 # n1: one 8-GPU run that checkpointed 10 s ago; n2: 6 GPUs free and a 2-GPU run 100 s past its checkpoint.
@@ -88,19 +111,47 @@ WIDE_OR_NARROW = [run("wide", {"n1": range(8)}, age=10), run("narrow", {"n2": [6
 @pytest.mark.parametrize(
     "racks, runs, spec, restart_cost_s, expected",
     [
-        pytest.param(FOUR_NODES, SCATTERED, gang(2, rack=True), 300.0, {"cheap-2", "r2-big"},
-                     id="a gang of 2 nodes frees one rack rather than scattered GPUs in two"),
-        pytest.param(FOUR_NODES, SPLIT, gang(2, rack=True), 300.0, set(),
-                     id="no victims when the freed GPUs could not hold the gang"),
-        pytest.param(FOUR_NODES, GANG_VICTIM, gang(1), 300.0, {"lo-gang"},
-                     id="a gang victim is preempted whole"),
-        pytest.param(FOUR_NODES, GANG_VICTIM[:1] + [run("lo-2", {"n2": range(8)}, age=150)] + GANG_VICTIM[2:],
-                     gang(1), 0.0, {"lo-2"},
-                     id="a gang victim is priced whole: a single-node run that loses less in all goes instead"),
-        pytest.param({"n1": "r1", "n2": "r1"}, WIDE_OR_NARROW, gang(1), 300.0, {"narrow"},
-                     id="the cheaper domain wins counting restart cost"),
-        pytest.param({"n1": "r1", "n2": "r1"}, WIDE_OR_NARROW, gang(1), 0.0, {"wide"},
-                     id="without restart cost the run that lost the least work goes"),
+        pytest.param(
+            FOUR_NODES,
+            SCATTERED,
+            gang(2, rack=True),
+            300.0,
+            {"cheap-2", "r2-big"},
+            id="a gang of 2 nodes frees one rack rather than scattered GPUs in two",
+        ),
+        pytest.param(
+            FOUR_NODES,
+            SPLIT,
+            gang(2, rack=True),
+            300.0,
+            set(),
+            id="no victims when the freed GPUs could not hold the gang",
+        ),
+        pytest.param(FOUR_NODES, GANG_VICTIM, gang(1), 300.0, {"lo-gang"}, id="a gang victim is preempted whole"),
+        pytest.param(
+            FOUR_NODES,
+            GANG_VICTIM[:1] + [run("lo-2", {"n2": range(8)}, age=150)] + GANG_VICTIM[2:],
+            gang(1),
+            0.0,
+            {"lo-2"},
+            id="a gang victim is priced whole: a single-node run that loses less in all goes instead",
+        ),
+        pytest.param(
+            {"n1": "r1", "n2": "r1"},
+            WIDE_OR_NARROW,
+            gang(1),
+            300.0,
+            {"narrow"},
+            id="the cheaper domain wins counting restart cost",
+        ),
+        pytest.param(
+            {"n1": "r1", "n2": "r1"},
+            WIDE_OR_NARROW,
+            gang(1),
+            0.0,
+            {"wide"},
+            id="without restart cost the run that lost the least work goes",
+        ),
     ],
 )
 def test_victims_free_one_domain_the_gang_can_use(racks, runs, spec, restart_cost_s, expected):
@@ -129,8 +180,12 @@ def test_a_waiting_job_whose_spec_is_not_given_does_not_preempt():
 
 def test_a_prebuilt_topology_is_reused_and_left_as_it_was():
     nodes = [NodeView(NodeInfo(n, "c1", "H100", 8, rack=r), ()) for n, r in FOUR_NODES.items()]
-    allocs = [RunningAlloc(f"j{n}", f"j{n}-r1", [ReplicaPlacement("t", 0, 0, n, list(range(8)))], NOW - 100, 3600.0,
-                           True, NOW - i) for i, n in enumerate(FOUR_NODES)]
+    allocs = [
+        RunningAlloc(
+            f"j{n}", f"j{n}-r1", [ReplicaPlacement("t", 0, 0, n, list(range(8)))], NOW - 100, 3600.0, True, NOW - i
+        )
+        for i, n in enumerate(FOUR_NODES)
+    ]
     cluster = ClusterSnapshot(nodes, allocs)
     topo = build_topology(cluster)
     before = {n: list(node.free_gpus) for n, node in topo.nodes.items()}
@@ -153,8 +208,15 @@ def worlds(draw):
         width = draw(st.sampled_from([1, 2] if i + 1 < len(names) else [1]))
         gpus = draw(st.sampled_from([4, 8]))
         where = {names[i + w]: range(8 - gpus, 8) for w in range(width)}
-        runs.append(run(f"j{k}", where, age=draw(st.sampled_from([10.0, 600.0, 3000.0])),
-                        priority=draw(st.sampled_from([0, 20])), preemptible=draw(st.booleans())))
+        runs.append(
+            run(
+                f"j{k}",
+                where,
+                age=draw(st.sampled_from([10.0, 600.0, 3000.0])),
+                priority=draw(st.sampled_from([0, 20])),
+                preemptible=draw(st.booleans()),
+            )
+        )
         k += 1
         i += width
     spec = gang(draw(st.integers(1, 3)), rack=draw(st.booleans()))
@@ -176,6 +238,8 @@ def test_a_gang_preempts_only_what_it_can_then_be_placed_on(world):
         if job_id not in stopped:
             for n, g in where.items():
                 held[n].update(g)
-    nodes = [NodeView(NodeInfo(n, "c1", "H100", 8, rack=r), tuple(g for g in range(8) if g not in held[n]))
-             for n, r in racks.items()]
+    nodes = [
+        NodeView(NodeInfo(n, "c1", "H100", 8, rack=r), tuple(g for g in range(8) if g not in held[n]))
+        for n, r in racks.items()
+    ]
     assert fit_gang(build_topology(ClusterSnapshot(nodes)), spec) is not None

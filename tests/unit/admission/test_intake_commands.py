@@ -39,7 +39,9 @@ def test_the_subject_names_the_tenant_or_says_why_not(subject, tenant, words) ->
 @pytest.mark.parametrize(
     "data, job_id, words",
     [
-        pytest.param(json.dumps({"type": "SubmitJob", "job_id": "j-1", "spec": 3}).encode(), "j-1", None, id="a usable id"),
+        pytest.param(
+            json.dumps({"type": "SubmitJob", "job_id": "j-1", "spec": 3}).encode(), "j-1", None, id="a usable id"
+        ),
         pytest.param(b'{"job_id": "' + b"a" * 65 + b'"}', None, "(65 characters)", id="an id one character too long"),
         pytest.param(b'{"job_id": "j-1\\n"}', None, "not a job id", id="an id with a trailing newline"),
         pytest.param(b'{"job_id": 7}', None, "no job_id", id="an id that is not a string"),
@@ -72,7 +74,13 @@ def test_submissions_use_the_shared_rules_and_the_subject_tenant() -> None:
     [
         pytest.param("j-1", "acme", "no longer needed", None, id="a well-formed cancel"),
         pytest.param("a" * 65, "acme", "", "job_id", id="an id one character too long"),
-        pytest.param("j-1", "globex", "", "names tenant 'globex' but was sent for tenant 'acme'", id="a body tenant that disagrees"),
+        pytest.param(
+            "j-1",
+            "globex",
+            "",
+            "names tenant 'globex' but was sent for tenant 'acme'",
+            id="a body tenant that disagrees",
+        ),
         pytest.param("j-1", "acme", "x" * 5000, "at most 1024 characters", id="a huge reason"),
         pytest.param("j-1", "acme", "stop\x1b[2J", "U+001B", id="a control character in the reason"),
     ],

@@ -70,7 +70,9 @@ class Intake:
         return [m.headers["Trainyard-Reason"] for m in self.bus.messages("DEADLETTER")]
 
     def decisions(self, decision: str) -> float:
-        return self.metrics.registry.get_sample_value("trainyard_admission_decisions_total", {"decision": decision}) or 0
+        return (
+            self.metrics.registry.get_sample_value("trainyard_admission_decisions_total", {"decision": decision}) or 0
+        )
 
 
 @pytest.fixture

@@ -50,7 +50,9 @@ def config(**edits):
 
 
 def submit(tenant: str, queue: str, klass: str) -> JobSpec:
-    return JobSpec(tenant=tenant, queue=queue, priority_class=klass, roles=[Role(name="t", gpus_per_replica=8)], image="i")
+    return JobSpec(
+        tenant=tenant, queue=queue, priority_class=klass, roles=[Role(name="t", gpus_per_replica=8)], image="i"
+    )
 
 
 def test_classes_come_from_the_queue_then_the_team_then_the_unrestricted_ones() -> None:
@@ -79,8 +81,11 @@ def test_a_class_the_queue_may_not_use_is_rejected_naming_it_and_the_allowed_one
     errors = validate_against_tenancy(submit(tenant, queue, klass), config())
     [error] = [e for e in errors if e.field == "priority_class"]
     assert f"may not use priority class {klass!r}" in error.message
-    allowed = ", ".join(sorted(next(q.priority_classes for q in compile_tenancy(config()).queues
-                                    if (q.tenant, q.name) == (tenant, queue))))
+    allowed = ", ".join(
+        sorted(
+            next(q.priority_classes for q in compile_tenancy(config()).queues if (q.tenant, q.name) == (tenant, queue))
+        )
+    )
     assert f"it may use: {allowed}" in error.message
 
 
@@ -101,25 +106,32 @@ def test_granted_and_open_classes_are_accepted(tenant, queue, klass) -> None:
     [
         pytest.param(
             {"organisations/0/teams/1/priority_classes": ["gold"]},
-            "organisations[0].teams[1].priority_classes[0]", "unknown priority class 'gold'", id="an unknown class in a grant",
+            "organisations[0].teams[1].priority_classes[0]",
+            "unknown priority class 'gold'",
+            id="an unknown class in a grant",
         ),
         pytest.param(
             {"organisations/0/teams/1/priority_classes": []},
-            "organisations[0].teams[1].priority_classes", "at least one", id="an empty grant",
+            "organisations[0].teams[1].priority_classes",
+            "at least one",
+            id="an empty grant",
         ),
         pytest.param(
             {"organisations/0/teams/0/queues/0/priority_classes": ["standard", "research"]},
-            "organisations[0].teams[0].queues[0].priority_classes[1]", "the team may not use",
+            "organisations[0].teams[0].queues[0].priority_classes[1]",
+            "the team may not use",
             id="a queue granted more than its team",
         ),
         pytest.param(
             {"organisations/0/teams/1/queues/0/default_priority_class": "production"},
-            "organisations[0].teams[1].queues[0].default_priority_class", "not one it may use",
+            "organisations[0].teams[1].queues[0].default_priority_class",
+            "not one it may use",
             id="a queue whose default class it may not use",
         ),
         pytest.param(
             {"default_priority_class": "research"},
-            "organisations[0].teams[0].queues[0].priority_classes", "default priority class 'research'",
+            "organisations[0].teams[0].queues[0].priority_classes",
+            "default priority class 'research'",
             id="a cluster default that queues are not granted",
         ),
     ],
@@ -137,5 +149,8 @@ def test_the_example_keeps_production_for_the_queue_granted_it() -> None:
     assert granted == ["search/ranking"]
     errors = validate_against_tenancy(submit("llm", "pretrain", "production"), cfg)
     assert any(e.field == "priority_class" and "llm/pretrain may not use" in e.message for e in errors), errors
-    assert not [e for e in validate_against_tenancy(submit("search", "ranking", "production"), cfg)
-                if e.field == "priority_class"]
+    assert not [
+        e
+        for e in validate_against_tenancy(submit("search", "ranking", "production"), cfg)
+        if e.field == "priority_class"
+    ]

@@ -79,86 +79,110 @@ def test_the_example_is_valid_and_has_what_the_docs_promise():
     [
         pytest.param(
             {"organisations/0/teams/0/queues/1/quota/H100/borrowing_limit": -1},
-            "organisations[0].teams[0].queues[1].quota.H100.borrowing_limit", "negative",
+            "organisations[0].teams[0].queues[1].quota.H100.borrowing_limit",
+            "negative",
             id="a negative borrowing limit names the queue, flavor and field",
         ),
         pytest.param(
             {"organisations/0/teams/0/queues/0/quota/H100/lending_limit": 9},
-            "organisations[0].teams[0].queues[0].quota.H100.lending_limit", "more than the nominal",
+            "organisations[0].teams[0].queues[0].quota.H100.lending_limit",
+            "more than the nominal",
             id="a lending limit above nominal",
         ),
         pytest.param(
             {"organisations/0/teams/1/queues/0/quota/H100/nominal": 20},
-            "organisations[0].teams[1].quota.H100.nominal", "add up to 20",
+            "organisations[0].teams[1].quota.H100.nominal",
+            "add up to 20",
             id="queues whose nominal quotas exceed their team's",
         ),
         pytest.param(
             {"organisations/0/teams/0/quota/H100/nominal": 24},
-            "organisations[0].quota.H100.nominal", "add up to 40",
+            "organisations[0].quota.H100.nominal",
+            "add up to 40",
             id="teams whose nominal quotas exceed their organisation's",
         ),
         pytest.param(
             {"organisations/0/teams/0/queues/0/quota/B200": {"nominal": 1}},
-            "organisations[0].teams[0].queues[0].quota.B200", "unknown flavor",
+            "organisations[0].teams[0].queues[0].quota.B200",
+            "unknown flavor",
             id="a quota for a flavor that is not declared",
         ),
         pytest.param(
             {"organisations/0/teams/1/name": "t1"},
-            "organisations[0].teams[1].name", "already declared",
+            "organisations[0].teams[1].name",
+            "already declared",
             id="team names are tenant names and must be unique",
         ),
         pytest.param(
             {"organisations/0/teams/0/queues/1/name": "q1"},
-            "organisations[0].teams[0].queues[1].name", "already has a queue",
+            "organisations[0].teams[0].queues[1].name",
+            "already has a queue",
             id="queue names are unique within a team",
         ),
         pytest.param(
-            {"default_priority_class": "gold"}, "default_priority_class", "unknown priority class",
+            {"default_priority_class": "gold"},
+            "default_priority_class",
+            "unknown priority class",
             id="an unknown default priority class",
         ),
         pytest.param(
             {"organisations/0/teams/0/queues/0/default_priority_class": "gold"},
-            "organisations[0].teams[0].queues[0].default_priority_class", "unknown priority class",
+            "organisations[0].teams[0].queues[0].default_priority_class",
+            "unknown priority class",
             id="an unknown queue default priority class",
         ),
         pytest.param(
-            {"organisations/0/weight": 0}, "organisations[0].weight", "greater than 0",
-            id="a fair-share weight of zero",
+            {"organisations/0/weight": 0}, "organisations[0].weight", "greater than 0", id="a fair-share weight of zero"
         ),
         pytest.param(
-            {"priority_classes/1/name": "standard"}, "priority_classes[1].name", "declared twice",
+            {"priority_classes/1/name": "standard"},
+            "priority_classes[1].name",
+            "declared twice",
             id="a priority class declared twice",
         ),
         pytest.param(
-            {"priority_classes/1/preemptible": False}, "priority_classes[1].preemptible", "must be preemptible",
+            {"priority_classes/1/preemptible": False},
+            "priority_classes[1].preemptible",
+            "must be preemptible",
             id="a best-effort class that could not be preempted",
         ),
         pytest.param(
-            {"fair_share": {"half_life_s": 0}}, "fair_share.half_life_s", "greater than 0",
-            id="a half-life of zero",
+            {"fair_share": {"half_life_s": 0}}, "fair_share.half_life_s", "greater than 0", id="a half-life of zero"
         ),
         pytest.param(
-            {"scheduling": {"order": "sjf"}}, "scheduling.order", "unknown order 'sjf'; known: las, fifo",
+            {"scheduling": {"order": "sjf"}},
+            "scheduling.order",
+            "unknown order 'sjf'; known: las, fifo",
             id="an unknown order inside a queue",
         ),
         pytest.param(
-            {"scheduling": {"service_levels_gpu_h": [1, 64, 32]}}, "scheduling.service_levels_gpu_h[2]",
-            "levels must rise", id="service levels that do not rise",
+            {"scheduling": {"service_levels_gpu_h": [1, 64, 32]}},
+            "scheduling.service_levels_gpu_h[2]",
+            "levels must rise",
+            id="service levels that do not rise",
         ),
         pytest.param(
-            {"scheduling": {"service_levels_gpu_h": [0, 64]}}, "scheduling.service_levels_gpu_h[0]",
-            "greater than 0", id="a service level of zero",
+            {"scheduling": {"service_levels_gpu_h": [0, 64]}},
+            "scheduling.service_levels_gpu_h[0]",
+            "greater than 0",
+            id="a service level of zero",
         ),
         pytest.param(
-            {"scheduling": {"starvation_s": 0}}, "scheduling.starvation_s", "greater than 0",
+            {"scheduling": {"starvation_s": 0}},
+            "scheduling.starvation_s",
+            "greater than 0",
             id="aging that would put every job ahead of the levels",
         ),
         pytest.param(
-            {"scheduling": {"reserve_after_s": -5}}, "scheduling.reserve_after_s", "0 or more",
+            {"scheduling": {"reserve_after_s": -5}},
+            "scheduling.reserve_after_s",
+            "0 or more",
             id="a negative reservation delay",
         ),
         pytest.param(
-            {"preemption": {"restart_cost_s": -1}}, "preemption.restart_cost_s", "negative",
+            {"preemption": {"restart_cost_s": -1}},
+            "preemption.restart_cost_s",
+            "negative",
             id="a negative restart cost",
         ),
     ],
@@ -174,11 +198,14 @@ def test_the_small_config_is_valid():
 
 
 def test_the_scheduling_section_reaches_the_core():
-    cfg = load_tenancy(SMALL + """
+    cfg = load_tenancy(
+        SMALL
+        + """
 scheduling: {backfill: false, reserve: false, reserve_after_s: 60, order: fifo, service_levels_gpu_h: [2, 20],
              starvation_s: 3600}
 preemption: {restart_cost_s: 120}
-""")
+"""
+    )
     assert validate_tenancy(cfg) == []
     tree = compile_tenancy(cfg)
     assert (tree.scheduling.backfill, tree.scheduling.order) == (False, "fifo")
@@ -204,16 +231,29 @@ def test_the_example_preempts_without_thrashing():
 @pytest.mark.parametrize(
     "text, path, words",
     [
-        pytest.param(SMALL.replace("priority: 10", "priority: high"), "priority_classes[0].priority", "int",
-                     id="a wrong type names its path"),
-        pytest.param(SMALL.replace("node_pool: h100", "node_pool: h100, colour: red"), "flavors[0]", "colour",
-                     id="an unknown field is refused, catching typos"),
+        pytest.param(
+            SMALL.replace("priority: 10", "priority: high"),
+            "priority_classes[0].priority",
+            "int",
+            id="a wrong type names its path",
+        ),
+        pytest.param(
+            SMALL.replace("node_pool: h100", "node_pool: h100, colour: red"),
+            "flavors[0]",
+            "colour",
+            id="an unknown field is refused, catching typos",
+        ),
         pytest.param("flavors: [", "line", "YAML", id="broken YAML says where"),
         pytest.param("- a list", "", "mapping", id="a document that is not a mapping"),
-        pytest.param(SMALL + "scheduling: {backfill: maybe}\n", "scheduling.backfill", "bool",
-                     id="a scheduling switch that is not true or false names its path"),
-        pytest.param(SMALL + "scheduling: {reorder: las}\n", "scheduling", "reorder",
-                     id="an unknown scheduling field is refused"),
+        pytest.param(
+            SMALL + "scheduling: {backfill: maybe}\n",
+            "scheduling.backfill",
+            "bool",
+            id="a scheduling switch that is not true or false names its path",
+        ),
+        pytest.param(
+            SMALL + "scheduling: {reorder: las}\n", "scheduling", "reorder", id="an unknown scheduling field is refused"
+        ),
     ],
 )
 def test_load_errors(text, path, words):
@@ -251,10 +291,15 @@ def job_spec(**kw) -> JobSpec:
         pytest.param(job_spec(tenant="t9"), "tenant", "unknown tenant 't9'", id="unknown tenant"),
         pytest.param(job_spec(queue="q9"), "queue", "team 't1' has no queue 'q9'", id="unknown queue"),
         pytest.param(job_spec(gpu_type="B200"), "roles[0].gpu_type", "not offered", id="a GPU type not offered"),
-        pytest.param(job_spec(gpu_type="A100"), "roles[0].gpu_type", "no A100 quota", id="a type the queue has no quota for"),
-        pytest.param(job_spec(replicas=3), "roles", "can get at most 12", id="a gang larger than the queue could borrow"),
-        pytest.param(job_spec(priority_class="gold"), "priority_class", "unknown priority class",
-                     id="unknown priority class"),
+        pytest.param(
+            job_spec(gpu_type="A100"), "roles[0].gpu_type", "no A100 quota", id="a type the queue has no quota for"
+        ),
+        pytest.param(
+            job_spec(replicas=3), "roles", "can get at most 12", id="a gang larger than the queue could borrow"
+        ),
+        pytest.param(
+            job_spec(priority_class="gold"), "priority_class", "unknown priority class", id="unknown priority class"
+        ),
     ],
 )
 def test_intake_validation_against_the_tenancy(spec, field, words):
@@ -272,31 +317,34 @@ def test_a_spec_that_could_run_passes_intake_and_finds_its_class():
 
 
 def test_the_example_drives_an_admission_cycle_within_quota():
-    from trainyard.core.admission import (
-        AdmissionPolicy,
-        AdmissionSnapshot,
-        PendingJob,
-        RunningJob,
-        admit,
-        check_quota,
-    )
+    from trainyard.core.admission import AdmissionPolicy, AdmissionSnapshot, PendingJob, RunningJob, admit, check_quota
 
     cfg = load_tenancy(EXAMPLE.read_text())
     tree = compile_tenancy(cfg)
     specs = [
         job_spec(tenant=team, queue=q, replicas=r, gpu_type=t)
-        for team, q, t in [("llm", "pretrain", "H100"), ("vision", "default", "H100"), ("ads", "scratch", "A100"),
-                           ("search", "ranking", "H200"), ("speech", "default", "A100")]
+        for team, q, t in [
+            ("llm", "pretrain", "H100"),
+            ("vision", "default", "H100"),
+            ("ads", "scratch", "A100"),
+            ("search", "ranking", "H200"),
+            ("speech", "default", "A100"),
+        ]
         for r in (1, 4, 16, 64)
     ]
     assert any(validate_against_tenancy(s, cfg) for s in specs)  # some gangs are too large for their queue
     priority = {c.name: c.priority for c in tree.priority_classes}
-    pending = [PendingJob(f"j{i}", s.tenant, s.queue, i, s.gpus_by_type, priority.get(s.priority_class, 0))
-               for i, s in enumerate(specs)]
-    result = admit(AdmissionSnapshot(pending, {"H100": 1536, "H200": 768, "A100": 512}, {}),
-                   AdmissionPolicy(tenancy=tree), 0.0)
+    pending = [
+        PendingJob(f"j{i}", s.tenant, s.queue, i, s.gpus_by_type, priority.get(s.priority_class, 0))
+        for i, s in enumerate(specs)
+    ]
+    result = admit(
+        AdmissionSnapshot(pending, {"H100": 1536, "H200": 768, "A100": 512}, {}), AdmissionPolicy(tenancy=tree), 0.0
+    )
     assert len(result.admitted) + len(result.waiting) == len(pending)
     by_id = {p.job_id: p for p in pending}
-    running = [RunningJob(a.job_id, by_id[a.job_id].tenant, by_id[a.job_id].queue, by_id[a.job_id].gpus_by_type, 0.0)
-               for a in result.admitted]
+    running = [
+        RunningJob(a.job_id, by_id[a.job_id].tenant, by_id[a.job_id].queue, by_id[a.job_id].gpus_by_type, 0.0)
+        for a in result.admitted
+    ]
     assert running and check_quota(tree, running) == []

@@ -47,8 +47,16 @@ def verifier(jwks_file: Path) -> JwtVerifier:
 
 def token(key: Any, kid: str = "k1", algorithm: str = "RS256", **claims: Any) -> str:
     now = time.time()
-    body = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "exp": now + 600, "iat": now,
-            "trainyard_role": "researcher", "trainyard_tenant": "acme", **claims}
+    body = {
+        "iss": ISSUER,
+        "aud": AUDIENCE,
+        "sub": "alice",
+        "exp": now + 600,
+        "iat": now,
+        "trainyard_role": "researcher",
+        "trainyard_tenant": "acme",
+        **claims,
+    }
     body = {k: v for k, v in body.items() if v is not None}
     return jwt.encode(body, key, algorithm=algorithm, headers={"kid": kid})
 
@@ -101,9 +109,7 @@ async def test_a_token_signed_by_another_key_or_a_shared_secret_is_refused(verif
         await verifier.verify("not-a-jwt")
 
 
-async def test_a_rotated_key_file_is_read_again(
-    verifier: JwtVerifier, jwks_file: Path, key: rsa.RSAPrivateKey
-) -> None:
+async def test_a_rotated_key_file_is_read_again(verifier: JwtVerifier, jwks_file: Path, key: rsa.RSAPrivateKey) -> None:
     assert (await verifier.verify(token(key))).subject == "alice"
     new_key = keypair()
     public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(new_key.public_key()))
@@ -122,12 +128,19 @@ async def test_a_rotated_key_file_is_read_again(
         pytest.param({"auth_jwt_issuer": ISSUER}, "AUDIENCE", id="an issuer without an audience"),
         pytest.param({"auth_jwt_issuer": ISSUER, "auth_jwt_audience": AUDIENCE}, "exactly one", id="no keys"),
         pytest.param(
-            {"auth_jwt_issuer": ISSUER, "auth_jwt_audience": AUDIENCE, "auth_jwks_url": "https://x/jwks",
-             "auth_jwt_algorithms": "HS256"}, "asymmetric", id="a symmetric algorithm",
+            {
+                "auth_jwt_issuer": ISSUER,
+                "auth_jwt_audience": AUDIENCE,
+                "auth_jwks_url": "https://x/jwks",
+                "auth_jwt_algorithms": "HS256",
+            },
+            "asymmetric",
+            id="a symmetric algorithm",
         ),
         pytest.param(
             {"auth_jwt_issuer": ISSUER, "auth_jwt_audience": AUDIENCE, "auth_jwks_file": "/nonexistent/jwks.json"},
-            "not a readable JWKS", id="a key file that is not there",
+            "not a readable JWKS",
+            id="a key file that is not there",
         ),
     ],
 )

@@ -74,7 +74,14 @@ def fold(events: list[Any]) -> JobRecord | None:
     [
         pytest.param(
             [accepted()],
-            {"status": "pending", "order": 1, "gpus": 2, "gpus_by_type": {"H100": 2}, "max_retries": 1, "accepted_at": 1.0},
+            {
+                "status": "pending",
+                "order": 1,
+                "gpus": 2,
+                "gpus_by_type": {"H100": 2},
+                "max_retries": 1,
+                "accepted_at": 1.0,
+            },
             id="an accepted job waits in its queue, ordered by its accept sequence",
         ),
         pytest.param(
@@ -128,8 +135,13 @@ def fold(events: list[Any]) -> JobRecord | None:
             id="a preempted job keeps its place and waits for nothing",
         ),
         pytest.param(
-            [accepted(), admitted("j-r1"), failed("j-r1", "placement_timeout", at=100.0),
-             admitted("j-r2"), failed("j-r2", "placement_timeout", at=200.0)],
+            [
+                accepted(),
+                admitted("j-r1"),
+                failed("j-r1", "placement_timeout", at=100.0),
+                admitted("j-r2"),
+                failed("j-r2", "placement_timeout", at=200.0),
+            ],
             {"status": "pending", "order": 1, "timeouts": 2, "requeues": 0, "not_before": 210.0},
             id="a gang placement could not place keeps its place after a doubling backoff",
         ),
@@ -139,8 +151,13 @@ def fold(events: list[Any]) -> JobRecord | None:
             id="a job's own failure is retried after a backoff",
         ),
         pytest.param(
-            [accepted(max_retries=1), *running(), failed("j-r1", "workload_error"), *running("j-r2"),
-             failed("j-r2", "timeout", at=300.0)],
+            [
+                accepted(max_retries=1),
+                *running(),
+                failed("j-r1", "workload_error"),
+                *running("j-r2"),
+                failed("j-r2", "timeout", at=300.0),
+            ],
             {"status": "failed", "failures": 2, "finished_at": 300.0},
             id="a job that fails more often than it may retry fails for good",
         ),
@@ -160,20 +177,35 @@ def fold(events: list[Any]) -> JobRecord | None:
             id="a cancel after the job ended changes nothing",
         ),
         pytest.param(
-            [accepted(), *running(), PreemptionNotice(at=5.0, job_id="j", tenant="a", run_id="j-r1", preemptor="u",
-                                                      reason="priority", grace_period_s=30.0)],
+            [
+                accepted(),
+                *running(),
+                PreemptionNotice(
+                    at=5.0, job_id="j", tenant="a", run_id="j-r1", preemptor="u", reason="priority", grace_period_s=30.0
+                ),
+            ],
             {"notice_at": 5.0, "preempt_deadline": 35.0, "preemptor": "u", "preempt_reason": "priority"},
             id="a preemption notice for the current run is recorded with its deadline",
         ),
         pytest.param(
-            [accepted(), *running(), PreemptionNotice(at=5.0, job_id="j", tenant="a", run_id="j-r1", preemptor="u",
-                                                      reason="priority", grace_period_s=30.0), failed("j-r1", "preempted")],
+            [
+                accepted(),
+                *running(),
+                PreemptionNotice(
+                    at=5.0, job_id="j", tenant="a", run_id="j-r1", preemptor="u", reason="priority", grace_period_s=30.0
+                ),
+                failed("j-r1", "preempted"),
+            ],
             {"notice_at": None, "preempt_deadline": None, "preemptor": None},
             id="the end of the run clears its preemption notice",
         ),
         pytest.param(
-            [accepted(), *running(), CheckpointSaved(at=6.0, job_id="j", tenant="a", run_id="j-r1", step=7),
-             CheckpointSaved(at=7.0, job_id="j", tenant="a", run_id="old", step=99)],
+            [
+                accepted(),
+                *running(),
+                CheckpointSaved(at=6.0, job_id="j", tenant="a", run_id="j-r1", step=7),
+                CheckpointSaved(at=7.0, job_id="j", tenant="a", run_id="old", step=99),
+            ],
             {"last_checkpoint_at": 6.0, "last_checkpoint_step": 7},
             id="a checkpoint of an old run is not recorded",
         ),
@@ -221,28 +253,51 @@ def table(events: list[Any]) -> JobTable:
     ("events", "holders", "violations"),
     [
         pytest.param(
-            [accepted("a"), *running("a-r1", "a"), accepted("b"), admitted("b-r1", "b"), placed("b-r1", "b", gpus=(1, 2))],
+            [
+                accepted("a"),
+                *running("a-r1", "a"),
+                accepted("b"),
+                admitted("b-r1", "b"),
+                placed("b-r1", "b", gpus=(1, 2)),
+            ],
             {("n1", 0): "a-r1", ("n1", 1): "b-r1", ("n1", 2): "b-r1"},
             ["seq 7: GPU n1/1 given to b-r1 while held by a-r1"],
             id="a GPU given to a second run while the first holds it is a violation",
         ),
         pytest.param(
-            [accepted("a"), *running("a-r1", "a"), succeeded("a-r1", "a"), accepted("b"), admitted("b-r1", "b"),
-             placed("b-r1", "b", gpus=(1, 2))],
+            [
+                accepted("a"),
+                *running("a-r1", "a"),
+                succeeded("a-r1", "a"),
+                accepted("b"),
+                admitted("b-r1", "b"),
+                placed("b-r1", "b", gpus=(1, 2)),
+            ],
             {("n1", 1): "b-r1", ("n1", 2): "b-r1"},
             [],
             id="a GPU freed by a finished run may go to the next run",
         ),
         pytest.param(
-            [accepted("a"), *running("a-r1", "a"), accepted("b"), admitted("b-r1", "b"), placed("b-r1", "b", gpus=(1,)),
-             failed("a-r1", "node_failure", job="a")],
+            [
+                accepted("a"),
+                *running("a-r1", "a"),
+                accepted("b"),
+                admitted("b-r1", "b"),
+                placed("b-r1", "b", gpus=(1,)),
+                failed("a-r1", "node_failure", job="a"),
+            ],
             {("n1", 1): "b-r1"},
             ["seq 7: GPU n1/1 given to b-r1 while held by a-r1"],
             id="a run that lost its GPU to another gives back only what it still holds",
         ),
         pytest.param(
-            [accepted("a"), *running("a-r1", "a"), failed("a-r1", "preempted", job="a"), succeeded("a-r1", "a"),
-             cancelled(job="a")],
+            [
+                accepted("a"),
+                *running("a-r1", "a"),
+                failed("a-r1", "preempted", job="a"),
+                succeeded("a-r1", "a"),
+                cancelled(job="a"),
+            ],
             {},
             [],
             id="a requeued job holds no GPU, and late events of its old run take none",

@@ -10,8 +10,11 @@ from trainyard.domain import JobSpec, Role, TopologyConstraint, TopologyLevel, v
 
 def spec(**overrides) -> JobSpec:
     base = dict(
-        tenant="acme", queue="research", name="llama-8b",
-        roles=[Role(name="trainer", replicas=4, gpus_per_replica=8)], image="registry/train:1",
+        tenant="acme",
+        queue="research",
+        name="llama-8b",
+        roles=[Role(name="trainer", replicas=4, gpus_per_replica=8)],
+        image="registry/train:1",
     )
     return JobSpec(**{**base, **overrides})
 
@@ -19,7 +22,9 @@ def spec(**overrides) -> JobSpec:
 def test_an_rl_job_with_trainer_and_rollout_roles_is_valid_and_counts_its_gang() -> None:
     rl = spec(
         roles=[
-            Role(name="trainer", replicas=4, gpus_per_replica=8, topology=TopologyConstraint(TopologyLevel.NVLINK, True)),
+            Role(
+                name="trainer", replicas=4, gpus_per_replica=8, topology=TopologyConstraint(TopologyLevel.NVLINK, True)
+            ),
             Role(name="rollout", replicas=16, gpus_per_replica=1),
         ],
         topology=TopologyConstraint(TopologyLevel.BLOCK, required=True),
@@ -32,37 +37,51 @@ def test_an_rl_job_with_trainer_and_rollout_roles_is_valid_and_counts_its_gang()
 @pytest.mark.parametrize(
     ("overrides", "field", "words"),
     [
-        pytest.param({"tenant": "Acme Corp"}, "tenant", "not a valid name", id="a tenant with spaces and capitals is refused"),
+        pytest.param(
+            {"tenant": "Acme Corp"}, "tenant", "not a valid name", id="a tenant with spaces and capitals is refused"
+        ),
         pytest.param({"roles": []}, "roles", "at least one role", id="a job without roles is refused"),
         pytest.param(
-            {"roles": [Role(name="t", replicas=0)]}, "roles[0].replicas", "between 1 and",
+            {"roles": [Role(name="t", replicas=0)]},
+            "roles[0].replicas",
+            "between 1 and",
             id="zero replicas is refused and names the role",
         ),
         pytest.param(
-            {"roles": [Role(name="t", gpus_per_replica=100)]}, "roles[0].gpus_per_replica", "between 1 and 72",
+            {"roles": [Role(name="t", gpus_per_replica=100)]},
+            "roles[0].gpus_per_replica",
+            "between 1 and 72",
             id="more GPUs per replica than any NVLink domain holds is refused",
         ),
         pytest.param(
-            {"roles": [Role(name="t"), Role(name="t")]}, "roles[1].name", "used twice",
+            {"roles": [Role(name="t"), Role(name="t")]},
+            "roles[1].name",
+            "used twice",
             id="two roles with one name are refused",
         ),
         pytest.param({"max_runtime_s": 0}, "max_runtime_s", "between 1", id="a zero max runtime is refused"),
-        pytest.param(
-            {"image": None}, "image", "say what to run", id="a job that names nothing to run is refused",
-        ),
+        pytest.param({"image": None}, "image", "say what to run", id="a job that names nothing to run is refused"),
         pytest.param(
             {"image": None, "workload_ref": None, "simulated_duration_s": 5.0, "command": ["python"]},
-            "command", "needs an image", id="a command without an image is refused",
+            "command",
+            "needs an image",
+            id="a command without an image is refused",
         ),
         pytest.param(
-            {"simulated_duration_s": 10.0, "max_runtime_s": 5}, "simulated_duration_s", "max_runtime_s",
+            {"simulated_duration_s": 10.0, "max_runtime_s": 5},
+            "simulated_duration_s",
+            "max_runtime_s",
             id="a simulated run longer than the max runtime is refused",
         ),
         pytest.param(
-            {"roles": [Role(name="t", cpu_per_replica=0)]}, "roles[0].cpu_per_replica", "greater than 0",
+            {"roles": [Role(name="t", cpu_per_replica=0)]},
+            "roles[0].cpu_per_replica",
+            "greater than 0",
             id="a replica without CPU is refused",
         ),
-        pytest.param({"labels": {"bad key!": "x"}}, "labels.bad key!", "label keys", id="a malformed label key is refused"),
+        pytest.param(
+            {"labels": {"bad key!": "x"}}, "labels.bad key!", "label keys", id="a malformed label key is refused"
+        ),
     ],
 )
 def test_bad_specs_get_a_specific_error(overrides, field, words) -> None:

@@ -78,42 +78,60 @@ def test_a_64_character_job_id_is_the_longest_allowed() -> None:
 @pytest.mark.parametrize(
     "overrides, field, words",
     [
-        pytest.param({"image": "r/" + "x" * MAX_IMAGE_CHARS}, "image", f"at most {MAX_IMAGE_CHARS}", id="a huge image reference"),
+        pytest.param(
+            {"image": "r/" + "x" * MAX_IMAGE_CHARS}, "image", f"at most {MAX_IMAGE_CHARS}", id="a huge image reference"
+        ),
         pytest.param({"image": "reg/t:1 --privileged"}, "image", "white space", id="an image with a space"),
         pytest.param({"image": "reg/t:1\n"}, "image", "U+000A", id="an image with a newline"),
         pytest.param({"image": ""}, "image", "must not be empty", id="an empty image"),
         pytest.param(
-            {"workload_ref": "s3://" + "x" * MAX_WORKLOAD_REF_CHARS}, "workload_ref", "at most",
+            {"workload_ref": "s3://" + "x" * MAX_WORKLOAD_REF_CHARS},
+            "workload_ref",
+            "at most",
             id="a huge workload reference",
         ),
         pytest.param(
-            {"command": ["x"] * (MAX_COMMAND_ITEMS + 1)}, "command", f"at most {MAX_COMMAND_ITEMS} items",
+            {"command": ["x"] * (MAX_COMMAND_ITEMS + 1)},
+            "command",
+            f"at most {MAX_COMMAND_ITEMS} items",
             id="too many command items",
         ),
         pytest.param(
-            {"command": ["python", "y" * (MAX_COMMAND_CHARS + 1)]}, "command", f"at most {MAX_COMMAND_CHARS} characters",
+            {"command": ["python", "y" * (MAX_COMMAND_CHARS + 1)]},
+            "command",
+            f"at most {MAX_COMMAND_CHARS} characters",
             id="a command too long in all",
         ),
         pytest.param({"command": ["python", "a\x00b"]}, "command[1]", "U+0000", id="a NUL in a process argument"),
-        pytest.param({"labels": {"team": "x" * (MAX_LABEL_VALUE_CHARS + 1)}}, "labels.team", "at most", id="a long label value"),
+        pytest.param(
+            {"labels": {"team": "x" * (MAX_LABEL_VALUE_CHARS + 1)}}, "labels.team", "at most", id="a long label value"
+        ),
         pytest.param({"labels": {"team": "a\rb"}}, "labels.team", "U+000D", id="a control character in a label value"),
         pytest.param({"labels": {"team\n": "x"}}, "labels.team\n", "label keys", id="a label key with a newline"),
         pytest.param({"name": "job\n"}, "name", "not a valid name", id="a job name with a trailing newline"),
         pytest.param({"tenant": "acme\n"}, "tenant", "not a valid name", id="a tenant with a trailing newline"),
         pytest.param(
-            {"roles": [Role(name="t", cpu_per_replica=math.inf)]}, "roles[0].cpu_per_replica", "at most",
+            {"roles": [Role(name="t", cpu_per_replica=math.inf)]},
+            "roles[0].cpu_per_replica",
+            "at most",
             id="infinite CPUs (JSON would carry null)",
         ),
         pytest.param(
-            {"roles": [Role(name="t", memory_gib_per_replica=math.nan)]}, "roles[0].memory_gib_per_replica", "greater than 0",
+            {"roles": [Role(name="t", memory_gib_per_replica=math.nan)]},
+            "roles[0].memory_gib_per_replica",
+            "greater than 0",
             id="memory that is not a number",
         ),
         pytest.param(
             {"simulated_duration_s": 1.0, "simulated_checkpoint_interval_s": math.inf},
-            "simulated_checkpoint_interval_s", "number of seconds", id="an infinite checkpoint interval",
+            "simulated_checkpoint_interval_s",
+            "number of seconds",
+            id="an infinite checkpoint interval",
         ),
         pytest.param(
-            {"command": ["\U0001F600" * 8000] * 4}, "spec", f"at most {MAX_SPEC_BYTES}",
+            {"command": ["\U0001f600" * 8000] * 4},
+            "spec",
+            f"at most {MAX_SPEC_BYTES}",
             id="a spec over 64 KiB as JSON with every field within its own cap (4-byte characters)",
         ),
     ],

@@ -43,27 +43,41 @@ PLACED = [ReplicaPlacement(role="t", replica=i, rank=i, node_id=f"n{i}", gpus=li
         pytest.param(JobAccepted(at=1.0, job_id="j1", spec=SPEC, submitted_at=0.5), decode_job_event, id="JobAccepted"),
         pytest.param(
             JobRejected(at=1.0, job_id="j1", tenant="acme", errors=[ValidationError("tenant", "bad")]),
-            decode_job_event, id="JobRejected",
+            decode_job_event,
+            id="JobRejected",
         ),
-        pytest.param(JobAdmitted(at=1.0, job_id="j1", tenant="acme", run_id="j1-r1", attempt=1), decode_job_event, id="JobAdmitted"),
+        pytest.param(
+            JobAdmitted(at=1.0, job_id="j1", tenant="acme", run_id="j1-r1", attempt=1),
+            decode_job_event,
+            id="JobAdmitted",
+        ),
         pytest.param(
             JobPlaced(at=1.0, job_id="j1", tenant="acme", run_id="j1-r1", cluster="c", replicas=PLACED),
-            decode_job_event, id="JobPlaced",
+            decode_job_event,
+            id="JobPlaced",
         ),
         pytest.param(RunStarted(at=1.0, job_id="j1", tenant="acme", run_id="j1-r1"), decode_job_event, id="RunStarted"),
-        pytest.param(RunSucceeded(at=1.0, job_id="j1", tenant="acme", run_id="j1-r1"), decode_job_event, id="RunSucceeded"),
+        pytest.param(
+            RunSucceeded(at=1.0, job_id="j1", tenant="acme", run_id="j1-r1"), decode_job_event, id="RunSucceeded"
+        ),
         pytest.param(
             RunFailed(at=1.0, job_id="j1", tenant="acme", run_id="j1-r1", reason="node_failure", node_id="n1"),
-            decode_job_event, id="RunFailed",
+            decode_job_event,
+            id="RunFailed",
         ),
         pytest.param(JobCancelled(at=1.0, job_id="j1", tenant="acme"), decode_job_event, id="JobCancelled"),
         pytest.param(
             NodeRegistered(at=1.0, node=NodeInfo(node_id="n1", cluster="c", gpu_type="H100", gpus=8), boot_id="b"),
-            decode_node_event, id="NodeRegistered",
+            decode_node_event,
+            id="NodeRegistered",
         ),
-        pytest.param(NodeHeartbeat(at=1.0, node_id="n1", cluster="c", boot_id="b"), decode_node_event, id="NodeHeartbeat"),
         pytest.param(
-            NodeLost(at=1.0, node_id="n1", cluster="c", boot_id="b", last_heartbeat_at=0.0), decode_node_event, id="NodeLost",
+            NodeHeartbeat(at=1.0, node_id="n1", cluster="c", boot_id="b"), decode_node_event, id="NodeHeartbeat"
+        ),
+        pytest.param(
+            NodeLost(at=1.0, node_id="n1", cluster="c", boot_id="b", last_heartbeat_at=0.0),
+            decode_node_event,
+            id="NodeLost",
         ),
     ],
 )
@@ -83,8 +97,12 @@ def test_unknown_fields_from_a_newer_producer_are_ignored() -> None:
 @pytest.mark.parametrize(
     ("payload", "words"),
     [
-        pytest.param(b'{"type":"LaunchMissiles","at":1}', "Invalid value 'LaunchMissiles'", id="an unknown message type"),
-        pytest.param(b'{"type":"CancelJob","at":1,"tenant":"a"}', "missing required field `job_id`", id="a missing field"),
+        pytest.param(
+            b'{"type":"LaunchMissiles","at":1}', "Invalid value 'LaunchMissiles'", id="an unknown message type"
+        ),
+        pytest.param(
+            b'{"type":"CancelJob","at":1,"tenant":"a"}', "missing required field `job_id`", id="a missing field"
+        ),
         pytest.param(b"not json", "malformed", id="bytes that are not JSON"),
     ],
 )

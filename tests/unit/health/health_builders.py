@@ -50,18 +50,27 @@ def finding(
     gpu: int | None = 0,
     at: float = 0.0,
 ) -> Finding:
-    return Finding(node_id=node, gpu=gpu, kind=kind, severity=severity, action=action, message=f"{kind.value} test", at=at)
+    return Finding(
+        node_id=node, gpu=gpu, kind=kind, severity=severity, action=action, message=f"{kind.value} test", at=at
+    )
 
 
 def fatal(**kw) -> Finding:
     return finding(severity=Severity.FATAL, **kw)
 
 
-def nodes(count: int, rack: str = "r1", pool: str = "p1", prefix: str | None = None, gpus: int = 8) -> dict[str, NodeInfo]:
+def nodes(
+    count: int, rack: str = "r1", pool: str = "p1", prefix: str | None = None, gpus: int = 8
+) -> dict[str, NodeInfo]:
     prefix = prefix or f"{rack}-n"
     return {
         f"{prefix}{i}": NodeInfo(
-            node_id=f"{prefix}{i}", cluster="c1", gpu_type="h100", gpus=gpus, rack=rack, labels={"trainyard.io/pool": pool}
+            node_id=f"{prefix}{i}",
+            cluster="c1",
+            gpu_type="h100",
+            gpus=gpus,
+            rack=rack,
+            labels={"trainyard.io/pool": pool},
         )
         for i in range(count)
     }

@@ -17,8 +17,12 @@ from trainyard.gpu import FakeGpuBackend
         pytest.param(lambda g: g.set_temperature(3, 95.0), False, "temperature 95 C", id="a hot GPU fails the checks"),
         pytest.param(lambda g: g.lose_gpu(0), False, "fallen off the bus", id="a lost GPU fails the checks"),
         pytest.param(lambda g: g.set_nvlink_down(1, [2]), False, "NVLink", id="a link down fails the checks"),
-        pytest.param(lambda g: g.set_row_remap(0, pending=True, failed=False), False, "row remap pending",
-                     id="a pending row remap fails until the GPU is reset"),
+        pytest.param(
+            lambda g: g.set_row_remap(0, pending=True, failed=False),
+            False,
+            "row remap pending",
+            id="a pending row remap fails until the GPU is reset",
+        ),
     ],
 )
 def test_checks(fault, passed, problem) -> None:
@@ -38,16 +42,29 @@ def test_checks_fail_when_gpus_are_missing() -> None:
 @pytest.mark.parametrize(
     "request_, effect",
     [
-        pytest.param(ControlRequest(op="xid", node_id="n1", gpu=2, xid=79), lambda g: g.wait_xid(0)[0].xid == 79,
-                     id="an XID is queued"),
-        pytest.param(ControlRequest(op="ecc", node_id="n1", gpu=1), lambda g: g.sample(1).ecc_corrected_volatile == 5000,
-                     id="an ECC burst defaults to 5000 corrected errors"),
-        pytest.param(ControlRequest(op="overheat", node_id="n1"), lambda g: g.sample(0).temperature_c == 95.0,
-                     id="overheat defaults to 95 C"),
-        pytest.param(ControlRequest(op="nvlink_down", node_id="n1", links=[3, 4]),
-                     lambda g: g.sample(0).nvlink_links_down == [3, 4],
-                     id="links go down"),
-        pytest.param(ControlRequest(op="gpu_lost", node_id="n1", gpu=5), lambda g: g.sample(5).gpu_lost, id="a GPU is lost"),
+        pytest.param(
+            ControlRequest(op="xid", node_id="n1", gpu=2, xid=79),
+            lambda g: g.wait_xid(0)[0].xid == 79,
+            id="an XID is queued",
+        ),
+        pytest.param(
+            ControlRequest(op="ecc", node_id="n1", gpu=1),
+            lambda g: g.sample(1).ecc_corrected_volatile == 5000,
+            id="an ECC burst defaults to 5000 corrected errors",
+        ),
+        pytest.param(
+            ControlRequest(op="overheat", node_id="n1"),
+            lambda g: g.sample(0).temperature_c == 95.0,
+            id="overheat defaults to 95 C",
+        ),
+        pytest.param(
+            ControlRequest(op="nvlink_down", node_id="n1", links=[3, 4]),
+            lambda g: g.sample(0).nvlink_links_down == [3, 4],
+            id="links go down",
+        ),
+        pytest.param(
+            ControlRequest(op="gpu_lost", node_id="n1", gpu=5), lambda g: g.sample(5).gpu_lost, id="a GPU is lost"
+        ),
     ],
 )
 def test_faults(request_, effect) -> None:
@@ -70,7 +87,9 @@ def test_silent_and_clear() -> None:
     [
         pytest.param(ControlRequest(op="xid", node_id="n1"), "positive --xid", id="an XID needs its code"),
         pytest.param(ControlRequest(op="xid", node_id="n1", gpu=8, xid=79), "GPUs 0..7", id="a GPU the node lacks"),
-        pytest.param(ControlRequest(op="nvlink_down", node_id="n1", links=[99]), "links must be", id="a link the GPU lacks"),
+        pytest.param(
+            ControlRequest(op="nvlink_down", node_id="n1", links=[99]), "links must be", id="a link the GPU lacks"
+        ),
     ],
 )
 def test_bad_faults_are_refused_with_the_reason(request_, words) -> None:

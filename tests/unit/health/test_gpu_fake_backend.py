@@ -25,15 +25,46 @@ def test_fake_satisfies_the_backend_protocol_structurally():
 @pytest.mark.parametrize(
     "inject, field, value",
     [
-        pytest.param(lambda f: f.inject_ecc_burst(2, 500, 1), "ecc_corrected_volatile", 500, id="an ECC burst raises the corrected count"),
-        pytest.param(lambda f: f.inject_ecc_burst(2, 500, 1), "ecc_uncorrected_aggregate", 1, id="an ECC burst counts into the lifetime total"),
+        pytest.param(
+            lambda f: f.inject_ecc_burst(2, 500, 1),
+            "ecc_corrected_volatile",
+            500,
+            id="an ECC burst raises the corrected count",
+        ),
+        pytest.param(
+            lambda f: f.inject_ecc_burst(2, 500, 1),
+            "ecc_uncorrected_aggregate",
+            1,
+            id="an ECC burst counts into the lifetime total",
+        ),
         pytest.param(lambda f: f.set_temperature(2, 93.0), "temperature_c", 93.0, id="the temperature is what was set"),
-        pytest.param(lambda f: f.set_nvlink_down(2, [0, 5]), "nvlink_links_down", [0, 5], id="links set down are reported down"),
-        pytest.param(lambda f: f.set_row_remap(2, pending=True, failed=False), "row_remap_pending", True, id="a pending row remap"),
-        pytest.param(lambda f: f.set_clock_event_reasons(2, 0x48), "clock_event_reason_names",
-                     ["hw_slowdown", "hw_thermal_slowdown"], id="clock event reasons are decoded by name"),
-        pytest.param(lambda f: f.add_nvlink_errors(2, replay=3, crc=4), "nvlink_error_counts", (3, 0, 4), id="NVLink error counters"),
-        pytest.param(lambda f: f.set_recovery_action(2, "gpu_reset"), "recovery_action", "gpu_reset", id="the driver's recovery action"),
+        pytest.param(
+            lambda f: f.set_nvlink_down(2, [0, 5]), "nvlink_links_down", [0, 5], id="links set down are reported down"
+        ),
+        pytest.param(
+            lambda f: f.set_row_remap(2, pending=True, failed=False),
+            "row_remap_pending",
+            True,
+            id="a pending row remap",
+        ),
+        pytest.param(
+            lambda f: f.set_clock_event_reasons(2, 0x48),
+            "clock_event_reason_names",
+            ["hw_slowdown", "hw_thermal_slowdown"],
+            id="clock event reasons are decoded by name",
+        ),
+        pytest.param(
+            lambda f: f.add_nvlink_errors(2, replay=3, crc=4),
+            "nvlink_error_counts",
+            (3, 0, 4),
+            id="NVLink error counters",
+        ),
+        pytest.param(
+            lambda f: f.set_recovery_action(2, "gpu_reset"),
+            "recovery_action",
+            "gpu_reset",
+            id="the driver's recovery action",
+        ),
     ],
 )
 def test_fault_injection_shows_in_the_sample_of_that_gpu_only(inject, field, value):

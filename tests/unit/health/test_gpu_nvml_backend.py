@@ -36,7 +36,9 @@ def test_importing_the_gpu_package_does_not_load_nvml():
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.skipif(_nvml_library_present(), reason="an NVIDIA driver is installed here; this case is about machines without one")
+@pytest.mark.skipif(
+    _nvml_library_present(), reason="an NVIDIA driver is installed here; this case is about machines without one"
+)
 def test_constructing_the_backend_without_a_gpu_says_nvml_is_not_available():
     with pytest.raises(NvmlUnavailable, match=r"^NVML is not available: .+"):
         NvmlBackend()

@@ -27,13 +27,28 @@ def fleet():
 @pytest.mark.parametrize(
     "failing, at, racks, kept",
     [
-        pytest.param({"r1-n0": 10, "r1-n1": 20, "r1-n2": 30}, 60, ["r1"], 0,
-                     id="three nodes of one rack failing within five minutes are one rack fault"),
+        pytest.param(
+            {"r1-n0": 10, "r1-n1": 20, "r1-n2": 30},
+            60,
+            ["r1"],
+            0,
+            id="three nodes of one rack failing within five minutes are one rack fault",
+        ),
         pytest.param({"r1-n0": 10, "r1-n1": 20}, 60, [], 2, id="two nodes of one rack are blamed one by one"),
-        pytest.param({"r1-n0": 10, "r1-n1": 20, "r2-n0": 30}, 60, [], 3,
-                     id="three failures spread over two racks are not a rack fault"),
-        pytest.param({"r1-n0": 0, "r1-n1": 200, "r1-n2": 400}, 400, [], 3,
-                     id="failures further apart than the window are not correlated"),
+        pytest.param(
+            {"r1-n0": 10, "r1-n1": 20, "r2-n0": 30},
+            60,
+            [],
+            3,
+            id="three failures spread over two racks are not a rack fault",
+        ),
+        pytest.param(
+            {"r1-n0": 0, "r1-n1": 200, "r1-n2": 400},
+            400,
+            [],
+            3,
+            id="failures further apart than the window are not correlated",
+        ),
     ],
 )
 def test_correlated_failures(failing, at, racks, kept):

@@ -34,49 +34,69 @@ def watch(node: str, last: float | None, state: str = "healthy", boot: str = "b1
     "nodes, view, lost",
     [
         pytest.param(
-            [watch("n0", 100.0), watch("n1", 100.0)], HeartbeatView(caught_up=True, newest_at=100.0, now=100.5), [],
+            [watch("n0", 100.0), watch("n1", 100.0)],
+            HeartbeatView(caught_up=True, newest_at=100.0, now=100.5),
+            [],
             id="every node heard from just now: nobody is lost",
         ),
         pytest.param(
-            [watch("n0", 100.0), watch("n1", 90.0)], HeartbeatView(caught_up=True, newest_at=100.0, now=100.5), ["n1"],
+            [watch("n0", 100.0), watch("n1", 90.0)],
+            HeartbeatView(caught_up=True, newest_at=100.0, now=100.5),
+            ["n1"],
             id="a node 10 s behind the fleet's newest heartbeat is lost",
         ),
         pytest.param(
-            [watch("n0", 100.0), watch("n1", 90.0)], HeartbeatView(caught_up=False, newest_at=100.0, now=100.5), [],
+            [watch("n0", 100.0), watch("n1", 90.0)],
+            HeartbeatView(caught_up=False, newest_at=100.0, now=100.5),
+            [],
             id="a view that has not read the backlog judges nobody",
         ),
         pytest.param(
-            [watch("n0", 110.0), watch("n1", 110.0)], HeartbeatView(caught_up=True, newest_at=110.0, now=111.0), [],
+            [watch("n0", 110.0), watch("n1", 110.0)],
+            HeartbeatView(caught_up=True, newest_at=110.0, now=111.0),
+            [],
             id="after a 10 s stall of the judge, the backlog it read keeps every node alive",
         ),
         pytest.param(
-            [watch("n0", 100.0), watch("n1", 99.0)], HeartbeatView(caught_up=True, newest_at=100.0, now=100.0 + 3 * TIMEOUT),
-            [], id="the whole fleet silent by the judge's clock: nobody is lost (the path to the fleet is at fault)",
+            [watch("n0", 100.0), watch("n1", 99.0)],
+            HeartbeatView(caught_up=True, newest_at=100.0, now=100.0 + 3 * TIMEOUT),
+            [],
+            id="the whole fleet silent by the judge's clock: nobody is lost (the path to the fleet is at fault)",
         ),
         pytest.param(
-            [watch("n0", 100.0), watch("n1", 93.0)], HeartbeatView(caught_up=True, newest_at=200.0, now=100.0), ["n1"],
+            [watch("n0", 100.0), watch("n1", 93.0)],
+            HeartbeatView(caught_up=True, newest_at=200.0, now=100.0),
+            ["n1"],
             id="the reference never runs ahead of the judge's clock",
         ),
         pytest.param(
-            [watch("n0", 100.0), watch("n1", None, since=98.0)], HeartbeatView(caught_up=True, newest_at=100.0, now=100.0),
-            [], id="a boot never heard from is watched from its registration",
+            [watch("n0", 100.0), watch("n1", None, since=98.0)],
+            HeartbeatView(caught_up=True, newest_at=100.0, now=100.0),
+            [],
+            id="a boot never heard from is watched from its registration",
         ),
         pytest.param(
-            [watch("n0", 100.0), watch("n1", None, since=80.0)], HeartbeatView(caught_up=True, newest_at=100.0, now=100.0),
-            ["n1"], id="a boot silent since its registration, longer than the timeout, is lost",
+            [watch("n0", 100.0), watch("n1", None, since=80.0)],
+            HeartbeatView(caught_up=True, newest_at=100.0, now=100.0),
+            ["n1"],
+            id="a boot silent since its registration, longer than the timeout, is lost",
         ),
         pytest.param(
             [watch("n0", 100.0), watch("n1", 50.0, state="lost"), watch("n2", 50.0, state="registering")],
-            HeartbeatView(caught_up=True, newest_at=100.0, now=100.0), [],
+            HeartbeatView(caught_up=True, newest_at=100.0, now=100.0),
+            [],
             id="lost and registering nodes are not judged again",
         ),
         pytest.param(
             [watch("n0", 100.0), watch("n1", 50.0, state="cordoned"), watch("n2", 50.0, state="draining")],
-            HeartbeatView(caught_up=True, newest_at=100.0, now=100.0), ["n1", "n2"],
+            HeartbeatView(caught_up=True, newest_at=100.0, now=100.0),
+            ["n1", "n2"],
             id="cordoned and draining nodes that go silent are lost too",
         ),
         pytest.param(
-            [watch("n0", 100.0)], HeartbeatView(caught_up=True, newest_at=None, now=100.0), [],
+            [watch("n0", 100.0)],
+            HeartbeatView(caught_up=True, newest_at=None, now=100.0),
+            [],
             id="no heartbeat read yet: nobody is judged",
         ),
     ],
@@ -95,9 +115,15 @@ def test_a_silent_fleet_is_reported_as_such() -> None:
 @pytest.mark.parametrize(
     "state, registered, boot, advanced, counts, resumes",
     [
-        pytest.param("lost", "b2", "b2", True, True, True, id="the registered boot heartbeats again after a loss: it comes back"),
-        pytest.param("lost", "b2", "b1", True, False, False, id="an older boot's heartbeat neither counts nor brings it back"),
-        pytest.param("lost", "b2", "b2", False, True, False, id="a heartbeat no newer than the last one read brings nothing back"),
+        pytest.param(
+            "lost", "b2", "b2", True, True, True, id="the registered boot heartbeats again after a loss: it comes back"
+        ),
+        pytest.param(
+            "lost", "b2", "b1", True, False, False, id="an older boot's heartbeat neither counts nor brings it back"
+        ),
+        pytest.param(
+            "lost", "b2", "b2", False, True, False, id="a heartbeat no newer than the last one read brings nothing back"
+        ),
         pytest.param("healthy", "b2", "b2", True, True, False, id="a healthy node has nothing to come back from"),
         pytest.param("lost", None, "b1", True, False, False, id="an unregistered node's heartbeat does not count"),
     ],
@@ -108,8 +134,15 @@ def test_the_boot_id_rule(state, registered, boot, advanced, counts, resumes) ->
 
 
 def _lost(record: NodeHealthRecord, at: float, policy: HealthPolicy) -> NodeHealthRecord:
-    finding = Finding(node_id=record.node_id, gpu=None, kind=FindingKind.HEARTBEAT_TIMEOUT, severity=Severity.FATAL,
-                      action=Remedy.REBOOT_NODE, message="no heartbeat", at=at)
+    finding = Finding(
+        node_id=record.node_id,
+        gpu=None,
+        kind=FindingKind.HEARTBEAT_TIMEOUT,
+        severity=Severity.FATAL,
+        action=Remedy.REBOOT_NODE,
+        message="no heartbeat",
+        at=at,
+    )
     lost, _ = transition(record, finding, at, policy)
     assert lost.state == NodeState.LOST
     return lost
@@ -127,7 +160,9 @@ def test_false_losses_do_not_make_a_lemon(same_boot, incidents, lemon) -> None:
     record = NodeHealthRecord(node_id="n1")
     for i in range(3):
         record = _lost(record, 100.0 * (i + 1), policy)
-        record, actions = transition(record, HeartbeatResumed(node_id="n1", same_boot=same_boot), 100.0 * (i + 1) + 1, policy)
+        record, actions = transition(
+            record, HeartbeatResumed(node_id="n1", same_boot=same_boot), 100.0 * (i + 1) + 1, policy
+        )
         assert record.state == NodeState.REPAIR and actions
         record = msgspec_replace(record, state=NodeState.HEALTHY)  # checks passed
     assert len(record.incidents) == incidents and record.lemon == lemon

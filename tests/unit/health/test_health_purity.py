@@ -20,7 +20,9 @@ def imports(path):
             yield node.module
 
 
-@pytest.mark.parametrize("path", sorted(CORE.glob("*.py")), ids=lambda p: f"{p.name} imports nothing with I/O, clocks or randomness")
+@pytest.mark.parametrize(
+    "path", sorted(CORE.glob("*.py")), ids=lambda p: f"{p.name} imports nothing with I/O, clocks or randomness"
+)
 def test_health_core_imports(path):
     for name in imports(path):
         assert name.split(".")[0] in ALLOWED_TOP, f"{path.name} imports {name}"

@@ -1,15 +1,7 @@
 import pytest
 from health_builders import gpu, record, sample
 
-from trainyard.core.health import (
-    DEFAULT_POLICY,
-    FindingKind,
-    HealthPolicy,
-    HeartbeatGap,
-    Remedy,
-    Severity,
-    evaluate,
-)
+from trainyard.core.health import DEFAULT_POLICY, FindingKind, HealthPolicy, HeartbeatGap, Remedy, Severity, evaluate
 from trainyard.domain.node import NodeState
 from trainyard.gpu import NodeSample, NvLinkErrorCounts, XidEvent
 
@@ -24,59 +16,73 @@ def kinds(findings):
     "previous, current, expected",
     [
         pytest.param(
-            sample(0, ecc_corrected_volatile=0), sample(60, ecc_corrected_volatile=1), [],
+            sample(0, ecc_corrected_volatile=0),
+            sample(60, ecc_corrected_volatile=1),
+            [],
             id="one correctable ECC error is not a fault",
         ),
         pytest.param(
-            sample(0, ecc_corrected_volatile=0), sample(HOUR, ecc_corrected_volatile=1000),
+            sample(0, ecc_corrected_volatile=0),
+            sample(HOUR, ecc_corrected_volatile=1000),
             [(FindingKind.ECC_CORRECTED_RATE, Severity.SUSPECT, Remedy.RESET_GPU)],
             id="1,000 correctable ECC errors in an hour make the node suspect",
         ),
         pytest.param(
-            sample(0, ecc_corrected_volatile=0), sample(HOUR, ecc_corrected_volatile=999), [],
+            sample(0, ecc_corrected_volatile=0),
+            sample(HOUR, ecc_corrected_volatile=999),
+            [],
             id="999 correctable ECC errors in an hour stay under the limit",
         ),
         pytest.param(
-            sample(0, ecc_corrected_volatile=0), sample(30, ecc_corrected_volatile=9),
+            sample(0, ecc_corrected_volatile=0),
+            sample(30, ecc_corrected_volatile=9),
             [(FindingKind.ECC_CORRECTED_RATE, Severity.SUSPECT, Remedy.RESET_GPU)],
             id="nine correctable errors in 30 s is a rate above 1,000 an hour",
         ),
         pytest.param(
-            sample(0, ecc_corrected_volatile=0), sample(0.5, ecc_corrected_volatile=2), [],
+            sample(0, ecc_corrected_volatile=0),
+            sample(0.5, ecc_corrected_volatile=2),
+            [],
             id="two errors in half a second are not extrapolated into a burst",
         ),
         pytest.param(
             sample(0, ecc_corrected_volatile=5000, ecc_corrected_aggregate=5000),
-            sample(60, ecc_corrected_volatile=3, ecc_corrected_aggregate=5003), [],
+            sample(60, ecc_corrected_volatile=3, ecc_corrected_aggregate=5003),
+            [],
             id="a volatile counter reset by a GPU reset is not read as negative errors",
         ),
         pytest.param(
-            None, sample(60, ecc_corrected_volatile=10_000), [],
-            id="without a previous sample no rate is computed",
+            None, sample(60, ecc_corrected_volatile=10_000), [], id="without a previous sample no rate is computed"
         ),
         pytest.param(
-            sample(0), sample(60, ecc_uncorrected_volatile=1),
+            sample(0),
+            sample(60, ecc_uncorrected_volatile=1),
             [(FindingKind.ECC_UNCORRECTED, Severity.SUSPECT, Remedy.RESET_GPU)],
             id="a new uncorrectable ECC error makes the node suspect",
         ),
         pytest.param(
-            sample(0), sample(60, row_remap_pending=True),
+            sample(0),
+            sample(60, row_remap_pending=True),
             [(FindingKind.ROW_REMAP_PENDING, Severity.SUSPECT, Remedy.RESET_GPU)],
             id="a pending row remap asks for a GPU reset",
         ),
         pytest.param(
-            sample(0), sample(60, row_remap_pending=True, row_remap_failed=True),
+            sample(0),
+            sample(60, row_remap_pending=True, row_remap_failed=True),
             [(FindingKind.ROW_REMAP_FAILED, Severity.FATAL, Remedy.DRAIN_NOW)],
             id="a failed row remap drains the node for a GPU replacement",
         ),
         pytest.param(
-            sample(0), sample(60, temperature_c=90.0),
+            sample(0),
+            sample(60, temperature_c=90.0),
             [(FindingKind.TEMPERATURE, Severity.SUSPECT, Remedy.IGNORE)],
             id="a GPU at 90 C is suspect",
         ),
         pytest.param(sample(0), sample(60, temperature_c=86.0), [], id="a GPU at 86 C is fine"),
         pytest.param(
-            sample(0), sample(60, clock_event_reasons=0x8, clock_event_reason_names=["hw_slowdown"]), [],
+            sample(0),
+            sample(60, clock_event_reasons=0x8, clock_event_reason_names=["hw_slowdown"]),
+            [],
             id="HW slowdown in one sample is a blip",
         ),
         pytest.param(
@@ -87,60 +93,73 @@ def kinds(findings):
         ),
         pytest.param(
             sample(0, clock_event_reasons=0x1, clock_event_reason_names=["gpu_idle"]),
-            sample(60, clock_event_reasons=0x1, clock_event_reason_names=["gpu_idle"]), [],
+            sample(60, clock_event_reasons=0x1, clock_event_reason_names=["gpu_idle"]),
+            [],
             id="an idle GPU running slow clocks is not throttled",
         ),
         pytest.param(
-            sample(0), sample(60, nvlink_links_up=list(range(1, 18)), nvlink_links_down=[0]),
+            sample(0),
+            sample(60, nvlink_links_up=list(range(1, 18)), nvlink_links_down=[0]),
             [(FindingKind.NVLINK_DOWN, Severity.FATAL, Remedy.RESET_GPU)],
             id="an NVLink link going down is fatal",
         ),
         pytest.param(
-            None, sample(60, nvlink_links_up=list(range(1, 18)), nvlink_links_down=[0]),
+            None,
+            sample(60, nvlink_links_up=list(range(1, 18)), nvlink_links_down=[0]),
             [(FindingKind.NVLINK_DOWN, Severity.SUSPECT, Remedy.RESET_GPU)],
             id="an NVLink link already down at the first sample is suspect",
         ),
         pytest.param(
-            sample(0), sample(60, nvlink_error_counts=NvLinkErrorCounts(replay=60, recovery=0, crc=40)),
+            sample(0),
+            sample(60, nvlink_error_counts=NvLinkErrorCounts(replay=60, recovery=0, crc=40)),
             [(FindingKind.NVLINK_ERRORS, Severity.SUSPECT, Remedy.RESET_GPU)],
             id="100 NVLink errors between two samples are suspect",
         ),
         pytest.param(
-            sample(0), sample(60, nvlink_error_counts=NvLinkErrorCounts(replay=99, recovery=0, crc=0)), [],
+            sample(0),
+            sample(60, nvlink_error_counts=NvLinkErrorCounts(replay=99, recovery=0, crc=0)),
+            [],
             id="99 NVLink errors between two samples are tolerated",
         ),
         pytest.param(
-            sample(0), sample(60, pcie_replay_counter=150),
+            sample(0),
+            sample(60, pcie_replay_counter=150),
             [(FindingKind.PCIE_REPLAY, Severity.SUSPECT, Remedy.IGNORE)],
             id="a burst of PCIe replays is suspect",
         ),
         pytest.param(
-            sample(0), sample(60, gpu_lost=True, temperature_c=None),
+            sample(0),
+            sample(60, gpu_lost=True, temperature_c=None),
             [(FindingKind.GPU_LOST, Severity.FATAL, Remedy.DRAIN_NOW)],
             id="a lost GPU drains the node and nothing else about it is judged",
         ),
         pytest.param(
-            sample(0), sample(60, reset_required=True),
+            sample(0),
+            sample(60, reset_required=True),
             [(FindingKind.RESET_REQUIRED, Severity.FATAL, Remedy.RESET_GPU)],
             id="the driver asking for a reset is fatal",
         ),
         pytest.param(
-            sample(0), sample(60, recovery_action="node_reboot"),
+            sample(0),
+            sample(60, recovery_action="node_reboot"),
             [(FindingKind.RECOVERY_ACTION, Severity.FATAL, Remedy.REBOOT_NODE)],
             id="the driver's recovery action node_reboot reboots the node",
         ),
         pytest.param(
-            sample(0), sample(60, recovery_action="drain_p2p"),
+            sample(0),
+            sample(60, recovery_action="drain_p2p"),
             [(FindingKind.RECOVERY_ACTION, Severity.SUSPECT, Remedy.RESET_GPU)],
             id="the driver's recovery action drain_p2p is suspect",
         ),
         pytest.param(
-            sample(0), sample(60, retired_pages_sbe=40, retired_pages_dbe=20),
+            sample(0),
+            sample(60, retired_pages_sbe=40, retired_pages_dbe=20),
             [(FindingKind.RETIRED_PAGES, Severity.FATAL, Remedy.DRAIN_NOW)],
             id="60 retired pages means replacing the GPU",
         ),
         pytest.param(
-            sample(0, retired_pages_dbe=1), sample(60, retired_pages_dbe=2),
+            sample(0, retired_pages_dbe=1),
+            sample(60, retired_pages_dbe=2),
             [(FindingKind.RETIRED_PAGES, Severity.SUSPECT, Remedy.RESET_GPU)],
             id="a newly retired double-bit page is suspect",
         ),
@@ -198,14 +217,18 @@ def test_xid_rules(xid, gpu_index, severity, action):
 )
 def test_heartbeat_rule(state, last_seen, now, lost):
     findings = evaluate(record(state=state), HeartbeatGap(last_seen_at=last_seen), DEFAULT_POLICY, now=now)
-    assert [(f.kind, f.severity) for f in findings] == ([(FindingKind.HEARTBEAT_TIMEOUT, Severity.FATAL)] if lost else [])
+    assert [(f.kind, f.severity) for f in findings] == (
+        [(FindingKind.HEARTBEAT_TIMEOUT, Severity.FATAL)] if lost else []
+    )
 
 
 @pytest.mark.parametrize(
     "overrides, message",
     [
         pytest.param({"heartbeat_timeout_s": 0}, "heartbeat_timeout_s", id="a zero heartbeat timeout is refused"),
-        pytest.param({"blast_radius_max_share": 1.5}, "blast_radius_max_share", id="a blast radius over 100% is refused"),
+        pytest.param(
+            {"blast_radius_max_share": 1.5}, "blast_radius_max_share", id="a blast radius over 100% is refused"
+        ),
         pytest.param({"flap_limit": 1}, "flap_limit", id="a flap limit of one would cordon every suspect node"),
     ],
 )

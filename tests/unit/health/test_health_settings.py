@@ -14,7 +14,9 @@ from trainyard_health.metrics import HealthMetrics
     [
         pytest.param(None, "blast_radius_max_share", 0.1, id="no override keeps the defaults"),
         pytest.param('{"blast_radius_max_share": 0.25}', "blast_radius_max_share", 0.25, id="one field overridden"),
-        pytest.param('{"rack_fault_min_nodes": 1000}', "rack_fault_min_nodes", 1000, id="rack correlation effectively off"),
+        pytest.param(
+            '{"rack_fault_min_nodes": 1000}', "rack_fault_min_nodes", 1000, id="rack correlation effectively off"
+        ),
     ],
 )
 def test_policy_overrides(raw, field, value) -> None:

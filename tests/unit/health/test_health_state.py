@@ -46,38 +46,112 @@ def types(actions):
 @pytest.mark.parametrize(
     "start, event, state, action_types",
     [
-        pytest.param(S.HEALTHY, fatal(kind=FindingKind.GPU_LOST, action=Remedy.DRAIN_NOW), S.DRAINING,
-                     ["CordonNode", "FailRunsOnNode", "Alert"], id="a fatal finding cordons a healthy node and fails its runs at once"),
-        pytest.param(S.SUSPECT, fatal(), S.DRAINING, ["CordonNode", "FailRunsOnNode", "Alert"],
-                     id="a fatal finding on a suspect node isolates it"),
-        pytest.param(S.CORDONED, fatal(), S.DRAINING, ["FailRunsOnNode", "Alert"],
-                     id="a fatal finding on a cordoned node fails its runs without cordoning twice"),
-        pytest.param(S.HEALTHY, finding(), S.SUSPECT, ["RunHealthChecks"], id="a suspect finding asks for health checks"),
-        pytest.param(S.HEALTHY, finding(severity=Severity.INFO, action=Remedy.RESTART_JOB, gpu=2), S.HEALTHY,
-                     ["FailRunsOnNode"], id="an application XID restarts the runs on that GPU and keeps the node"),
-        pytest.param(S.HEALTHY, finding(severity=Severity.INFO, action=Remedy.IGNORE), S.HEALTHY, [],
-                     id="an ignorable finding changes nothing"),
-        pytest.param(S.HEALTHY, fatal(kind=FindingKind.HEARTBEAT_TIMEOUT, gpu=None), S.LOST,
-                     ["CordonNode", "FailRunsOnNode", "Alert"], id="a heartbeat timeout marks the node lost and fails its runs"),
-        pytest.param(S.REPAIR, fatal(kind=FindingKind.HEARTBEAT_TIMEOUT, gpu=None), S.LOST, ["Alert"],
-                     id="a node in repair that stops reporting is lost, with no runs to fail"),
+        pytest.param(
+            S.HEALTHY,
+            fatal(kind=FindingKind.GPU_LOST, action=Remedy.DRAIN_NOW),
+            S.DRAINING,
+            ["CordonNode", "FailRunsOnNode", "Alert"],
+            id="a fatal finding cordons a healthy node and fails its runs at once",
+        ),
+        pytest.param(
+            S.SUSPECT,
+            fatal(),
+            S.DRAINING,
+            ["CordonNode", "FailRunsOnNode", "Alert"],
+            id="a fatal finding on a suspect node isolates it",
+        ),
+        pytest.param(
+            S.CORDONED,
+            fatal(),
+            S.DRAINING,
+            ["FailRunsOnNode", "Alert"],
+            id="a fatal finding on a cordoned node fails its runs without cordoning twice",
+        ),
+        pytest.param(
+            S.HEALTHY, finding(), S.SUSPECT, ["RunHealthChecks"], id="a suspect finding asks for health checks"
+        ),
+        pytest.param(
+            S.HEALTHY,
+            finding(severity=Severity.INFO, action=Remedy.RESTART_JOB, gpu=2),
+            S.HEALTHY,
+            ["FailRunsOnNode"],
+            id="an application XID restarts the runs on that GPU and keeps the node",
+        ),
+        pytest.param(
+            S.HEALTHY,
+            finding(severity=Severity.INFO, action=Remedy.IGNORE),
+            S.HEALTHY,
+            [],
+            id="an ignorable finding changes nothing",
+        ),
+        pytest.param(
+            S.HEALTHY,
+            fatal(kind=FindingKind.HEARTBEAT_TIMEOUT, gpu=None),
+            S.LOST,
+            ["CordonNode", "FailRunsOnNode", "Alert"],
+            id="a heartbeat timeout marks the node lost and fails its runs",
+        ),
+        pytest.param(
+            S.REPAIR,
+            fatal(kind=FindingKind.HEARTBEAT_TIMEOUT, gpu=None),
+            S.LOST,
+            ["Alert"],
+            id="a node in repair that stops reporting is lost, with no runs to fail",
+        ),
         pytest.param(S.LOST, fatal(), S.LOST, [], id="findings about a lost node wait until it reports again"),
         pytest.param(S.DRAINING, fatal(), S.DRAINING, [], id="a second fatal finding while draining adds nothing"),
-        pytest.param(S.DRAINING, DrainComplete(node_id="n1"), S.REPAIR, ["RunHealthChecks"],
-                     id="a drained node goes to repair and is checked"),
-        pytest.param(S.REPAIR, ChecksPassed(node_id="n1"), S.HEALTHY, ["UncordonNode"],
-                     id="a repaired node that passes checks is back in service"),
-        pytest.param(S.SUSPECT, ChecksPassed(node_id="n1"), S.HEALTHY, [], id="a suspect node that passes checks is healthy"),
-        pytest.param(S.SUSPECT, ChecksFailed(node_id="n1", reason="dcgm diag level 2"), S.CORDONED, ["CordonNode", "Alert"],
-                     id="a suspect node that fails checks is cordoned"),
-        pytest.param(S.HEALTHY, Cordon(node_id="n1", by=OP, reason="maintenance"), S.CORDONED, ["CordonNode"],
-                     id="an operator cordons a healthy node"),
-        pytest.param(S.CORDONED, Drain(node_id="n1", by=OP, reason="maintenance"), S.DRAINING, ["PreemptRunsOnNode"],
-                     id="an operator drain of a cordoned node preempts its runs gracefully"),
-        pytest.param(S.REPAIR, Uncordon(node_id="n1", by=OP, reason="swapped GPU 3"), S.HEALTHY, ["UncordonNode"],
-                     id="an operator uncordon returns a node from repair"),
-        pytest.param(S.LOST, HeartbeatResumed(node_id="n1"), S.REPAIR, ["RunHealthChecks"],
-                     id="a lost node that reports again is checked before it takes work"),
+        pytest.param(
+            S.DRAINING,
+            DrainComplete(node_id="n1"),
+            S.REPAIR,
+            ["RunHealthChecks"],
+            id="a drained node goes to repair and is checked",
+        ),
+        pytest.param(
+            S.REPAIR,
+            ChecksPassed(node_id="n1"),
+            S.HEALTHY,
+            ["UncordonNode"],
+            id="a repaired node that passes checks is back in service",
+        ),
+        pytest.param(
+            S.SUSPECT, ChecksPassed(node_id="n1"), S.HEALTHY, [], id="a suspect node that passes checks is healthy"
+        ),
+        pytest.param(
+            S.SUSPECT,
+            ChecksFailed(node_id="n1", reason="dcgm diag level 2"),
+            S.CORDONED,
+            ["CordonNode", "Alert"],
+            id="a suspect node that fails checks is cordoned",
+        ),
+        pytest.param(
+            S.HEALTHY,
+            Cordon(node_id="n1", by=OP, reason="maintenance"),
+            S.CORDONED,
+            ["CordonNode"],
+            id="an operator cordons a healthy node",
+        ),
+        pytest.param(
+            S.CORDONED,
+            Drain(node_id="n1", by=OP, reason="maintenance"),
+            S.DRAINING,
+            ["PreemptRunsOnNode"],
+            id="an operator drain of a cordoned node preempts its runs gracefully",
+        ),
+        pytest.param(
+            S.REPAIR,
+            Uncordon(node_id="n1", by=OP, reason="swapped GPU 3"),
+            S.HEALTHY,
+            ["UncordonNode"],
+            id="an operator uncordon returns a node from repair",
+        ),
+        pytest.param(
+            S.LOST,
+            HeartbeatResumed(node_id="n1"),
+            S.REPAIR,
+            ["RunHealthChecks"],
+            id="a lost node that reports again is checked before it takes work",
+        ),
     ],
 )
 def test_transition(start, event, state, action_types):
@@ -89,16 +163,29 @@ def test_transition(start, event, state, action_types):
 @pytest.mark.parametrize(
     "start, event, why",
     [
-        pytest.param(S.HEALTHY, ChecksPassed(node_id="n1"), "healthy", id="passing checks on a healthy node is rejected"),
-        pytest.param(S.CORDONED, ChecksPassed(node_id="n1"), "cordoned",
-                     id="passing checks do not lift an operator's cordon"),
-        pytest.param(S.REPAIR, Uncordon(node_id="n1", by="automation", reason="x"), "only an operator",
-                     id="automation cannot uncordon"),
-        pytest.param(S.LOST, Uncordon(node_id="n1", by=OP, reason="x"), "not reporting",
-                     id="a lost node cannot be uncordoned before it reports"),
+        pytest.param(
+            S.HEALTHY, ChecksPassed(node_id="n1"), "healthy", id="passing checks on a healthy node is rejected"
+        ),
+        pytest.param(
+            S.CORDONED, ChecksPassed(node_id="n1"), "cordoned", id="passing checks do not lift an operator's cordon"
+        ),
+        pytest.param(
+            S.REPAIR,
+            Uncordon(node_id="n1", by="automation", reason="x"),
+            "only an operator",
+            id="automation cannot uncordon",
+        ),
+        pytest.param(
+            S.LOST,
+            Uncordon(node_id="n1", by=OP, reason="x"),
+            "not reporting",
+            id="a lost node cannot be uncordoned before it reports",
+        ),
         pytest.param(S.HEALTHY, DrainComplete(node_id="n1"), "not draining", id="drain complete without a drain"),
         pytest.param(S.REPAIR, Cordon(node_id="n1", by=OP, reason="x"), "repair", id="cordoning a node in repair"),
-        pytest.param(S.HEALTHY, HeartbeatResumed(node_id="n1"), "not lost", id="heartbeat resumed on a node never lost"),
+        pytest.param(
+            S.HEALTHY, HeartbeatResumed(node_id="n1"), "not lost", id="heartbeat resumed on a node never lost"
+        ),
         pytest.param(S.HEALTHY, fatal(node="n2"), "n2", id="a finding about another node"),
     ],
 )
@@ -112,10 +199,9 @@ def test_invalid_transition_changes_nothing_and_says_why(start, event, why):
 
 
 def test_full_repair_cycle_resets_the_failed_gpu_then_returns_the_node():
-    rec, actions = run([
-        (1, fatal(kind=FindingKind.XID, action=Remedy.RESET_GPU, gpu=5)),
-        (2, DrainComplete(node_id="n1")),
-    ])
+    rec, actions = run(
+        [(1, fatal(kind=FindingKind.XID, action=Remedy.RESET_GPU, gpu=5)), (2, DrainComplete(node_id="n1"))]
+    )
     assert rec.state == S.REPAIR and rec.remedy == Remedy.RESET_GPU
     assert ResetGpu(node_id="n1", gpu=5) in actions
     assert FailRunsOnNode(node_id="n1", reason="node_failure") in actions
@@ -123,7 +209,9 @@ def test_full_repair_cycle_resets_the_failed_gpu_then_returns_the_node():
     assert rec.state == S.HEALTHY and rec.remedy is None and rec.gpus == ()
     assert actions == (UncordonNode(node_id="n1", reason="health checks passed", by="automation"),)
     assert [(h.from_state, h.to_state) for h in rec.history] == [
-        (S.HEALTHY, S.DRAINING), (S.DRAINING, S.REPAIR), (S.REPAIR, S.HEALTHY)
+        (S.HEALTHY, S.DRAINING),
+        (S.DRAINING, S.REPAIR),
+        (S.REPAIR, S.HEALTHY),
     ]
 
 
@@ -138,11 +226,13 @@ def test_failed_repair_checks_escalate_from_reset_to_reboot_to_hands_on():
 
 
 def test_the_strongest_remedy_of_an_incident_wins():
-    rec, _ = run([
-        (1, fatal(action=Remedy.RESET_GPU, gpu=1)),
-        (2, fatal(action=Remedy.DRAIN_NOW, gpu=4, kind=FindingKind.GPU_LOST)),
-        (3, fatal(action=Remedy.RESET_GPU, gpu=1)),
-    ])
+    rec, _ = run(
+        [
+            (1, fatal(action=Remedy.RESET_GPU, gpu=1)),
+            (2, fatal(action=Remedy.DRAIN_NOW, gpu=4, kind=FindingKind.GPU_LOST)),
+            (3, fatal(action=Remedy.RESET_GPU, gpu=1)),
+        ]
+    )
     assert rec.remedy == Remedy.DRAIN_NOW and rec.gpus == (1, 4)
 
 
@@ -169,11 +259,13 @@ def test_the_same_suspect_finding_repeated_every_sample_does_not_escalate():
 
 
 def test_three_different_suspect_findings_cordon_the_node():
-    rec, actions = run([
-        (1, finding(kind=FindingKind.TEMPERATURE, gpu=0)),
-        (2, finding(kind=FindingKind.NVLINK_ERRORS, gpu=0)),
-        (3, finding(kind=FindingKind.TEMPERATURE, gpu=3)),
-    ])
+    rec, actions = run(
+        [
+            (1, finding(kind=FindingKind.TEMPERATURE, gpu=0)),
+            (2, finding(kind=FindingKind.NVLINK_ERRORS, gpu=0)),
+            (3, finding(kind=FindingKind.TEMPERATURE, gpu=3)),
+        ]
+    )
     assert rec.state == S.CORDONED and rec.cordoned_by == "automation"
     assert types(actions) == ["RunHealthChecks", "CordonNode", "Alert"]
 

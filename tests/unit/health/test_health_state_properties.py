@@ -119,7 +119,12 @@ def fleets(draw):
         for n in chosen
     ]
     share = draw(st.sampled_from([0.0, 0.05, 0.1, 0.5]))
-    return fleet, records, decisions, HealthPolicy(blast_radius_max_share=share, blast_radius_min_nodes=draw(st.integers(0, 2)))
+    return (
+        fleet,
+        records,
+        decisions,
+        HealthPolicy(blast_radius_max_share=share, blast_radius_min_nodes=draw(st.integers(0, 2))),
+    )
 
 
 def out_of_service(fleet, records, decisions, policy):
@@ -138,7 +143,9 @@ def test_automation_never_takes_a_pool_past_its_blast_radius(case):
     fleet, records, decisions, policy = case
     kept = limit_blast_radius(decisions, records, fleet, policy)
     assert [d.node_id for d in kept] == [d.node_id for d in decisions]
-    without_automation = out_of_service(fleet, records, [d for d in decisions if not d.automated or not d.takes_out_of_service], policy)
+    without_automation = out_of_service(
+        fleet, records, [d for d in decisions if not d.automated or not d.takes_out_of_service], policy
+    )
     final = out_of_service(fleet, records, kept, policy)
     sizes = {}
     for node in fleet.values():

@@ -10,7 +10,9 @@ from trainyard.core.health import XID_CATALOG, XID_CATALOG_VERSION, Remedy, Seve
         pytest.param(48, Severity.FATAL, Remedy.RESET_GPU, id="XID 48: double-bit ECC error needs a GPU reset"),
         pytest.param(95, Severity.FATAL, Remedy.RESET_GPU, id="XID 95: uncontained ECC error needs a GPU reset"),
         pytest.param(94, Severity.INFO, Remedy.RESTART_JOB, id="XID 94: contained ECC error only restarts the job"),
-        pytest.param(13, Severity.INFO, Remedy.RESTART_JOB, id="XID 13: graphics engine exception is the application's"),
+        pytest.param(
+            13, Severity.INFO, Remedy.RESTART_JOB, id="XID 13: graphics engine exception is the application's"
+        ),
         pytest.param(31, Severity.INFO, Remedy.RESTART_JOB, id="XID 31: MMU fault is the application's"),
         pytest.param(43, Severity.INFO, Remedy.IGNORE, id="XID 43: stopped channel leaves the GPU healthy"),
         pytest.param(63, Severity.SUSPECT, Remedy.RESET_GPU, id="XID 63: row remap recorded, reset at the next chance"),
@@ -29,8 +31,7 @@ def test_catalog_entry(xid, severity, action):
 
 
 @pytest.mark.parametrize(
-    "xid",
-    [pytest.param(9999, id="an XID far beyond the catalog"), pytest.param(0, id="XID 0, never assigned")],
+    "xid", [pytest.param(9999, id="an XID far beyond the catalog"), pytest.param(0, id="XID 0, never assigned")]
 )
 def test_unknown_xid_is_suspect_not_ignored_nor_fatal(xid):
     rule = classify_xid(xid)

@@ -24,16 +24,43 @@ OURS_HARD = {"key": TAINT_KEY, "value": "true", "effect": "NoExecute"}
 @pytest.mark.parametrize(
     "before, state, fatal, taints, unschedulable, cordoned_by_us",
     [
-        pytest.param(node(), "cordoned", False, [OURS_SOFT], True, "true",
-                     id="cordon taints NoSchedule and marks the node unschedulable"),
+        pytest.param(
+            node(),
+            "cordoned",
+            False,
+            [OURS_SOFT],
+            True,
+            "true",
+            id="cordon taints NoSchedule and marks the node unschedulable",
+        ),
         pytest.param(node(), "draining", True, [OURS_HARD], True, "true", id="a fatal fault taints NoExecute"),
-        pytest.param(node(taints=[NOT_READY, GPU_VENDOR]), "cordoned", False,
-                     [NOT_READY, GPU_VENDOR, OURS_SOFT], True, "true",
-                     id="other owners' taints and node.kubernetes.io taints are kept as they are"),
-        pytest.param(node(unschedulable=True), "cordoned", False, [OURS_SOFT], True, None,
-                     id="a node a person cordoned is tainted but not claimed as ours"),
-        pytest.param(node(taints=[OURS_SOFT]), "draining", True, [OURS_HARD], True, "true",
-                     id="a suspect node that turns fatal moves to NoExecute"),
+        pytest.param(
+            node(taints=[NOT_READY, GPU_VENDOR]),
+            "cordoned",
+            False,
+            [NOT_READY, GPU_VENDOR, OURS_SOFT],
+            True,
+            "true",
+            id="other owners' taints and node.kubernetes.io taints are kept as they are",
+        ),
+        pytest.param(
+            node(unschedulable=True),
+            "cordoned",
+            False,
+            [OURS_SOFT],
+            True,
+            None,
+            id="a node a person cordoned is tainted but not claimed as ours",
+        ),
+        pytest.param(
+            node(taints=[OURS_SOFT]),
+            "draining",
+            True,
+            [OURS_HARD],
+            True,
+            "true",
+            id="a suspect node that turns fatal moves to NoExecute",
+        ),
     ],
 )
 def test_cordon(before, state, fatal, taints, unschedulable, cordoned_by_us) -> None:
@@ -49,10 +76,16 @@ def test_cordon(before, state, fatal, taints, unschedulable, cordoned_by_us) -> 
 @pytest.mark.parametrize(
     "before, expected",
     [
-        pytest.param(node(True, [NOT_READY, OURS_HARD], {CORDONED_ANNOTATION: "true", REASON_ANNOTATION: "x"}),
-                     {"taints": [NOT_READY], "unschedulable": False}, id="uncordon removes our taint and our cordon only"),
-        pytest.param(node(True, [OURS_SOFT], {REASON_ANNOTATION: "x"}), {"taints": []},
-                     id="a person's cordon stays when Trainyard returns the node"),
+        pytest.param(
+            node(True, [NOT_READY, OURS_HARD], {CORDONED_ANNOTATION: "true", REASON_ANNOTATION: "x"}),
+            {"taints": [NOT_READY], "unschedulable": False},
+            id="uncordon removes our taint and our cordon only",
+        ),
+        pytest.param(
+            node(True, [OURS_SOFT], {REASON_ANNOTATION: "x"}),
+            {"taints": []},
+            id="a person's cordon stays when Trainyard returns the node",
+        ),
         pytest.param(node(False, [GPU_VENDOR]), None, id="nothing to undo: no patch"),
     ],
 )

@@ -51,15 +51,21 @@ def test_create_binds_a_new_manifest_before_creating_it():
     b._custom.create_namespaced_custom_object.side_effect = lambda *args: args[-1]
     b.create("team-a", jobset({"trainer": (1, 1)}), placement(("trainer", 0, "n1")))
     assert b._custom.create_namespaced_custom_object.call_args.args[:4] == (
-        JOBSET_GROUP, JOBSET_VERSION, "team-a", JOBSET_PLURAL)
+        JOBSET_GROUP,
+        JOBSET_VERSION,
+        "team-a",
+        JOBSET_PLURAL,
+    )
 
 
 def test_pin_pods_pins_only_gated_pods():
     b = binder()
     chosen = placement(("worker", 0, "n1"), ("worker", 1, "n2"))
     b._batch.read_namespaced_job.return_value = batch_job(parallelism=2)
-    gated = {"metadata": {"name": "p1", "labels": {"batch.kubernetes.io/job-completion-index": "1"}},
-             "spec": {"schedulingGates": [{"name": GATE}]}}
+    gated = {
+        "metadata": {"name": "p1", "labels": {"batch.kubernetes.io/job-completion-index": "1"}},
+        "spec": {"schedulingGates": [{"name": GATE}]},
+    }
     free = {"metadata": {"name": "p0"}, "spec": {}}
     b._core.list_namespaced_pod.return_value = {"items": [gated, free]}
     assert b.pin_pods("Job", "team-a", "train", chosen) == 1
@@ -81,8 +87,10 @@ def test_reconcile_binds_a_suspended_object_once_and_pins_gated_pods_every_time(
     stored = {"job": batch_job(parallelism=2)}
     b._batch.read_namespaced_job.side_effect = lambda name, ns: stored["job"]
     b._batch.replace_namespaced_job.side_effect = lambda name, ns, body: stored.update(job=body) or body
-    gated = {"metadata": {"name": "p0", "labels": {"batch.kubernetes.io/job-completion-index": "0"}},
-             "spec": {"schedulingGates": [{"name": GATE}]}}
+    gated = {
+        "metadata": {"name": "p0", "labels": {"batch.kubernetes.io/job-completion-index": "0"}},
+        "spec": {"schedulingGates": [{"name": GATE}]},
+    }
     b._core.list_namespaced_pod.return_value = {"items": [gated]}
 
     assert b.reconcile("Job", "team-a", "train", chosen) == 1

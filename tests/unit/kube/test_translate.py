@@ -108,9 +108,14 @@ def test_jobset_roles_are_pinned_per_replicated_job():
     assert env["TRAINYARD_WORLD_SIZE"]["value"] == "3"
     assert env["TRAINYARD_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == f"metadata.annotations['{RANK_ANNOTATION}']"
     pod = {
-        "metadata": {"name": "llm-trainer-1-0", "labels": {
-            "jobset.sigs.k8s.io/replicatedjob-name": "trainer", "jobset.sigs.k8s.io/job-index": "1",
-            "batch.kubernetes.io/job-completion-index": "0"}},
+        "metadata": {
+            "name": "llm-trainer-1-0",
+            "labels": {
+                "jobset.sigs.k8s.io/replicatedjob-name": "trainer",
+                "jobset.sigs.k8s.io/job-index": "1",
+                "batch.kubernetes.io/job-completion-index": "0",
+            },
+        },
         "spec": {"schedulingGates": [{"name": GATE}]},
     }
     assert pin_pod(pod, chosen, out)["spec"]["nodeSelector"] == {HOSTNAME: "b"}
@@ -121,8 +126,12 @@ def test_a_new_manifest_gets_gpu_limits_and_env():
     out = bind_manifest(manifest, placement(("worker", 0, "n1")), creating=True)
     (c,) = out["spec"]["template"]["spec"]["containers"]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == 8
-    assert {e["name"] for e in c["env"]} == {"TRAINYARD_RANK", "TRAINYARD_WORLD_SIZE", "TRAINYARD_ROLE",
-                                            "TRAINYARD_RUN_ID"}
+    assert {e["name"] for e in c["env"]} == {
+        "TRAINYARD_RANK",
+        "TRAINYARD_WORLD_SIZE",
+        "TRAINYARD_ROLE",
+        "TRAINYARD_RUN_ID",
+    }
 
 
 def test_existing_node_affinity_terms_are_narrowed_not_replaced():
@@ -132,28 +141,61 @@ def test_existing_node_affinity_terms_are_narrowed_not_replaced():
     manifest["spec"]["template"]["spec"]["affinity"] = {"nodeAffinity": required}
     out = bind_manifest(manifest, placement(("worker", 0, "n1"), ("worker", 1, "n2")))
     (term,) = out["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
     assert [e["key"] for e in term["matchExpressions"]] == ["pool", HOSTNAME]
 
 
 @pytest.mark.parametrize(
     "manifest, chosen, message",
     [
-        pytest.param(batch_job(queue=False), placement(("worker", 0, "n1")), "trainyard.io/queue",
-                     id="a job Trainyard does not queue is refused"),
-        pytest.param(batch_job(suspend=False), placement(("worker", 0, "n1")), "not suspended",
-                     id="a job that is already running is refused"),
-        pytest.param(batch_job(), placement(("worker", 0, "n1"), ("worker", 1, "n2")), "has 1 pods",
-                     id="pod count must match the replica count"),
-        pytest.param(batch_job(), placement(("a", 0, "n1"), ("b", 0, "n2")), "use a JobSet",
-                     id="a batch Job cannot carry two roles"),
-        pytest.param(jobset({"trainer": (1, 1)}), placement(("trainer", 0, "n1"), ("rollout", 0, "n2")),
-                     "no replicatedJob", id="every role needs a replicatedJob"),
-        pytest.param(batch_job(gpus=4), placement(("worker", 0, "n1")), "ask for 4",
-                     id="an existing job asking for other GPU counts than placed is refused"),
-        pytest.param({"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": {"trainyard.io/queue": "q"}},
-                      "spec": {"suspend": True}}, placement(("w", 0, "n1")), "only batch/v1 Job",
-                     id="other kinds are refused"),
+        pytest.param(
+            batch_job(queue=False),
+            placement(("worker", 0, "n1")),
+            "trainyard.io/queue",
+            id="a job Trainyard does not queue is refused",
+        ),
+        pytest.param(
+            batch_job(suspend=False),
+            placement(("worker", 0, "n1")),
+            "not suspended",
+            id="a job that is already running is refused",
+        ),
+        pytest.param(
+            batch_job(),
+            placement(("worker", 0, "n1"), ("worker", 1, "n2")),
+            "has 1 pods",
+            id="pod count must match the replica count",
+        ),
+        pytest.param(
+            batch_job(),
+            placement(("a", 0, "n1"), ("b", 0, "n2")),
+            "use a JobSet",
+            id="a batch Job cannot carry two roles",
+        ),
+        pytest.param(
+            jobset({"trainer": (1, 1)}),
+            placement(("trainer", 0, "n1"), ("rollout", 0, "n2")),
+            "no replicatedJob",
+            id="every role needs a replicatedJob",
+        ),
+        pytest.param(
+            batch_job(gpus=4),
+            placement(("worker", 0, "n1")),
+            "ask for 4",
+            id="an existing job asking for other GPU counts than placed is refused",
+        ),
+        pytest.param(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"labels": {"trainyard.io/queue": "q"}},
+                "spec": {"suspend": True},
+            },
+            placement(("w", 0, "n1")),
+            "only batch/v1 Job",
+            id="other kinds are refused",
+        ),
     ],
 )
 def test_manifests_that_cannot_be_bound_say_why(manifest, chosen, message):
@@ -166,13 +208,18 @@ def k8s_node(name: str = "gpu-01", gpus: str | None = "8", labels: dict | None =
     if gpus is not None:
         allocatable["nvidia.com/gpu"] = gpus
     return {
-        "metadata": {"name": name, "labels": labels if labels is not None else {
-            "topology.kubernetes.io/zone": "us-east-1a",
-            "network.topology.kubernetes.io/block": "b7",
-            "network.topology.kubernetes.io/rack": "r42",
-            "nvidia.com/gpu.clique": "clique-3",
-            "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
-        }},
+        "metadata": {
+            "name": name,
+            "labels": labels
+            if labels is not None
+            else {
+                "topology.kubernetes.io/zone": "us-east-1a",
+                "network.topology.kubernetes.io/block": "b7",
+                "network.topology.kubernetes.io/rack": "r42",
+                "nvidia.com/gpu.clique": "clique-3",
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+            },
+        },
         "spec": spec,
         "status": {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": "True"}]},
     }
@@ -181,7 +228,13 @@ def k8s_node(name: str = "gpu-01", gpus: str | None = "8", labels: dict | None =
 def test_node_topology_comes_from_labels():
     info = node_info_from_k8s(k8s_node(), "c1")
     assert (info.gpu_type, info.gpus, info.zone, info.block, info.rack, info.nvlink) == (
-        "H100", 8, "us-east-1a", "b7", "r42", "clique-3")
+        "H100",
+        8,
+        "us-east-1a",
+        "b7",
+        "r42",
+        "clique-3",
+    )
     assert info.cpu == pytest.approx(95.5) and info.memory_gib == pytest.approx(2048)
 
 
@@ -199,12 +252,19 @@ def test_node_without_gpus_is_not_a_gpu_node():
     [
         pytest.param(k8s_node(), True, id="a ready node takes work"),
         pytest.param(k8s_node(unschedulable=True), False, id="a cordoned node takes no work"),
-        pytest.param(k8s_node(taints=[{"key": "trainyard.io/health", "effect": "NoSchedule"}]), False,
-                     id="a node tainted by health checks takes no work"),
-        pytest.param(k8s_node(taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]), True,
-                     id="the usual GPU taint does not stop GPU jobs"),
-        pytest.param(k8s_node(taints=[{"key": "x", "effect": "PreferNoSchedule"}]), True,
-                     id="a soft taint does not stop work"),
+        pytest.param(
+            k8s_node(taints=[{"key": "trainyard.io/health", "effect": "NoSchedule"}]),
+            False,
+            id="a node tainted by health checks takes no work",
+        ),
+        pytest.param(
+            k8s_node(taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]),
+            True,
+            id="the usual GPU taint does not stop GPU jobs",
+        ),
+        pytest.param(
+            k8s_node(taints=[{"key": "x", "effect": "PreferNoSchedule"}]), True, id="a soft taint does not stop work"
+        ),
     ],
 )
 def test_node_schedulable(node, schedulable):
@@ -220,8 +280,14 @@ def test_not_ready_node_takes_no_work_and_used_gpus_are_not_free():
 
 @pytest.mark.parametrize(
     "product, expected",
-    [("NVIDIA-H100-80GB-HBM3", "H100"), ("NVIDIA-GB200", "GB200"), ("NVIDIA-L40S", "L40S"),
-     ("Tesla-T4", "T4"), ("Weird GPU/9000", "Weird-GPU-9000"), (None, "unknown")],
+    [
+        ("NVIDIA-H100-80GB-HBM3", "H100"),
+        ("NVIDIA-GB200", "GB200"),
+        ("NVIDIA-L40S", "L40S"),
+        ("Tesla-T4", "T4"),
+        ("Weird GPU/9000", "Weird-GPU-9000"),
+        (None, "unknown"),
+    ],
 )
 def test_gpu_type_of(product, expected):
     assert gpu_type_of(product) == expected

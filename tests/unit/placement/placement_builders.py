@@ -40,14 +40,27 @@ def nodes(
     ]
 
 
-def role(name: str = "worker", replicas: int = 1, gpus: int = 8, level: str | None = None,
-         required: bool = True, gpu_type: str = "H100") -> Role:
+def role(
+    name: str = "worker",
+    replicas: int = 1,
+    gpus: int = 8,
+    level: str | None = None,
+    required: bool = True,
+    gpu_type: str = "H100",
+) -> Role:
     topology = TopologyConstraint(TopologyLevel(level), required) if level else None
     return Role(name, replicas=replicas, gpus_per_replica=gpus, gpu_type=gpu_type, topology=topology)
 
 
-def job(replicas: int = 1, gpus: int = 8, roles: list[Role] | None = None, level: str | None = None,
-        required: bool = True, max_runtime_s: int = 3600, gpu_type: str = "H100") -> JobSpec:
+def job(
+    replicas: int = 1,
+    gpus: int = 8,
+    roles: list[Role] | None = None,
+    level: str | None = None,
+    required: bool = True,
+    max_runtime_s: int = 3600,
+    gpu_type: str = "H100",
+) -> JobSpec:
     topology = TopologyConstraint(TopologyLevel(level), required) if level else None
     return JobSpec(
         tenant="t",
@@ -63,21 +76,27 @@ def request(spec: JobSpec, job_id: str = "j1", order: int = 0) -> PlacementReque
     return PlacementRequest(job_id=job_id, run_id=f"{job_id}-run1", spec=spec, order=order)
 
 
-def snapshot(*groups: list[NodeView], running: list[RunningAlloc] | None = None,
-             policy: PlacementPolicy | None = None) -> ClusterSnapshot:
+def snapshot(
+    *groups: list[NodeView], running: list[RunningAlloc] | None = None, policy: PlacementPolicy | None = None
+) -> ClusterSnapshot:
     views = [v for g in groups for v in g]
     return ClusterSnapshot(nodes=views, running=running or [], policy=policy or PlacementPolicy())
 
 
-def holding(job_id: str, where: dict[str, list[int]], started_at: float = 0.0, max_runtime_s: float = 3600,
-            preemptible: bool = False, last_checkpoint_at: float | None = None) -> RunningAlloc:
+def holding(
+    job_id: str,
+    where: dict[str, list[int]],
+    started_at: float = 0.0,
+    max_runtime_s: float = 3600,
+    preemptible: bool = False,
+    last_checkpoint_at: float | None = None,
+) -> RunningAlloc:
     """A running job holding ``where`` (node id -> GPU indices)."""
     replicas = [
         ReplicaPlacement(role="worker", replica=i, rank=i, node_id=node_id, gpus=list(g))
         for i, (node_id, g) in enumerate(sorted(where.items()))
     ]
-    return RunningAlloc(job_id, f"{job_id}-run1", replicas, started_at, max_runtime_s, preemptible,
-                        last_checkpoint_at)
+    return RunningAlloc(job_id, f"{job_id}-run1", replicas, started_at, max_runtime_s, preemptible, last_checkpoint_at)
 
 
 def busy(views: list[NodeView]) -> list[NodeView]:

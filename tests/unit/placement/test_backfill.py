@@ -35,15 +35,21 @@ def test_blocked_gang_gets_a_reservation_when_the_running_job_ends():
     "max_runtime_s, extra_free, outcome",
     [
         pytest.param(60, 0, "placed", id="a short job that ends before the reservation backfills onto reserved GPUs"),
-        pytest.param(600, 0, PendingReason.RESERVED_FOR_LARGER_JOB,
-                     id="a long job may not take GPUs reserved for the waiting gang"),
+        pytest.param(
+            600,
+            0,
+            PendingReason.RESERVED_FOR_LARGER_JOB,
+            id="a long job may not take GPUs reserved for the waiting gang",
+        ),
         pytest.param(600, 1, "placed", id="a long job runs on a node the reservation does not need"),
     ],
 )
 def test_later_jobs_backfill_only_without_delaying_the_reservation(max_runtime_s, extra_free, outcome):
     snap = rack_half_busy(extra_free)
-    reqs = [request(job(replicas=4, level="rack"), "big", 0),
-            request(job(replicas=1, max_runtime_s=max_runtime_s), "small", 1)]
+    reqs = [
+        request(job(replicas=4, level="rack"), "big", 0),
+        request(job(replicas=1, max_runtime_s=max_runtime_s), "small", 1),
+    ]
     result = place(snap, reqs, NOW)
     (res,) = result.reservations
     if outcome == "placed":

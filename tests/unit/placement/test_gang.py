@@ -58,8 +58,12 @@ def test_gang_lands_in_the_tightest_domain(groups, spec, expected_racks):
     "groups, spec, reason",
     [
         pytest.param(
-            [nodes(3, rack="r1"), busy(nodes(1, rack="r1", name="r1-busy")), nodes(3, rack="r2"),
-             busy(nodes(1, rack="r2", name="r2-busy"))],
+            [
+                nodes(3, rack="r1"),
+                busy(nodes(1, rack="r1", name="r1-busy")),
+                nodes(3, rack="r2"),
+                busy(nodes(1, rack="r2", name="r2-busy")),
+            ],
             job(replicas=4, level="rack"),
             PendingReason.TOPOLOGY,
             id="a gang that must stay in one rack waits when no rack has 4 free nodes",
@@ -162,8 +166,7 @@ def test_mixed_gpu_types_are_placed_whole_in_one_block():
         nodes(2, rack="r2", block="b2"),
         nodes(2, gpus=4, rack="r3", block="b2", gpu_type="L40S"),
     )
-    spec = job(roles=[role("trainer", replicas=2), role("rollout", replicas=2, gpus=4, gpu_type="L40S")],
-               level="block")
+    spec = job(roles=[role("trainer", replicas=2), role("rollout", replicas=2, gpus=4, gpu_type="L40S")], level="block")
     result = place(snap, [request(spec)], NOW)
     assert {infos(snap)[n].block for n in placed_nodes(result)} == {"b2"}
 
@@ -208,8 +211,10 @@ def test_preferred_level_falls_back_to_wider_domain():
     ],
 )
 def test_role_constraint_required_or_preferred(required, placed):
-    snap = snapshot(nodes(2, gpus=4, rack="r1", nvlink="nvA", gpu_type="GB200"),
-                    nodes(2, gpus=4, rack="r1", nvlink="nvB", gpu_type="GB200"))
+    snap = snapshot(
+        nodes(2, gpus=4, rack="r1", nvlink="nvA", gpu_type="GB200"),
+        nodes(2, gpus=4, rack="r1", nvlink="nvB", gpu_type="GB200"),
+    )
     spec = job(roles=[role("trainer", replicas=3, gpus=4, level="nvlink", required=required, gpu_type="GB200")])
     result = place(snap, [request(spec)], NOW)
     assert bool(result.placements) is placed

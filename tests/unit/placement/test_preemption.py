@@ -14,8 +14,9 @@ def rack_of_runs(rack: str, count: int, checkpoint_age: float, preemptible: bool
     """``count`` busy nodes in ``rack``, each held by its own run last checkpointed ``checkpoint_age`` ago."""
     views = busy(nodes(count, rack=rack, name=f"{rack}-n"))
     runs = [
-        holding(f"{rack}-job{i}", {v.info.node_id: list(range(8))}, NOW - 5_000, 86_400, preemptible,
-                NOW - checkpoint_age)
+        holding(
+            f"{rack}-job{i}", {v.info.node_id: list(range(8))}, NOW - 5_000, 86_400, preemptible, NOW - checkpoint_age
+        )
         for i, v in enumerate(views)
     ]
     return views, runs
@@ -50,8 +51,9 @@ def test_victims_free_one_domain_at_least_lost_work(racks, spec, expected_victim
     assert chosen.level == "rack"
     assert {v.split("-")[0] for v in chosen.victims} == {expected_victim_rack}
     assert len(chosen.victims) == 4
-    assert chosen.lost_gpu_seconds == pytest.approx(sum(r.lost_gpu_seconds(NOW) for r in runs
-                                                        if r.run_id in chosen.victims))
+    assert chosen.lost_gpu_seconds == pytest.approx(
+        sum(r.lost_gpu_seconds(NOW) for r in runs if r.run_id in chosen.victims)
+    )
     assert {r.node_id.split("-")[0] for r in chosen.replicas} == {expected_victim_rack}
 
 

@@ -54,9 +54,13 @@ def clusters(draw) -> ClusterSnapshot:
             if part:
                 running.append(
                     RunningAlloc(
-                        f"run-n{i}-{j}", f"run-n{i}-{j}-r", [ReplicaPlacement("w", 0, 0, info.node_id, sorted(part))],
-                        started_at=NOW - draw(st.integers(0, 500)), max_runtime_s=draw(st.integers(100, 2000)),
-                        preemptible=draw(st.booleans()), last_checkpoint_at=NOW - draw(st.integers(0, 300)),
+                        f"run-n{i}-{j}",
+                        f"run-n{i}-{j}-r",
+                        [ReplicaPlacement("w", 0, 0, info.node_id, sorted(part))],
+                        started_at=NOW - draw(st.integers(0, 500)),
+                        max_runtime_s=draw(st.integers(100, 2000)),
+                        preemptible=draw(st.booleans()),
+                        last_checkpoint_at=NOW - draw(st.integers(0, 300)),
                     )
                 )
     policy = PlacementPolicy(max_reservations=draw(st.integers(0, 3)), candidates_per_level=draw(st.integers(1, 8)))

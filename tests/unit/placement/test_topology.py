@@ -41,8 +41,15 @@ class TakeAndGive(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         infos = [
-            NodeInfo(f"n{i}", "c", "H100", 8 if i % 3 else 4, rack=f"r{i % 2}", block=f"b{i % 3 // 2}",
-                     nvlink_domain="nv" if i in (1, 3) else None)
+            NodeInfo(
+                f"n{i}",
+                "c",
+                "H100",
+                8 if i % 3 else 4,
+                rack=f"r{i % 2}",
+                block=f"b{i % 3 // 2}",
+                nvlink_domain="nv" if i in (1, 3) else None,
+            )
             for i in range(6)
         ]
         self.topo = Topology.build((i, range(i.gpus), True) for i in infos)

@@ -81,11 +81,7 @@ def spines_and_leaves(result, snap) -> tuple[set[str], set[str]]:
             id="when two spines need as few leaves, best fit takes the spine left with fewer free GPUs",
         ),
         pytest.param(
-            [
-                nodes(8, rack="r1", block="b1"),
-                nodes(6, rack="r2", block="b1"),
-                nodes(3, rack="r3", block="b1"),
-            ],
+            [nodes(8, rack="r1", block="b1"), nodes(6, rack="r2", block="b1"), nodes(3, rack="r3", block="b1")],
             job(replicas=11),
             {"b1/r1", "b1/r3"},
             id="inside a spine the largest leaf goes first and the rest takes the leaf it fills most exactly",
@@ -106,7 +102,10 @@ def test_gang_uses_the_fewest_leaves_on_the_fewest_spines(groups, spec, expected
         pytest.param([nodes(4, rack="r1"), nodes(4, rack="r2")], 8, 6, (1, 2), id="two leaves of one spine"),
         pytest.param(
             [nodes(4, rack="r1", block="b1"), nodes(4, rack="r2", block="b2"), nodes(1, rack="r3", block="b2")],
-            8, 9, (2, 3), id="nine nodes need both spines and all three leaves",
+            8,
+            9,
+            (2, 3),
+            id="nine nodes need both spines and all three leaves",
         ),
         pytest.param([nodes(4, rack="r1", free=3)], 4, 1, None, id="no node has four free GPUs"),
     ],
@@ -144,8 +143,16 @@ def fragmented_clusters(draw) -> list[NodeView]:
             nvlink = draw(st.sampled_from([None, None, "nv"]))
             for n in range(draw(st.integers(1, 4))):
                 free = draw(st.sampled_from([8, 8, 8, 0, 0, 3, 7]))
-                info = NodeInfo(f"s{s}-l{leaf}-n{n}", "c1", "H100", 8, zone="z1", block=f"s{s}", rack=f"l{leaf}",
-                                nvlink_domain=nvlink)
+                info = NodeInfo(
+                    f"s{s}-l{leaf}-n{n}",
+                    "c1",
+                    "H100",
+                    8,
+                    zone="z1",
+                    block=f"s{s}",
+                    rack=f"l{leaf}",
+                    nvlink_domain=nvlink,
+                )
                 schedulable = draw(st.sampled_from([True, True, True, False]))
                 views.append(NodeView(info, tuple(range(8 - free, 8)), schedulable))
     return views

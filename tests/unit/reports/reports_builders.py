@@ -25,8 +25,14 @@ def job(
     cancelled: float | None = None,
 ) -> LedgerJob:
     return LedgerJob(
-        job_id=job_id, tenant=tenant, queue="research", name=job_id, gpus_by_type={gpu_type: gpus},
-        submitted_at=at(accepted), accepted_at=at(accepted), cancelled_at=at(cancelled) if cancelled is not None else None,
+        job_id=job_id,
+        tenant=tenant,
+        queue="research",
+        name=job_id,
+        gpus_by_type={gpu_type: gpus},
+        submitted_at=at(accepted),
+        accepted_at=at(accepted),
+        cancelled_at=at(cancelled) if cancelled is not None else None,
     )
 
 
@@ -48,9 +54,23 @@ def run(
     ended_at = at(ended) if ended is not None else None
     gpu_seconds = gpus * (ended_at - at(started)) if ended_at is not None and started is not None else None
     return LedgerRun(
-        run_id=run_id, job_id=job_id, tenant=tenant, queue="research", priority_class="standard", name=job_id,
-        labels={}, attempt=1, cluster="c1", gpus=gpus, gpu_type=gpu_type, gpus_by_type={gpu_type: gpus},
-        placed_at=at(placed) if placed is not None else None, started_at=at(started) if started is not None else None,
-        ended_at=ended_at, outcome=outcome if ended is not None else None, gpu_seconds=gpu_seconds,
-        lost_seconds=gpus * lost_hours * HOUR if ended is not None else None, idle_seconds=0.0,
+        run_id=run_id,
+        job_id=job_id,
+        tenant=tenant,
+        queue="research",
+        priority_class="standard",
+        name=job_id,
+        labels={},
+        attempt=1,
+        cluster="c1",
+        gpus=gpus,
+        gpu_type=gpu_type,
+        gpus_by_type={gpu_type: gpus},
+        placed_at=at(placed) if placed is not None else None,
+        started_at=at(started) if started is not None else None,
+        ended_at=ended_at,
+        outcome=outcome if ended is not None else None,
+        gpu_seconds=gpu_seconds,
+        lost_seconds=gpus * lost_hours * HOUR if ended is not None else None,
+        idle_seconds=0.0,
     )

@@ -49,32 +49,44 @@ def rows_of(runs, jobs=(), capacity=None, now=T0 + 2 * DAY, bucket=DAY, days=2):
     ("runs", "jobs", "now", "expected"),
     [
         pytest.param(
-            [run(placed=1, ended=3)], [], T0 + 2 * DAY,
+            [run(placed=1, ended=3)],
+            [],
+            T0 + 2 * DAY,
             [("H100", 384.0, 16.0, 0.0), ("H100", 384.0, 0.0, 0.0)],
             id="an 8-GPU run of two hours allocates 16 GPU-hours on its day",
         ),
         pytest.param(
-            [run(placed=22, ended=26)], [], T0 + 2 * DAY,
+            [run(placed=22, ended=26)],
+            [],
+            T0 + 2 * DAY,
             [("H100", 384.0, 16.0, 0.0), ("H100", 384.0, 16.0, 0.0)],
             id="a run across midnight is split between the two days",
         ),
         pytest.param(
-            [run(placed=10, started=12, ended=13)], [], T0 + 2 * DAY,
+            [run(placed=10, started=12, ended=13)],
+            [],
+            T0 + 2 * DAY,
             [("H100", 384.0, 24.0, 0.0), ("H100", 384.0, 0.0, 0.0)],
             id="GPUs count as allocated from placement, before the run starts",
         ),
         pytest.param(
-            [run(placed=20, ended=None)], [], at(30),
+            [run(placed=20, ended=None)],
+            [],
+            at(30),
             [("H100", 384.0, 32.0, 0.0), ("H100", 384.0, 48.0, 0.0)],
             id="an open run is allocated up to now",
         ),
         pytest.param(
-            [run(placed=4, ended=5)], [job(accepted=1)], T0 + 2 * DAY,
+            [run(placed=4, ended=5)],
+            [job(accepted=1)],
+            T0 + 2 * DAY,
             [("H100", 384.0, 8.0, 24.0), ("H100", 384.0, 0.0, 0.0)],
             id="a job waiting three hours for 8 GPUs is 24 pending GPU-hours",
         ),
         pytest.param(
-            [run(gpu_type="A100", gpus=4, placed=0, ended=1)], [], T0 + 2 * DAY,
+            [run(gpu_type="A100", gpus=4, placed=0, ended=1)],
+            [],
+            T0 + 2 * DAY,
             [("A100", 0.0, 4.0, 0.0), ("H100", 384.0, 0.0, 0.0), ("A100", 0.0, 0.0, 0.0), ("H100", 384.0, 0.0, 0.0)],
             id="usage of a type with no capacity is reported against zero capacity",
         ),
@@ -118,9 +130,10 @@ def test_utilisation_is_allocation_over_capacity():
 def test_lost_work(runs, expected):
     rows = lost_work(runs, T0, T0 + DAY)
 
-    assert [(r.tenant, r.gpu_type, r.runs_ended, r.runs_lost_work, r.gpu_hours, r.lost_gpu_hours, r.lost_share) for r in rows] == [
-        pytest.approx(e) for e in expected
-    ]
+    assert [
+        (r.tenant, r.gpu_type, r.runs_ended, r.runs_lost_work, r.gpu_hours, r.lost_gpu_hours, r.lost_share)
+        for r in rows
+    ] == [pytest.approx(e) for e in expected]
 
 
 def test_the_forecast_extends_the_daily_demand_trend_past_the_last_complete_day():
@@ -131,9 +144,15 @@ def test_the_forecast_extends_the_daily_demand_trend_past_the_last_complete_day(
     report = capacity_report(runs, [], {"H100": 1}, T0, T0 + 4 * DAY, now, horizon_days=3)
 
     (trend,) = report.trends
-    assert (trend.days, trend.slope_gpu_hours_per_day, trend.intercept_gpu_hours) == (3, pytest.approx(8.0), pytest.approx(8.0))
+    assert (trend.days, trend.slope_gpu_hours_per_day, trend.intercept_gpu_hours) == (
+        3,
+        pytest.approx(8.0),
+        pytest.approx(8.0),
+    )
     assert [(f.day_start, f.demand_gpu_hours) for f in report.forecast] == [
-        (T0 + 3 * DAY, pytest.approx(32.0)), (T0 + 4 * DAY, pytest.approx(40.0)), (T0 + 5 * DAY, pytest.approx(48.0)),
+        (T0 + 3 * DAY, pytest.approx(32.0)),
+        (T0 + 4 * DAY, pytest.approx(40.0)),
+        (T0 + 5 * DAY, pytest.approx(48.0)),
     ]
     assert trend.capacity_gpu_hours_per_day == 24.0
     assert trend.first_day_over_capacity == T0 + 3 * DAY
@@ -142,5 +161,7 @@ def test_the_forecast_extends_the_daily_demand_trend_past_the_last_complete_day(
 def test_a_window_with_nothing_in_it_still_reports_capacity_and_no_forecast_before_a_day_completes():
     report = capacity_report([], [], {"H100": 8}, T0, T0 + DAY, T0 + HOUR)
 
-    assert [(r.gpu_type, r.capacity_gpu_hours, r.allocated_gpu_hours) for r in report.timeline] == [("H100", 192.0, 0.0)]
+    assert [(r.gpu_type, r.capacity_gpu_hours, r.allocated_gpu_hours) for r in report.timeline] == [
+        ("H100", 192.0, 0.0)
+    ]
     assert report.trends == [] and report.forecast == [] and report.waits == [] and report.lost == []

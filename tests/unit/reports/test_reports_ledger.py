@@ -30,7 +30,11 @@ KINDS = ["sqlite", *(["postgresql"] if os.environ.get("TRAINYARD_TEST_POSTGRES_U
 
 @pytest.fixture(params=KINDS)
 def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LedgerWriter]:
-    url = f"sqlite:///{tmp_path / 'ledger.db'}" if request.param == "sqlite" else os.environ["TRAINYARD_TEST_POSTGRES_URL"]
+    url = (
+        f"sqlite:///{tmp_path / 'ledger.db'}"
+        if request.param == "sqlite"
+        else os.environ["TRAINYARD_TEST_POSTGRES_URL"]
+    )
     made = LedgerWriter(url, prefix=f"r{uuid.uuid4().hex[:12]}_")
     made.create_schema()
     yield made
@@ -39,7 +43,9 @@ def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LedgerWri
 
 
 def accept(job: str, tenant: str, at: float, roles: list[Role]) -> JobAccepted:
-    return JobAccepted(at=at, job_id=job, spec=JobSpec(tenant=tenant, queue="q", name=job, roles=roles), submitted_at=at - 1)
+    return JobAccepted(
+        at=at, job_id=job, spec=JobSpec(tenant=tenant, queue="q", name=job, roles=roles), submitted_at=at - 1
+    )
 
 
 def run_events(job: str, tenant: str, placed: float, ended: float, gpus: int = 8) -> list:
@@ -57,7 +63,12 @@ def fill(ledger: LedgerWriter) -> None:
     events = [
         accept("j1", "acme", T0, [Role(name="trainer", gpus_per_replica=8)]),
         *run_events("j1", "acme", T0 + HOUR, T0 + 3 * HOUR),
-        accept("j2", "globex", T0 + 2 * HOUR, [Role(name="a", gpus_per_replica=4), Role(name="b", replicas=2, gpus_per_replica=1, gpu_type="A100")]),
+        accept(
+            "j2",
+            "globex",
+            T0 + 2 * HOUR,
+            [Role(name="a", gpus_per_replica=4), Role(name="b", replicas=2, gpus_per_replica=1, gpu_type="A100")],
+        ),
         accept("j3", "acme", T0 + 3 * HOUR, [Role(name="trainer", gpus_per_replica=2)]),
         JobCancelled(at=T0 + 5 * HOUR, job_id="j3", tenant="acme"),
         accept("j4", "acme", T0 + 2 * DAY, [Role(name="trainer")]),

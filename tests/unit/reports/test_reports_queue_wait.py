@@ -26,8 +26,11 @@ def test_percentile(values, p, expected):
     ("jobs", "runs", "now", "expected"),
     [
         pytest.param(
-            [job(accepted=0)], [run(placed=2, ended=3)], at(10),
-            [(at(0), at(2), "placed")], id="a job waits from acceptance to its first placement",
+            [job(accepted=0)],
+            [run(placed=2, ended=3)],
+            at(10),
+            [(at(0), at(2), "placed")],
+            id="a job waits from acceptance to its first placement",
         ),
         pytest.param(
             [job(accepted=0)],
@@ -37,14 +40,20 @@ def test_percentile(values, p, expected):
             id="a preempted job waits again from the end of its run to the next placement",
         ),
         pytest.param(
-            [job(accepted=4)], [], at(10), [(at(4), at(10), "waiting")], id="a job never placed is still waiting at now",
+            [job(accepted=4)], [], at(10), [(at(4), at(10), "waiting")], id="a job never placed is still waiting at now"
         ),
         pytest.param(
-            [job(accepted=4, cancelled=6)], [], at(10), [(at(4), at(6), "cancelled")],
+            [job(accepted=4, cancelled=6)],
+            [],
+            at(10),
+            [(at(4), at(6), "cancelled")],
             id="a job cancelled in the queue waited until the cancel",
         ),
         pytest.param(
-            [job(accepted=0)], [run(placed=2, ended=None)], at(10), [(at(0), at(2), "placed")],
+            [job(accepted=0)],
+            [run(placed=2, ended=None)],
+            at(10),
+            [(at(0), at(2), "placed")],
             id="an open run ends the wait at its placement",
         ),
     ],
@@ -57,11 +66,17 @@ def test_pending_spans(jobs, runs, now, expected):
 
 def test_wait_stats_per_tenant_counts_placements_in_the_window_and_jobs_still_waiting():
     jobs = [
-        job("a1", "acme", accepted=0), job("a2", "acme", accepted=0), job("a3", "acme", accepted=0),
-        job("g1", "globex", accepted=1), job("g2", "globex", accepted=20), job("g3", "globex", accepted=30),
+        job("a1", "acme", accepted=0),
+        job("a2", "acme", accepted=0),
+        job("a3", "acme", accepted=0),
+        job("g1", "globex", accepted=1),
+        job("g2", "globex", accepted=20),
+        job("g3", "globex", accepted=30),
     ]
     runs = [
-        run("ra1", "a1", "acme", placed=1), run("ra2", "a2", "acme", placed=2), run("ra3", "a3", "acme", placed=4),
+        run("ra1", "a1", "acme", placed=1),
+        run("ra2", "a2", "acme", placed=2),
+        run("ra3", "a3", "acme", placed=4),
         run("rg1", "g1", "globex", placed=1.5),
     ]
 

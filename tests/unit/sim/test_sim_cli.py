@@ -30,8 +30,16 @@ def files(tmp_path):
 
 
 def test_a_trace_runs_on_exactly_the_nodes_of_its_node_list(files):
-    result = sim("run", "--trace", str(files / "trace.csv"), "--nodes-file", str(files / "nodes.csv"),
-                 "--policy", "fifo", "--json")
+    result = sim(
+        "run",
+        "--trace",
+        str(files / "trace.csv"),
+        "--nodes-file",
+        str(files / "nodes.csv"),
+        "--policy",
+        "fifo",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["gpus"] == 20 and summary["done"] == 4
@@ -43,8 +51,17 @@ def test_a_trace_runs_on_exactly_the_nodes_of_its_node_list(files):
 
 def test_a_trace_without_a_node_list_runs_on_generated_nodes_and_reports_its_load(files, tmp_path):
     (tmp_path / "any.csv").write_text(TRACE.replace("V100", ""))
-    result = sim("compare", "--trace", str(tmp_path / "any.csv"), "--nodes", "2", "--policies", "fifo,sjf",
-                 "--target-load", "0.5")
+    result = sim(
+        "compare",
+        "--trace",
+        str(tmp_path / "any.csv"),
+        "--nodes",
+        "2",
+        "--policies",
+        "fifo,sjf",
+        "--target-load",
+        "0.5",
+    )
     assert result.exit_code == 0, result.output
     assert "on 2 nodes, 16 H100 GPUs" in result.stdout
     assert "offered load: " in result.stdout and "-> 0.500" in result.stdout
@@ -56,38 +73,47 @@ def test_a_trace_asking_for_a_gpu_type_the_cluster_lacks_is_refused(files):
     assert "a GPU type the cluster does not have: V100 (1 job); its GPUs are H100" in result.stdout
 
 
-@pytest.mark.parametrize("args, says", [
-    pytest.param(["--jobs", "-5"], "--jobs", id="a negative number of jobs"),
-    pytest.param(["--nodes", "0"], "--nodes", id="no nodes"),
-    pytest.param(["--load", "0"], "--load", id="zero load"),
-    pytest.param(["--load", "-0.5"], "--load", id="negative load"),
-    pytest.param(["--tick", "-1"], "--tick", id="a negative tick"),
-    pytest.param(["--checkpoint", "-60"], "--checkpoint", id="a negative checkpoint interval"),
-    pytest.param(["--lemons", "1.5"], "--lemons", id="more lemons than nodes"),
-    pytest.param(["--lemons", "-0.1"], "--lemons", id="negative lemons"),
-    pytest.param(["--arrival-scale", "0"], "--arrival-scale", id="arrivals never come"),
-    pytest.param(["--target-load", "-1"], "--target-load", id="a negative target load"),
-    pytest.param(["--limit", "0"], "--limit", id="a limit of no jobs"),
-    pytest.param(["--add-nodes", "-2"], "--add-nodes", id="removing nodes by adding"),
-    pytest.param(["--check-every", "-1"], "--check-every", id="a negative check interval"),
-    pytest.param(["--seed", "-1"], "--seed", id="a negative seed"),
-    pytest.param(["--jobs", "many"], "--jobs", id="a number of jobs that is no number"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        pytest.param(["--jobs", "-5"], "--jobs", id="a negative number of jobs"),
+        pytest.param(["--nodes", "0"], "--nodes", id="no nodes"),
+        pytest.param(["--load", "0"], "--load", id="zero load"),
+        pytest.param(["--load", "-0.5"], "--load", id="negative load"),
+        pytest.param(["--tick", "-1"], "--tick", id="a negative tick"),
+        pytest.param(["--checkpoint", "-60"], "--checkpoint", id="a negative checkpoint interval"),
+        pytest.param(["--lemons", "1.5"], "--lemons", id="more lemons than nodes"),
+        pytest.param(["--lemons", "-0.1"], "--lemons", id="negative lemons"),
+        pytest.param(["--arrival-scale", "0"], "--arrival-scale", id="arrivals never come"),
+        pytest.param(["--target-load", "-1"], "--target-load", id="a negative target load"),
+        pytest.param(["--limit", "0"], "--limit", id="a limit of no jobs"),
+        pytest.param(["--add-nodes", "-2"], "--add-nodes", id="removing nodes by adding"),
+        pytest.param(["--check-every", "-1"], "--check-every", id="a negative check interval"),
+        pytest.param(["--seed", "-1"], "--seed", id="a negative seed"),
+        pytest.param(["--jobs", "many"], "--jobs", id="a number of jobs that is no number"),
+    ],
+)
 def test_bad_numbers_exit_2_naming_the_option(args, says):
     result = sim("compare", *SMALL, "--policies", "fifo", *args)
     assert result.exit_code == 2, result.output
     assert says in result.output and "Invalid value" in result.output
 
 
-@pytest.mark.parametrize("args, says", [
-    pytest.param(["--target-load", "0.5", "--arrival-scale", "2"], "either --target-load or --arrival-scale",
-                 id="two ways to set the load at once"),
-    pytest.param(["--workload", "lottery"], "unknown workload", id="an unknown workload"),
-    pytest.param(["--trace", "absent.csv"], "absent.csv: no such file", id="a trace file that is not there"),
-    pytest.param(["--policies", "fifo,lottery"], "unknown policy 'lottery'", id="an unknown policy"),
-    pytest.param(["--policies", ","], "no policy named", id="no policy at all"),
-    pytest.param(["--quota", "team00:8"], "TENANT=GPUS", id="a quota without '='"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        pytest.param(
+            ["--target-load", "0.5", "--arrival-scale", "2"],
+            "either --target-load or --arrival-scale",
+            id="two ways to set the load at once",
+        ),
+        pytest.param(["--workload", "lottery"], "unknown workload", id="an unknown workload"),
+        pytest.param(["--trace", "absent.csv"], "absent.csv: no such file", id="a trace file that is not there"),
+        pytest.param(["--policies", "fifo,lottery"], "unknown policy 'lottery'", id="an unknown policy"),
+        pytest.param(["--policies", ","], "no policy named", id="no policy at all"),
+        pytest.param(["--quota", "team00:8"], "TENANT=GPUS", id="a quota without '='"),
+    ],
+)
 def test_impossible_choices_exit_2_with_what_to_fix(args, says):
     result = sim("compare", *SMALL, *args)
     assert result.exit_code == 2, result.output
@@ -95,19 +121,28 @@ def test_impossible_choices_exit_2_with_what_to_fix(args, says):
 
 
 def test_partition_mode_refuses_a_node_list(files):
-    result = sim("compare", "--trace", str(files / "trace.csv"), "--nodes-file", str(files / "nodes.csv"),
-                 "--partition-by-tenant")
+    result = sim(
+        "compare",
+        "--trace",
+        str(files / "trace.csv"),
+        "--nodes-file",
+        str(files / "nodes.csv"),
+        "--partition-by-tenant",
+    )
     assert result.exit_code == 2
     assert "drop --nodes-file" in result.stdout
 
 
-@pytest.mark.parametrize("args, says", [
-    pytest.param(["--jobs", "-5"], "--jobs", id="a range error from option parsing"),
-    pytest.param(["--lemons", "2"], "--lemons", id="lemons outside 0..1"),
-    pytest.param(["--no-such-option"], "No such option", id="an unknown option"),
-    pytest.param(["--workload", "lottery"], "unknown workload", id="an error found while loading"),
-    pytest.param(["--policies", "lottery"], "unknown policy", id="an unknown policy"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        pytest.param(["--jobs", "-5"], "--jobs", id="a range error from option parsing"),
+        pytest.param(["--lemons", "2"], "--lemons", id="lemons outside 0..1"),
+        pytest.param(["--no-such-option"], "No such option", id="an unknown option"),
+        pytest.param(["--workload", "lottery"], "unknown workload", id="an error found while loading"),
+        pytest.param(["--policies", "lottery"], "unknown policy", id="an unknown policy"),
+    ],
+)
 def test_json_errors_are_one_json_document(args, says):
     result = sim("compare", *SMALL, "--json", *args)
     assert result.exit_code == 2
@@ -122,11 +157,18 @@ def test_json_error_for_a_bad_trace_row_names_row_and_column(tmp_path):
     assert "bad.csv row 1, column gpus: '-2' is not a positive number" in json.loads(result.stdout)["error"]
 
 
-@pytest.mark.parametrize("extra, line, checked", [
-    pytest.param([], "invariants: not checked", False, id="without --check-every the table says not checked"),
-    pytest.param(["--check-every", "5"], "invariants: checked every 5 cycles, 0 broken", True,
-                 id="with --check-every it says how often and how many broke"),
-])
+@pytest.mark.parametrize(
+    "extra, line, checked",
+    [
+        pytest.param([], "invariants: not checked", False, id="without --check-every the table says not checked"),
+        pytest.param(
+            ["--check-every", "5"],
+            "invariants: checked every 5 cycles, 0 broken",
+            True,
+            id="with --check-every it says how often and how many broke",
+        ),
+    ],
+)
 def test_invariants_line_says_whether_they_were_checked(extra, line, checked):
     result = sim("compare", *SMALL, "--policies", "fifo", *extra)
     assert result.exit_code == 0, result.output
@@ -147,8 +189,19 @@ def test_compare_json_is_a_list_of_summaries_and_progress_goes_to_stderr():
 
 
 def test_partition_by_tenant_prints_one_merged_row_per_policy_and_per_vc_figures(tmp_path):
-    result = sim("compare", "--workload", "philly", "--limit", "300", "--partition-by-tenant",
-                 "--policies", "fifo,sjf", "--json", "--out", str(tmp_path / "out"))
+    result = sim(
+        "compare",
+        "--workload",
+        "philly",
+        "--limit",
+        "300",
+        "--partition-by-tenant",
+        "--policies",
+        "fifo,sjf",
+        "--json",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert result.exit_code == 0, result.output
     summaries = json.loads(result.stdout)
     assert [s["policy"] for s in summaries] == ["fifo", "sjf"]
@@ -160,12 +213,28 @@ def test_partition_by_tenant_prints_one_merged_row_per_policy_and_per_vc_figures
 
 
 def test_convert_philly_writes_a_trace_and_node_list_the_simulator_runs(tmp_path):
-    result = sim("convert", "philly", "--out", str(tmp_path / "philly.parquet"),
-                 "--nodes-out", str(tmp_path / "nodes.csv"), "--limit", "200")
+    result = sim(
+        "convert",
+        "philly",
+        "--out",
+        str(tmp_path / "philly.parquet"),
+        "--nodes-out",
+        str(tmp_path / "nodes.csv"),
+        "--limit",
+        "200",
+    )
     assert result.exit_code == 0, result.output
     assert "200 jobs of" in result.stdout and "--quota 6214e9=512" in result.stdout
-    result = sim("run", "--trace", str(tmp_path / "philly.parquet"), "--nodes-file", str(tmp_path / "nodes.csv"),
-                 "--policy", "fifo", "--json")
+    result = sim(
+        "run",
+        "--trace",
+        str(tmp_path / "philly.parquet"),
+        "--nodes-file",
+        str(tmp_path / "nodes.csv"),
+        "--policy",
+        "fifo",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["done"] == 200
 
@@ -175,19 +244,33 @@ def test_progress_reports_jobs_done_while_a_policy_runs():
     from trainyard.sim.scenarios import run_policies
 
     calls = []
-    run_policies(synthetic(400, 64, seed=1), 8, ["fifo"], Scenario(tick_s=0, record_events=False),
-                 lambda policy, done, total: calls.append((policy, done, total)))
+    run_policies(
+        synthetic(400, 64, seed=1),
+        8,
+        ["fifo"],
+        Scenario(tick_s=0, record_events=False),
+        lambda policy, done, total: calls.append((policy, done, total)),
+    )
     assert calls[0] == ("fifo", 0, 400) and calls[-1] == ("fifo", 400, 400)
     middle = [done for _, done, _ in calls[1:-1]]
     assert middle and middle == sorted(middle) and all(0 <= d <= 400 for d in middle)
 
 
-@pytest.mark.parametrize("every, lines", [
-    pytest.param(0.0, ["fifo: started, 10 jobs", "fifo: 3/10 jobs done", "fifo: 6/10 jobs done",
-                       "fifo: finished 10 jobs"], id="every update is a line when allowed"),
-    pytest.param(3600.0, ["fifo: started, 10 jobs", "fifo: finished 10 jobs"],
-                 id="updates closer together than the interval are dropped, start and finish never"),
-])
+@pytest.mark.parametrize(
+    "every, lines",
+    [
+        pytest.param(
+            0.0,
+            ["fifo: started, 10 jobs", "fifo: 3/10 jobs done", "fifo: 6/10 jobs done", "fifo: finished 10 jobs"],
+            id="every update is a line when allowed",
+        ),
+        pytest.param(
+            3600.0,
+            ["fifo: started, 10 jobs", "fifo: finished 10 jobs"],
+            id="updates closer together than the interval are dropped, start and finish never",
+        ),
+    ],
+)
 def test_progress_line_is_throttled(every, lines):
     import io
 

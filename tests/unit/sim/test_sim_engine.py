@@ -15,8 +15,9 @@ FAILING = FailureModel(rate_per_1000_node_days=2000.0, lemon_fraction=0.1, check
 
 
 #: the default with fair-share preemption after only 30 minutes: preempts often
-FAIR_SHARE_30M = Policy("fair-share-30m", preemption=True, min_runtime_s=1800.0, scheduling=Scheduling(),
-                        placement=BACKFILL)
+FAIR_SHARE_30M = Policy(
+    "fair-share-30m", preemption=True, min_runtime_s=1800.0, scheduling=Scheduling(), placement=BACKFILL
+)
 
 
 def small(policy, seed=3, jobs=160, nodes=16, failures=FAILING, **kw):

@@ -44,17 +44,27 @@ def test_four_gangs_on_two_nodes(policy, expected):
     ],
 )
 def test_one_node_three_jobs(policy, expected):
-    jobs = [SimJob(0, "a", 0.0, 100, gang_of(8)), SimJob(1, "a", 1.0, 50, gang_of(8)),
-            SimJob(2, "a", 2.0, 10, gang_of(4))]
+    jobs = [
+        SimJob(0, "a", 0.0, 100, gang_of(8)),
+        SimJob(1, "a", 1.0, 50, gang_of(8)),
+        SimJob(2, "a", 2.0, 10, gang_of(4)),
+    ]
     assert jcts(run(jobs, 1, policy)) == expected
 
 
 def test_failed_node_loses_work_since_checkpoint_and_restarts_after_repair():
-    model = FailureModel(rate_per_1000_node_days=0.0, causes={"gpu": 1}, repair_s={"gpu": 1000.0}, detection_s=60.0,
-                         restart_overhead_s=300.0, checkpoint_interval_s=3600.0)
+    model = FailureModel(
+        rate_per_1000_node_days=0.0,
+        causes={"gpu": 1},
+        repair_s={"gpu": 1000.0},
+        detection_s=60.0,
+        restart_overhead_s=300.0,
+        checkpoint_interval_s=3600.0,
+    )
     w = Workload([SimJob(0, "a", 0.0, 10_000, gang_of(8))], {"a": 8}, "golden")
-    sim = Simulator(w, SimCluster(build_nodes(1)), policy_named("fifo"), Scenario(tick_s=0, failures=model,
-                                                                                   check_every=1))
+    sim = Simulator(
+        w, SimCluster(build_nodes(1)), policy_named("fifo"), Scenario(tick_s=0, failures=model, check_every=1)
+    )
     sim.push(5000.0, FAIL, "n00000")
     sim.run()
     st = sim.jobs[0]
@@ -64,8 +74,17 @@ def test_failed_node_loses_work_since_checkpoint_and_restarts_after_repair():
     assert st.end == pytest.approx(6000 + 300 + 6400)
     assert st.failures == 1 and st.attempt == 2
     kinds = [type(e).__name__ for e in sim.events]
-    assert kinds == ["JobAccepted", "JobAdmitted", "JobPlaced", "RunStarted", "RunFailed", "JobAdmitted",
-                     "JobPlaced", "RunStarted", "RunSucceeded"]
+    assert kinds == [
+        "JobAccepted",
+        "JobAdmitted",
+        "JobPlaced",
+        "RunStarted",
+        "RunFailed",
+        "JobAdmitted",
+        "JobPlaced",
+        "RunStarted",
+        "RunSucceeded",
+    ]
     assert sim.events[4].reason == "node_failure" and sim.events[4].node_id == "n00000"
     assert check_job_log(sim.events).violations == []
     assert sim.violations == []

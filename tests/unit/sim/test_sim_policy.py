@@ -24,8 +24,11 @@ def nodes_of(node_type: str, count: int, prefix: str):
 
 def test_jobs_run_only_on_nodes_of_the_gpu_type_they_ask_for():
     nodes = nodes_of("H100", 1, "h") + nodes_of("A100", 1, "a")
-    jobs = [SimJob(0, "a", 0.0, 100, gang_of(8), gpu_type="A100"), SimJob(1, "a", 0.0, 100, gang_of(8), gpu_type="H100"),
-            SimJob(2, "a", 0.0, 100, gang_of(8), gpu_type="A100")]
+    jobs = [
+        SimJob(0, "a", 0.0, 100, gang_of(8), gpu_type="A100"),
+        SimJob(1, "a", 0.0, 100, gang_of(8), gpu_type="H100"),
+        SimJob(2, "a", 0.0, 100, gang_of(8), gpu_type="A100"),
+    ]
     sim = run(jobs, nodes)
     placed = {e.job_id: {r.node_id[0] for r in e.replicas} for e in sim.events if type(e).__name__ == "JobPlaced"}
     assert placed == {"j0000000": {"a"}, "j0000001": {"h"}, "j0000002": {"a"}}
@@ -39,8 +42,10 @@ def test_a_type_the_cluster_does_not_have_is_rejected():
 
 
 def test_a_production_job_preempts_a_standard_one_and_the_victim_resumes_from_its_notice():
-    jobs = [SimJob(0, "a", 0.0, 1000, gang_of(8), priority_class="standard"),
-            SimJob(1, "a", 100.0, 50, gang_of(8), priority_class="production")]
+    jobs = [
+        SimJob(0, "a", 0.0, 1000, gang_of(8), priority_class="standard"),
+        SimJob(1, "a", 100.0, 50, gang_of(8), priority_class="production"),
+    ]
     sim = run(jobs, nodes_of("H100", 1, "h"))
     victim, urgent = sim.jobs
     assert victim.preemptions == 1 and urgent.preemptions == 0
@@ -50,8 +55,10 @@ def test_a_production_job_preempts_a_standard_one_and_the_victim_resumes_from_it
 
 
 def test_a_production_job_is_never_preempted():
-    jobs = [SimJob(0, "a", 0.0, 1000, gang_of(8), priority_class="production"),
-            SimJob(1, "a", 100.0, 50, gang_of(8), priority_class="production")]
+    jobs = [
+        SimJob(0, "a", 0.0, 1000, gang_of(8), priority_class="production"),
+        SimJob(1, "a", 100.0, 50, gang_of(8), priority_class="production"),
+    ]
     sim = run(jobs, nodes_of("H100", 1, "h"))
     assert [st.preemptions for st in sim.jobs] == [0, 0]
     assert [st.end for st in sim.jobs] == [1000.0, 1050.0]
@@ -87,8 +94,11 @@ def test_a_run_that_never_fits_its_limit_fails_after_its_retries():
 )
 def test_backfill_starts_a_short_job_around_a_waiting_gang(policy, small_end):
     # one node busy until t=100 (its limit says 1 hour); a 2-node gang waits; a 10 s job fits on the free node
-    jobs = [SimJob(0, "a", 0.0, 100, gang_of(8), limit_s=3600), SimJob(1, "a", 1.0, 200, gang_of(16), limit_s=3600),
-            SimJob(2, "a", 2.0, 10, gang_of(8), limit_s=60)]
+    jobs = [
+        SimJob(0, "a", 0.0, 100, gang_of(8), limit_s=3600),
+        SimJob(1, "a", 1.0, 200, gang_of(16), limit_s=3600),
+        SimJob(2, "a", 2.0, 10, gang_of(8), limit_s=60),
+    ]
     sim = run(jobs, nodes_of("H100", 2, "h"), policy=policy)
     assert sim.jobs[2].end == small_end
     assert sim.jobs[1].end == 300.0  # the gang is not delayed either way
@@ -115,8 +125,10 @@ def test_a_trace_on_a_cluster_of_two_gpu_models_runs_each_job_on_its_model(tmp_p
 
 def test_a_best_effort_job_reaches_admission_as_borrow_only_and_lowest_priority():
     nodes = nodes_of("H100", 2, "h")
-    jobs = [SimJob(0, "b", 0.0, 100, gang_of(8), priority_class="best-effort"),
-            SimJob(1, "a", 0.0, 100, gang_of(8), priority_class="standard")]
+    jobs = [
+        SimJob(0, "b", 0.0, 100, gang_of(8), priority_class="best-effort"),
+        SimJob(1, "a", 0.0, 100, gang_of(8), priority_class="standard"),
+    ]
     scenario = Scenario(tick_s=0, check_every=1, trace_decisions=True)
     sim = run(jobs, nodes, quotas={"a": 16, "b": 0}, scenario=scenario)
     _, snapshot, _, _ = next(d for d in sim.decisions if d[0] == "admit")

@@ -90,8 +90,26 @@ def test_percentile_and_jain():
 
 def test_cli_compare_prints_policies_and_writes_outputs(tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["sim", "compare", "--workload", "synthetic", "--jobs", "150", "--nodes", "8",
-                                      "--policies", "fifo,sjf", "--out", str(out), "--failures", "--check-every", "5"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "sim",
+            "compare",
+            "--workload",
+            "synthetic",
+            "--jobs",
+            "150",
+            "--nodes",
+            "8",
+            "--policies",
+            "fifo,sjf",
+            "--out",
+            str(out),
+            "--failures",
+            "--check-every",
+            "5",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "fifo" in result.output and "sjf" in result.output
     summary = json.loads((out / "summary.json").read_text())
@@ -101,12 +119,14 @@ def test_cli_compare_prints_policies_and_writes_outputs(tmp_path):
 
 
 def test_cli_run_json_and_bad_policy():
-    result = CliRunner().invoke(app, ["sim", "run", "--workload", "synthetic", "--jobs", "100", "--nodes", "8",
-                                      "--policy", "sjf", "--json"])
+    result = CliRunner().invoke(
+        app, ["sim", "run", "--workload", "synthetic", "--jobs", "100", "--nodes", "8", "--policy", "sjf", "--json"]
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["policy"] == "sjf"  # progress lines go to stderr
-    result = CliRunner().invoke(app, ["sim", "compare", "--workload", "synthetic", "--jobs", "10", "--nodes", "2",
-                                      "--policies", "lottery"])
+    result = CliRunner().invoke(
+        app, ["sim", "compare", "--workload", "synthetic", "--jobs", "10", "--nodes", "2", "--policies", "lottery"]
+    )
     assert result.exit_code == 2
     assert "unknown policy" in result.output
 
@@ -151,27 +171,34 @@ def test_the_report_gives_the_per_day_index_of_a_contended_run():
     assert sim.fair_periods and summary["jain_contended"] is not None
     assert 0.0 < summary["jain_contended_24h"] <= 1.0
     assert summary["jain_contended_24h"] == round(
-        sum(p.jain(sim.entitled) for p in sim.fair_periods.values()) / len(sim.fair_periods), 4)
+        sum(p.jain(sim.entitled) for p in sim.fair_periods.values()) / len(sim.fair_periods), 4
+    )
 
 
 def test_a_job_carries_its_gpu_type_queue_and_class_into_its_spec_and_through_scaling():
     from trainyard.sim import SimJob, Workload
 
-    job = SimJob(0, "t", 0.0, 60.0, gang_of(4), limit_s=600, priority_class="production", gpu_type="A100",
-                 queue="eval")
+    job = SimJob(0, "t", 0.0, 60.0, gang_of(4), limit_s=600, priority_class="production", gpu_type="A100", queue="eval")
     spec = job.spec()
     assert (spec.queue, spec.priority_class, spec.max_runtime_s) == ("eval", "production", 600)
     assert {r.gpu_type for r in spec.roles} == {"A100"}
     later = Workload([job, job.but(index=1, submit=100.0)], {"t": 8}, "x").scaled(2.0)
     assert [(j.submit, j.gpu_type, j.queue, j.priority_class) for j in later.jobs] == [
-        (0.0, "A100", "eval", "production"), (50.0, "A100", "eval", "production")]
+        (0.0, "A100", "eval", "production"),
+        (50.0, "A100", "eval", "production"),
+    ]
 
 
-@pytest.mark.parametrize("demand, gpus, quotas", [
-    pytest.param({"a": 3.0, "b": 1.0}, 64, {"a": 48, "b": 16}, id="in proportion to submitted GPU-time"),
-    pytest.param({"a": 1.0, "b": 1.0, "c": 1.0}, 16, {"a": 6, "b": 5, "c": 5}, id="the parts add up to the cluster"),
-    pytest.param({"a": 1000.0, "b": 0.001}, 8, {"a": 7, "b": 1}, id="a tenant that submits work gets a GPU"),
-])
+@pytest.mark.parametrize(
+    "demand, gpus, quotas",
+    [
+        pytest.param({"a": 3.0, "b": 1.0}, 64, {"a": 48, "b": 16}, id="in proportion to submitted GPU-time"),
+        pytest.param(
+            {"a": 1.0, "b": 1.0, "c": 1.0}, 16, {"a": 6, "b": 5, "c": 5}, id="the parts add up to the cluster"
+        ),
+        pytest.param({"a": 1000.0, "b": 0.001}, 8, {"a": 7, "b": 1}, id="a tenant that submits work gets a GPU"),
+    ],
+)
 def test_quotas_split_by_demand(demand, gpus, quotas):
     from trainyard.sim import SimJob, Workload
 

@@ -27,8 +27,19 @@ NODES = "node_id,gpus,gpu_model,rack,block,zone,nvlink_domain\nn1,8,H100,r1,b1,z
 
 
 def job_key(j):
-    return (j.index, j.job_id, j.tenant, j.submit, j.duration, j.roles, j.gpus, j.limit_s, j.priority_class,
-            j.gpu_type, j.queue)
+    return (
+        j.index,
+        j.job_id,
+        j.tenant,
+        j.submit,
+        j.duration,
+        j.roles,
+        j.gpus,
+        j.limit_s,
+        j.priority_class,
+        j.gpu_type,
+        j.queue,
+    )
 
 
 def write(tmp_path, text, name="trace.csv"):
@@ -50,10 +61,13 @@ def test_a_good_trace_is_sorted_moved_to_zero_and_keeps_every_field(tmp_path):
     assert a2.spec().queue == "default" and b.spec().queue == "research"
 
 
-@pytest.mark.parametrize("first, second", [
-    pytest.param("trace.csv", "copy.parquet", id="CSV written as Parquet reads back the same jobs"),
-    pytest.param("trace.csv", "copy.csv", id="CSV written as CSV reads back the same jobs"),
-])
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        pytest.param("trace.csv", "copy.parquet", id="CSV written as Parquet reads back the same jobs"),
+        pytest.param("trace.csv", "copy.csv", id="CSV written as CSV reads back the same jobs"),
+    ],
+)
 def test_round_trip(tmp_path, first, second):
     w = load_trace(write(tmp_path, GOOD, first))
     write_trace(w, tmp_path / second)
@@ -71,24 +85,36 @@ def test_fractional_gpu_requests_are_rounded_up_and_counted(tmp_path):
     assert w.rounded == 3
 
 
-@pytest.mark.parametrize("row, column, says", [
-    pytest.param("0,60,-2,,t,,,,", "gpus", "'-2' is not a positive number", id="negative GPUs"),
-    pytest.param("0,60,two,,t,,,,", "gpus", "'two' is not a positive number", id="GPUs that are not a number"),
-    pytest.param("0,60,9999999,,t,,,,", "gpus", "more GPUs than one job can ask for", id="more GPUs than a gang"),
-    pytest.param("0,0,1,,t,,,,", "duration", "'0' is not a positive number", id="a job of no work"),
-    pytest.param("soon,60,1,,t,,,,", "submit_time", "'soon' is not a number", id="a submit time that is no number"),
-    pytest.param("0,60,1,,,,,,", "tenant", "'' is not a valid name", id="no tenant"),
-    pytest.param("0,60,1,,Team A,,,,", "tenant", "'Team A' is not a valid name", id="a tenant name with capitals"),
-    pytest.param("0,60,1,,t,Big Q,,,", "queue", "'Big Q' is not a valid name", id="a queue name with a space"),
-    pytest.param("0,60,1,,t,,gold,,", "priority_class", "use one of production, standard, best-effort",
-                 id="an unknown priority class"),
-    pytest.param("0,60,1,h100!,t,,,,", "gpu_type", "is not a GPU type name", id="a GPU type with punctuation"),
-    pytest.param("0,60,1,,t,,,-5,", "runtime_estimate", "'-5' is not a positive number",
-                 id="a negative run-time estimate"),
-    pytest.param("0,60,1,,t,,,99999999,", "runtime_estimate", "longer than the longest run-time limit",
-                 id="a run-time estimate past the longest limit"),
-    pytest.param("0,60,1,,t,,,,a-1", "job_id", "'a-1' is used twice (first on row 1)", id="a job id used twice"),
-])
+@pytest.mark.parametrize(
+    "row, column, says",
+    [
+        pytest.param("0,60,-2,,t,,,,", "gpus", "'-2' is not a positive number", id="negative GPUs"),
+        pytest.param("0,60,two,,t,,,,", "gpus", "'two' is not a positive number", id="GPUs that are not a number"),
+        pytest.param("0,60,9999999,,t,,,,", "gpus", "more GPUs than one job can ask for", id="more GPUs than a gang"),
+        pytest.param("0,0,1,,t,,,,", "duration", "'0' is not a positive number", id="a job of no work"),
+        pytest.param("soon,60,1,,t,,,,", "submit_time", "'soon' is not a number", id="a submit time that is no number"),
+        pytest.param("0,60,1,,,,,,", "tenant", "'' is not a valid name", id="no tenant"),
+        pytest.param("0,60,1,,Team A,,,,", "tenant", "'Team A' is not a valid name", id="a tenant name with capitals"),
+        pytest.param("0,60,1,,t,Big Q,,,", "queue", "'Big Q' is not a valid name", id="a queue name with a space"),
+        pytest.param(
+            "0,60,1,,t,,gold,,",
+            "priority_class",
+            "use one of production, standard, best-effort",
+            id="an unknown priority class",
+        ),
+        pytest.param("0,60,1,h100!,t,,,,", "gpu_type", "is not a GPU type name", id="a GPU type with punctuation"),
+        pytest.param(
+            "0,60,1,,t,,,-5,", "runtime_estimate", "'-5' is not a positive number", id="a negative run-time estimate"
+        ),
+        pytest.param(
+            "0,60,1,,t,,,99999999,",
+            "runtime_estimate",
+            "longer than the longest run-time limit",
+            id="a run-time estimate past the longest limit",
+        ),
+        pytest.param("0,60,1,,t,,,,a-1", "job_id", "'a-1' is used twice (first on row 1)", id="a job id used twice"),
+    ],
+)
 def test_each_bad_cell_names_its_file_row_and_column(tmp_path, row, column, says):
     path = write(tmp_path, HEADER + "0,60,1,,t,,,,a-1\n" + row + "\n")
     with pytest.raises(TraceError) as e:
@@ -112,10 +138,10 @@ def test_errors_are_collected_up_to_a_limit_before_failing(tmp_path):
     assert lines[-1].startswith(f"trace.csv row {MAX_ERRORS}, column gpus")
 
 
-@pytest.mark.parametrize("text, says", [
-    pytest.param("", "no jobs", id="an empty trace"),
-    pytest.param(HEADER, "no jobs", id="a header without rows"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [pytest.param("", "no jobs", id="an empty trace"), pytest.param(HEADER, "no jobs", id="a header without rows")],
+)
 def test_a_trace_without_jobs_is_refused(tmp_path, text, says):
     with pytest.raises(TraceError, match=says):
         load_trace(write(tmp_path, text if text else HEADER))
@@ -132,21 +158,26 @@ def test_an_unknown_file_type_or_a_missing_file_says_so(tmp_path):
 def test_node_list_round_trip(tmp_path, name):
     nodes = load_nodes(write(tmp_path, NODES, "nodes.csv"))
     assert [(n.node_id, n.gpus, n.gpu_type, n.rack, n.block, n.zone, n.nvlink_domain) for n in nodes] == [
-        ("n1", 8, "H100", "r1", "b1", "z1", "nv1"), ("n2", 8, "H100", "r1", "b1", "z1", None)]
+        ("n1", 8, "H100", "r1", "b1", "z1", "nv1"),
+        ("n2", 8, "H100", "r1", "b1", "z1", None),
+    ]
     write_nodes(nodes, tmp_path / name)
     assert load_nodes(tmp_path / name) == nodes
 
 
-@pytest.mark.parametrize("row, column, says", [
-    pytest.param("n1,8,H100,r1,b1", "node_id", "'n1' is used twice (first on row 1)", id="a duplicate node id"),
-    pytest.param(",8,H100,r1,b1", "node_id", "is empty", id="a node without an id"),
-    pytest.param("n2,0,H100,r1,b1", "gpus", "'0' is not a whole positive number", id="a node of no GPUs"),
-    pytest.param("n2,-8,H100,r1,b1", "gpus", "'-8' is not a whole positive number", id="a node of negative GPUs"),
-    pytest.param("n2,2.5,H100,r1,b1", "gpus", "'2.5' is not a whole positive number", id="half a GPU"),
-    pytest.param("n2,8,,r1,b1", "gpu_model", "is not a GPU model name", id="no GPU model"),
-    pytest.param("n2,8,H100,,b1", "rack", "is empty", id="no rack"),
-    pytest.param("n2,8,H100,r1,", "block", "is empty", id="no block"),
-])
+@pytest.mark.parametrize(
+    "row, column, says",
+    [
+        pytest.param("n1,8,H100,r1,b1", "node_id", "'n1' is used twice (first on row 1)", id="a duplicate node id"),
+        pytest.param(",8,H100,r1,b1", "node_id", "is empty", id="a node without an id"),
+        pytest.param("n2,0,H100,r1,b1", "gpus", "'0' is not a whole positive number", id="a node of no GPUs"),
+        pytest.param("n2,-8,H100,r1,b1", "gpus", "'-8' is not a whole positive number", id="a node of negative GPUs"),
+        pytest.param("n2,2.5,H100,r1,b1", "gpus", "'2.5' is not a whole positive number", id="half a GPU"),
+        pytest.param("n2,8,,r1,b1", "gpu_model", "is not a GPU model name", id="no GPU model"),
+        pytest.param("n2,8,H100,,b1", "rack", "is empty", id="no rack"),
+        pytest.param("n2,8,H100,r1,", "block", "is empty", id="no block"),
+    ],
+)
 def test_bad_node_lists_name_row_and_column(tmp_path, row, column, says):
     path = write(tmp_path, "node_id,gpus,gpu_model,rack,block\nn1,8,H100,r1,b1\n" + row + "\n", "nodes.csv")
     with pytest.raises(TraceError) as e:
@@ -169,11 +200,14 @@ def test_converted_philly_loads_as_the_same_jobs(tmp_path, name):
     assert {x.gpus for x in nodes} == {8}
 
 
-@pytest.mark.parametrize("make, gpus", [
-    pytest.param(lambda tmp: load_trace(write(tmp, GOOD)), 64, id="a trace file"),
-    pytest.param(lambda tmp: load_philly(limit=1500), 2816, id="the first Philly jobs"),
-    pytest.param(lambda tmp: synthetic(800, 256, seed=3, load=0.5), 256, id="a synthetic mix"),
-])
+@pytest.mark.parametrize(
+    "make, gpus",
+    [
+        pytest.param(lambda tmp: load_trace(write(tmp, GOOD)), 64, id="a trace file"),
+        pytest.param(lambda tmp: load_philly(limit=1500), 2816, id="the first Philly jobs"),
+        pytest.param(lambda tmp: synthetic(800, 256, seed=3, load=0.5), 256, id="a synthetic mix"),
+    ],
+)
 @pytest.mark.parametrize("target", [0.3, 0.9, 1.5])
 def test_target_load_is_hit_within_one_percent(tmp_path, make, gpus, target):
     w = make(tmp_path)
@@ -192,8 +226,9 @@ def test_offered_load_is_demanded_gpu_seconds_over_capacity_times_span(tmp_path)
 
 
 def test_tenancy_splits_quotas_across_gpu_types_and_queues():
-    t = tenancy_for({"a": 10, "b": 6}, capacity={"H100": 24, "A100": 8}, queues={"a": ["train", "eval"]},
-                    borrowing=False)
+    t = tenancy_for(
+        {"a": 10, "b": 6}, capacity={"H100": 24, "A100": 8}, queues={"a": ["train", "eval"]}, borrowing=False
+    )
     index = TreeIndex(t)
     assert set(t.flavors) == {"H100", "A100"}
     by_queue = {f"{q.tenant}/{q.name}": q.quota for q in t.queues}
@@ -208,8 +243,9 @@ def test_tenancy_splits_quotas_across_gpu_types_and_queues():
 
 
 def test_the_simulators_call_still_builds_one_queue_per_tenant_on_one_type():
-    t = tenancy_for({"a": 16, "b": 8}, borrowing=True, preemption=False, fair_share_preemption=False,
-                    min_runtime_s=60.0)
+    t = tenancy_for(
+        {"a": 16, "b": 8}, borrowing=True, preemption=False, fair_share_preemption=False, min_runtime_s=60.0
+    )
     assert t.flavors == [GPU_TYPE]
     assert [(q.tenant, q.name, q.quota[GPU_TYPE].nominal) for q in t.queues] == [("a", QUEUE, 16), ("b", QUEUE, 8)]
     classes = {c.name: c for c in t.priority_classes}
@@ -248,8 +284,11 @@ def test_partitioned_fifo_is_the_same_order_of_magnitude_as_helios():
     [summary] = run_partitioned(plan.workload, ["fifo"], Scenario(record_events=False))
     with open(traces_dir() / "reference" / "helios_sc21_qssf_philly_per_vc.csv", newline="") as f:
         reference = {r["vc"]: float(r["fifo_avg_jct_s"]) for r in csv.DictReader(f)}
-    ratios = {vc: p["jct_avg_s"] / reference[vc] for vc, p in summary["partitions"].items()
-              if vc in reference and p["jobs"] >= 30}
+    ratios = {
+        vc: p["jct_avg_s"] / reference[vc]
+        for vc, p in summary["partitions"].items()
+        if vc in reference and p["jobs"] >= 30
+    }
     assert len(ratios) >= 5, ratios
     assert 0.1 < median(ratios.values()) < 10, ratios
     assert summary["jobs"] == len(plan.workload.jobs) == summary["done"]

@@ -125,8 +125,11 @@ def _end_key(seq: int | None, at: float, outcome: str) -> tuple[int, int, float,
 def end_run(facts: RunFacts, at: float, outcome: str, seq: int | None = None) -> RunFacts:
     """Record a terminal report with its stream sequence ``seq`` (None when
     unknown); the first in log order wins, else the earliest, ties by rank."""
-    if (facts.ended_at is not None and facts.outcome is not None
-            and _end_key(facts.ended_seq, facts.ended_at, facts.outcome) <= _end_key(seq, at, outcome)):
+    if (
+        facts.ended_at is not None
+        and facts.outcome is not None
+        and _end_key(facts.ended_seq, facts.ended_at, facts.outcome) <= _end_key(seq, at, outcome)
+    ):
         return facts
     return msgspec.structs.replace(facts, ended_at=at, outcome=outcome, ended_seq=seq)
 
@@ -205,11 +208,7 @@ def overlap(start: float | None, end: float | None, lo: float | None = None, hi:
 
 
 def meter(
-    facts: RunFacts,
-    *,
-    roles: RoleGpus | None = None,
-    checkpoints: Iterable[float] = (),
-    now: float | None = None,
+    facts: RunFacts, *, roles: RoleGpus | None = None, checkpoints: Iterable[float] = (), now: float | None = None
 ) -> UsageInterval:
     """Meter one run: an ended run to its end, an open one up to ``now``.
 
@@ -281,11 +280,7 @@ def fold_run(run_id: str, events: Iterable[JobEvent]) -> tuple[RunFacts | None, 
 
 
 def meter_run(
-    run_id: str,
-    events: Iterable[JobEvent],
-    *,
-    checkpoints: Iterable[float] = (),
-    now: float | None = None,
+    run_id: str, events: Iterable[JobEvent], *, checkpoints: Iterable[float] = (), now: float | None = None
 ) -> UsageInterval | None:
     """Fold and meter one run from a list of lifecycle events (any order,
     duplicates allowed).  None when no event names ``run_id``."""

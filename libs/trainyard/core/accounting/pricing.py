@@ -121,8 +121,7 @@ def check_rate_card(card: RateCard) -> list[str]:
         other = seen_dates.get(version.effective_from)
         if other is not None:
             problems.append(
-                f"versions {other!r} and {version.version!r} both take effect on "
-                f"{version.effective_from.isoformat()}"
+                f"versions {other!r} and {version.version!r} both take effect on {version.effective_from.isoformat()}"
             )
         seen_dates[version.effective_from] = version.version
         if not version.prices:

@@ -15,14 +15,7 @@ from trainyard.core.admission.snapshot import (
     Waiting,
     queue_key,
 )
-from trainyard.core.admission.tree import (
-    Cohort,
-    FlavorQuota,
-    PreemptionSettings,
-    PriorityClass,
-    QueueQuota,
-    Tenancy,
-)
+from trainyard.core.admission.tree import Cohort, FlavorQuota, PreemptionSettings, PriorityClass, QueueQuota, Tenancy
 
 __all__ = [
     "AdmissionPolicy",

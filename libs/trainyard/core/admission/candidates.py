@@ -32,8 +32,9 @@ class Blocked(NamedTuple):
 class Candidate:
     __slots__ = ("holder", "lost_per_gpu", "lost", "cost", "ran", "types", "taken", "level")
 
-    def __init__(self, holder: Holder, now: float, restart_cost_s: float, levels: Sequence[float] | None,
-                 types: set[int]) -> None:
+    def __init__(
+        self, holder: Holder, now: float, restart_cost_s: float, levels: Sequence[float] | None, types: set[int]
+    ) -> None:
         job = holder.job
         since = job.started_at if job.last_checkpoint_at is None else max(job.started_at, job.last_checkpoint_at)
         gpus = 0

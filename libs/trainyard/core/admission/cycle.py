@@ -51,8 +51,15 @@ from trainyard.core.admission.tree import Tenancy, TreeIndex
 from trainyard.core.reasons import PendingReason
 
 __all__ = [
-    "AdmissionPolicy", "AdmissionResult", "AdmissionSnapshot", "Admit", "PendingJob", "Preemption",
-    "RunningJob", "Waiting", "admit",
+    "AdmissionPolicy",
+    "AdmissionResult",
+    "AdmissionSnapshot",
+    "Admit",
+    "PendingJob",
+    "Preemption",
+    "RunningJob",
+    "Waiting",
+    "admit",
 ]
 
 BACKOFF = PendingReason.BACKOFF
@@ -114,8 +121,7 @@ def _admit_with_tenancy(
     claimed = [False] * nf  # types a blocked job may already preempt for this cycle
     # least attained service: besides the first blocked job of each type, any job short of GPUs may stop a run
     # that has received more service (preemption.py checks whose and how long it ran)
-    levels = (level_bounds(scheduling)
-              if tenancy.preemption.attained_service and scheduling.order == "las" else None)
+    levels = level_bounds(scheduling) if tenancy.preemption.attained_service and scheduling.order == "las" else None
 
     # 2. Queues in priority, then service (or submission) order.
     waiting: list[Waiting] = []
@@ -209,8 +215,12 @@ def _admit_with_tenancy(
             # short of GPUs it could get now (always so when too few are free), or of the whole tree's quota
             if shadows is not None and (
                 reason is INSUFFICIENT_GPUS
-                or (reason is COHORT_EXHAUSTED and fail is not None and not fail[1]
-                    and _short_of(demand, free, root_limit, root_claim))
+                or (
+                    reason is COHORT_EXHAUSTED
+                    and fail is not None
+                    and not fail[1]
+                    and _short_of(demand, free, root_limit, root_claim)
+                )
             ):
                 if not (scheduling.reserve and (job.submitted_at is None or now - job.submitted_at >= reserve_after)):
                     start = None  # it waits without a reservation and without holding up the line
@@ -268,12 +278,24 @@ def _admit_with_tenancy(
     preemptions: list[Preemption] = []
     if not noticed:
         # only jobs that could make room now: for priority, or (reservation held) for quota or fair share
-        blocked = [b for b in blocked if b.may_reclaim or levels is not None
-                   or b.job.priority > lowest.get(b.queue, b.job.priority)]
+        blocked = [
+            b
+            for b in blocked
+            if b.may_reclaim or levels is not None or b.job.priority > lowest.get(b.queue, b.job.priority)
+        ]
     if blocked:
         preemptions, preemptors = preempt(
-            tenancy.preemption, state, shares, free, holders, blocked[: policy.max_preemptors_per_cycle],
-            snapshot.recent_preemptions, now, snapshot.cluster, snapshot.specs, levels,
+            tenancy.preemption,
+            state,
+            shares,
+            free,
+            holders,
+            blocked[: policy.max_preemptors_per_cycle],
+            snapshot.recent_preemptions,
+            now,
+            snapshot.cluster,
+            snapshot.specs,
+            levels,
         )
         for at in preemptors:
             old = waiting[at]

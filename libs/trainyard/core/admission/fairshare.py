@@ -37,17 +37,15 @@ def decay_usage(prev: float, used_gpu_seconds: float, elapsed: float, half_life:
 
 
 def decay_usage_table(
-    prev: dict[str, dict[str, float]],
-    used: dict[str, dict[str, float]],
-    elapsed: float,
-    half_life: float,
+    prev: dict[str, dict[str, float]], used: dict[str, dict[str, float]], elapsed: float, half_life: float
 ) -> dict[str, dict[str, float]]:
     """:func:`decay_usage` for every queue and GPU type in either table."""
     out: dict[str, dict[str, float]] = {}
     for queue in sorted(prev.keys() | used.keys()):
         old, new = prev.get(queue, {}), used.get(queue, {})
         out[queue] = {
-            t: decay_usage(old.get(t, 0.0), new.get(t, 0.0), elapsed, half_life) for t in sorted(old.keys() | new.keys())
+            t: decay_usage(old.get(t, 0.0), new.get(t, 0.0), elapsed, half_life)
+            for t in sorted(old.keys() | new.keys())
         }
     return out
 

@@ -61,7 +61,9 @@ def service_order(scheduling: Scheduling, now: float) -> ServiceOrder | None:
     return ServiceOrder(level_bounds(scheduling), now - scheduling.starvation_s)
 
 
-def group_pending(pending: Iterable[PendingJob], order: ServiceOrder | None = None) -> dict[tuple[str, str], list[PendingJob]]:
+def group_pending(
+    pending: Iterable[PendingJob], order: ServiceOrder | None = None
+) -> dict[tuple[str, str], list[PendingJob]]:
     """Pending jobs by ``(tenant, queue)``, each list by priority, then ``order``'s rank (if any), then
     submission order, then job id.
 
@@ -73,7 +75,8 @@ def group_pending(pending: Iterable[PendingJob], order: ServiceOrder | None = No
     if order is not None:
         starved_before, levels = order.starved_before, order.levels
         rank = [
-            -1 if (at := job.submitted_at) is not None and at < starved_before
+            -1
+            if (at := job.submitted_at) is not None and at < starved_before
             else (bisect_right(levels, got) if (got := job.attained_gpu_s) > 0 else 0)
             for job in jobs
         ]  # -1: starved (ahead of every level); else the service level

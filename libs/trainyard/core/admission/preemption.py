@@ -163,38 +163,67 @@ def preempt(
                 pool = cached
             else:
                 least = settings.attained_service_min_runtime_s
-                pool = [c for c in pool_of(b.queue) if c.level > level and c.ran >= least
-                        and c.holder.job.priority <= b.job.priority]
+                pool = [
+                    c
+                    for c in pool_of(b.queue)
+                    if c.level > level and c.ran >= least and c.holder.job.priority <= b.job.priority
+                ]
                 if b.cls == WITHIN_NOMINAL:
                     for q in grouped:
                         if q != b.queue and (q in lenders or over_nominal(state, q)):
                             borrowing = over_nominal(state, q)
-                            pool += [c for c in pool_of(q) if c.level > level and c.ran >= least
-                                     and (borrowing or c.holder.job.may_only_borrow)]
+                            pool += [
+                                c
+                                for c in pool_of(q)
+                                if c.level > level and c.ran >= least and (borrowing or c.holder.job.may_only_borrow)
+                            ]
                 pool.sort(key=lambda c: (-c.level, c.lost_per_gpu, c.holder.job.job_id))
                 service_pools[key] = pool
             if any(not c.taken for c in pool):
                 victims, plan = _pick(
-                    where, state, shares, free, b, spec, pool,
+                    where,
+                    state,
+                    shares,
+                    free,
+                    b,
+                    spec,
+                    pool,
                     lambda c: c.holder.queue == b.queue or reclaimable(state, c, b.demand),  # noqa: B023 - called within _pick
                 )
         if victims is None and settings.reclaim and b.cls == WITHIN_NOMINAL and b.may_reclaim:
             reason = PreemptionReason.RECLAIM
             pool = [c for q in grouped if q != b.queue and over_nominal(state, q) for c in pool_of(q)]
-            pool += [c for q in lenders if q != b.queue and not over_nominal(state, q) for c in pool_of(q)
-                     if c.holder.job.may_only_borrow]
-            pool.sort(key=lambda c: (not c.holder.job.may_only_borrow, c.lost_per_gpu, c.holder.job.priority,
-                                     c.holder.job.job_id))
-            victims, plan = _pick(where, state, shares, free, b, spec, pool,
-                                   lambda c: reclaimable(state, c, b.demand))  # noqa: B023 - called within _pick
+            pool += [
+                c
+                for q in lenders
+                if q != b.queue and not over_nominal(state, q)
+                for c in pool_of(q)
+                if c.holder.job.may_only_borrow
+            ]
+            pool.sort(
+                key=lambda c: (
+                    not c.holder.job.may_only_borrow,
+                    c.lost_per_gpu,
+                    c.holder.job.priority,
+                    c.holder.job.job_id,
+                )
+            )
+            victims, plan = _pick(where, state, shares, free, b, spec, pool, lambda c: reclaimable(state, c, b.demand))  # noqa: B023 - called within _pick
         if victims is None and settings.fair_share and budget > 0 and not borrow_only and b.may_reclaim:
             reason = PreemptionReason.FAIR_SHARE
             mine = shares.share_with(b.queue, b.demand)
-            over = sorted((q for q in grouped if q != b.queue and shares.share[q] > mine),
-                          key=lambda q: (-shares.share[q], q))
+            over = sorted(
+                (q for q in grouped if q != b.queue and shares.share[q] > mine), key=lambda q: (-shares.share[q], q)
+            )
             pool = [c for q in over for c in pool_of(q) if c.ran >= settings.min_runtime_s]
             victims, plan = _pick(
-                where, state, shares, free, b, spec, pool,
+                where,
+                state,
+                shares,
+                free,
+                b,
+                spec,
+                pool,
                 lambda c: shares.share[c.holder.queue] > mine and reclaimable(state, c, b.demand),  # noqa: B023 - called within _pick
             )
             if victims is not None and len(victims) > budget:
@@ -212,15 +241,19 @@ def preempt(
         preemptors.append(b.at)
         for c in victims:
             c.taken = True
-            preemptions.append(
-                Preemption(c.holder.job.job_id, b.job.job_id, reason, settings.grace_period_s, c.lost)
-            )
+            preemptions.append(Preemption(c.holder.job.job_id, b.job.job_id, reason, settings.grace_period_s, c.lost))
     return preemptions, preemptors
 
 
 def _pick(
-    where: _Cluster | None, state: QuotaState, shares: FairShare, free: list[int], b: Blocked, spec: JobSpec | None,
-    pool: list[Candidate], still_valid: Callable[[Candidate], bool],
+    where: _Cluster | None,
+    state: QuotaState,
+    shares: FairShare,
+    free: list[int],
+    b: Blocked,
+    spec: JobSpec | None,
+    pool: list[Candidate],
+    still_valid: Callable[[Candidate], bool],
 ) -> tuple[list[Candidate] | None, list[ReplicaPlacement] | None]:
     """Victims from ``pool``: by GPU counts, or freeing one domain when the cluster is known."""
     if where is None or spec is None:
@@ -234,8 +267,9 @@ class _Cluster:
 
     __slots__ = ("snapshot", "_topo", "_stopping", "specs", "allocs", "now", "restart_cost_s")
 
-    def __init__(self, snapshot: ClusterSnapshot, specs: Mapping[str, JobSpec], now: float,
-                 restart_cost_s: float) -> None:
+    def __init__(
+        self, snapshot: ClusterSnapshot, specs: Mapping[str, JobSpec], now: float, restart_cost_s: float
+    ) -> None:
         self.snapshot = snapshot
         self._topo: Topology | None = None  # built on first use, once per pass; select_victims reuses it
         self._stopping: list[str] = []  # jobs told to stop before the topology was built
@@ -280,8 +314,14 @@ class _Cluster:
                 self.topo.take(node, r.gpus)
 
     def choose(
-        self, state: QuotaState, shares: FairShare, free: list[int], b: Blocked, spec: JobSpec,
-        pool: list[Candidate], still_valid: Callable[[Candidate], bool],
+        self,
+        state: QuotaState,
+        shares: FairShare,
+        free: list[int],
+        b: Blocked,
+        spec: JobSpec,
+        pool: list[Candidate],
+        still_valid: Callable[[Candidate], bool],
     ) -> tuple[list[Candidate] | None, list[ReplicaPlacement] | None]:
         """Whole jobs of ``pool`` that free one domain the gang fits in, plus any more the quota tree needs.
 
@@ -298,8 +338,9 @@ class _Cluster:
         request = PlacementRequest(b.job.job_id, b.job.job_id, spec, 0)
         # 1. The cheapest domain; a victim that stops being valid once others go is dropped and the search rerun.
         while True:
-            found = select_victims(self.snapshot, request, [a for a, _ in by_run.values()], self.now, self.topo,
-                                   self.restart_cost_s)
+            found = select_victims(
+                self.snapshot, request, [a for a, _ in by_run.values()], self.now, self.topo, self.restart_cost_s
+            )
             if found is None:
                 return None, None
             core: list[Candidate] = []

@@ -124,5 +124,7 @@ def quota_violations(index: TreeIndex, holders: list[tuple[int, Demand, bool]]) 
                 )
     for i, f in enumerate(index.flavors):
         if state.claim[0][i] > index.limit[0][i]:
-            problems.append(f"{f}: usage plus kept-back quota {state.claim[0][i]} exceeds the tree's {index.limit[0][i]}")
+            problems.append(
+                f"{f}: usage plus kept-back quota {state.claim[0][i]} exceeds the tree's {index.limit[0][i]}"
+            )
     return problems

@@ -109,8 +109,21 @@ class TreeIndex:
     """The tree as flat lists indexed by node number (0 is the root)."""
 
     __slots__ = (
-        "flavors", "fidx", "names", "parent", "paths", "nominal", "limit", "guard",
-        "min_claim", "ceiling", "ceiling_borrow_only", "entitlement", "queue_of", "queue_nodes", "queue_by_pair",
+        "flavors",
+        "fidx",
+        "names",
+        "parent",
+        "paths",
+        "nominal",
+        "limit",
+        "guard",
+        "min_claim",
+        "ceiling",
+        "ceiling_borrow_only",
+        "entitlement",
+        "queue_of",
+        "queue_nodes",
+        "queue_by_pair",
     )
 
     def __init__(self, tenancy: Tenancy, extra_flavors: list[str] | tuple[str, ...] = ()) -> None:

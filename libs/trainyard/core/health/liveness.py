@@ -85,7 +85,9 @@ def judge_liveness(nodes: Iterable[NodeWatch], view: HeartbeatView, timeout_s: f
     fleet_silence = view.now - view.newest_at
     if fleet_silence > timeout_s:
         return LivenessVerdict(
-            judged=False, reason=f"no heartbeat from any node for {fleet_silence:.1f} s", reference=reference,
+            judged=False,
+            reason=f"no heartbeat from any node for {fleet_silence:.1f} s",
+            reference=reference,
             fleet_silent_for_s=fleet_silence,
         )
     # 4. Each watched node against the reference.
@@ -96,7 +98,9 @@ def judge_liveness(nodes: Iterable[NodeWatch], view: HeartbeatView, timeout_s: f
         last = max(node.last_heartbeat_at or node.watched_since, node.watched_since)
         silent = reference - last
         if silent > timeout_s:
-            lost.append(SilentNode(node_id=node.node_id, boot_id=node.boot_id, last_heartbeat_at=last, silent_for_s=silent))
+            lost.append(
+                SilentNode(node_id=node.node_id, boot_id=node.boot_id, last_heartbeat_at=last, silent_for_s=silent)
+            )
     return LivenessVerdict(judged=True, reference=reference, lost=tuple(lost))
 
 

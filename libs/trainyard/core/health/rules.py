@@ -106,7 +106,9 @@ def evaluate(
     return evaluate_xids(record, observation, policy)
 
 
-def evaluate_heartbeat(record: NodeHealthRecord, last_seen_at: float, policy: HealthPolicy, now: float) -> list[Finding]:
+def evaluate_heartbeat(
+    record: NodeHealthRecord, last_seen_at: float, policy: HealthPolicy, now: float
+) -> list[Finding]:
     gap = now - last_seen_at
     if record.state == NodeState.LOST or gap <= policy.heartbeat_timeout_s:
         return []
@@ -165,8 +167,13 @@ def evaluate_sample(
         )
 
     if record.expected_gpus is not None and len(sample.gpus) < record.expected_gpus:
-        add(None, FindingKind.GPU_MISSING, Severity.FATAL, Remedy.DRAIN_NOW,
-            f"{len(sample.gpus)} of {record.expected_gpus} GPUs visible")
+        add(
+            None,
+            FindingKind.GPU_MISSING,
+            Severity.FATAL,
+            Remedy.DRAIN_NOW,
+            f"{len(sample.gpus)} of {record.expected_gpus} GPUs visible",
+        )
     usable_previous = previous is not None and previous.at < sample.at
     before = {g.index: g for g in previous.gpus} if usable_previous and previous is not None else {}
     interval = sample.at - previous.at if usable_previous and previous is not None else None
@@ -191,33 +198,71 @@ def _gpu_rules(
     if gpu.row_remap_failed:
         add(i, FindingKind.ROW_REMAP_FAILED, Severity.FATAL, Remedy.DRAIN_NOW, "row remapping failed; replace the GPU")
     elif gpu.row_remap_pending:
-        add(i, FindingKind.ROW_REMAP_PENDING, Severity.SUSPECT, Remedy.RESET_GPU, "row remap pending; reset to activate it")
+        add(
+            i,
+            FindingKind.ROW_REMAP_PENDING,
+            Severity.SUSPECT,
+            Remedy.RESET_GPU,
+            "row remap pending; reset to activate it",
+        )
     retired = (gpu.retired_pages_sbe or 0) + (gpu.retired_pages_dbe or 0)
     if retired >= policy.retired_pages_limit:
-        add(i, FindingKind.RETIRED_PAGES, Severity.FATAL, Remedy.DRAIN_NOW,
-            f"{retired} retired pages (limit {policy.retired_pages_limit}); replace the GPU")
+        add(
+            i,
+            FindingKind.RETIRED_PAGES,
+            Severity.FATAL,
+            Remedy.DRAIN_NOW,
+            f"{retired} retired pages (limit {policy.retired_pages_limit}); replace the GPU",
+        )
     elif (dbe := _delta(gpu.retired_pages_dbe, prev.retired_pages_dbe if prev is not None else None)) and dbe > 0:
-        add(i, FindingKind.RETIRED_PAGES, Severity.SUSPECT, Remedy.RESET_GPU, f"{dbe} new page(s) retired for double-bit errors")
+        add(
+            i,
+            FindingKind.RETIRED_PAGES,
+            Severity.SUSPECT,
+            Remedy.RESET_GPU,
+            f"{dbe} new page(s) retired for double-bit errors",
+        )
     uncorrected = _delta(gpu.ecc_uncorrected_volatile, prev.ecc_uncorrected_volatile if prev is not None else None)
     if uncorrected is not None and uncorrected > 0:
-        add(i, FindingKind.ECC_UNCORRECTED, Severity.SUSPECT, Remedy.RESET_GPU, f"{uncorrected} new uncorrectable ECC error(s)")
+        add(
+            i,
+            FindingKind.ECC_UNCORRECTED,
+            Severity.SUSPECT,
+            Remedy.RESET_GPU,
+            f"{uncorrected} new uncorrectable ECC error(s)",
+        )
     corrected = _delta(gpu.ecc_corrected_volatile, prev.ecc_corrected_volatile if prev is not None else None)
     if corrected is None:  # some boards only keep lifetime counters
         corrected = _delta(gpu.ecc_corrected_aggregate, prev.ecc_corrected_aggregate if prev is not None else None)
     if corrected and interval is not None:
         per_hour = corrected * 3600.0 / max(interval, policy.min_rate_interval_s)
         if per_hour >= policy.ecc_corrected_per_hour:
-            add(i, FindingKind.ECC_CORRECTED_RATE, Severity.SUSPECT, Remedy.RESET_GPU,
-                f"{corrected} corrected ECC errors in {interval:.0f} s ({per_hour:.0f}/h, limit {policy.ecc_corrected_per_hour:.0f}/h)")
+            add(
+                i,
+                FindingKind.ECC_CORRECTED_RATE,
+                Severity.SUSPECT,
+                Remedy.RESET_GPU,
+                f"{corrected} corrected ECC errors in {interval:.0f} s ({per_hour:.0f}/h, limit {policy.ecc_corrected_per_hour:.0f}/h)",
+            )
     # 4. Heat and clocks.
     if gpu.temperature_c is not None and gpu.temperature_c >= policy.temperature_limit_c:
-        add(i, FindingKind.TEMPERATURE, Severity.SUSPECT, Remedy.IGNORE,
-            f"temperature {gpu.temperature_c:.0f} C (limit {policy.temperature_limit_c:.0f} C); check cooling")
+        add(
+            i,
+            FindingKind.TEMPERATURE,
+            Severity.SUSPECT,
+            Remedy.IGNORE,
+            f"temperature {gpu.temperature_c:.0f} C (limit {policy.temperature_limit_c:.0f} C); check cooling",
+        )
     if prev is not None:
         held = set(gpu.clock_event_reason_names) & set(prev.clock_event_reason_names) & policy.throttle_reasons
         if held:
-            add(i, FindingKind.THROTTLE, Severity.SUSPECT, Remedy.IGNORE,
-                f"clocks held down by {', '.join(sorted(held))} across two samples")
+            add(
+                i,
+                FindingKind.THROTTLE,
+                Severity.SUSPECT,
+                Remedy.IGNORE,
+                f"clocks held down by {', '.join(sorted(held))} across two samples",
+            )
     # 5. Interconnect.
     if gpu.nvlink_links_down:
         was_up = set(prev.nvlink_links_up or []) if prev is not None else set()
@@ -225,17 +270,32 @@ def _gpu_rules(
         if newly_down:
             add(i, FindingKind.NVLINK_DOWN, Severity.FATAL, Remedy.RESET_GPU, f"NVLink link(s) {newly_down} went down")
         else:
-            add(i, FindingKind.NVLINK_DOWN, Severity.SUSPECT, Remedy.RESET_GPU,
-                f"NVLink link(s) {sorted(gpu.nvlink_links_down)} down")
+            add(
+                i,
+                FindingKind.NVLINK_DOWN,
+                Severity.SUSPECT,
+                Remedy.RESET_GPU,
+                f"NVLink link(s) {sorted(gpu.nvlink_links_down)} down",
+            )
     if gpu.nvlink_error_counts is not None and prev is not None and prev.nvlink_error_counts is not None:
         link_errors = _delta(gpu.nvlink_error_counts.total, prev.nvlink_error_counts.total)
         if link_errors is not None and link_errors >= policy.nvlink_errors_per_interval:
-            add(i, FindingKind.NVLINK_ERRORS, Severity.SUSPECT, Remedy.RESET_GPU,
-                f"{link_errors} NVLink replay/recovery/CRC errors since the last sample")
+            add(
+                i,
+                FindingKind.NVLINK_ERRORS,
+                Severity.SUSPECT,
+                Remedy.RESET_GPU,
+                f"{link_errors} NVLink replay/recovery/CRC errors since the last sample",
+            )
     replays = _delta(gpu.pcie_replay_counter, prev.pcie_replay_counter if prev is not None else None)
     if replays is not None and replays >= policy.pcie_replays_per_interval:
-        add(i, FindingKind.PCIE_REPLAY, Severity.SUSPECT, Remedy.IGNORE,
-            f"{replays} PCIe replays since the last sample; check the slot / riser")
+        add(
+            i,
+            FindingKind.PCIE_REPLAY,
+            Severity.SUSPECT,
+            Remedy.IGNORE,
+            f"{replays} PCIe replays since the last sample; check the slot / riser",
+        )
 
 
 _RECOVERY_ACTION_RULES: dict[str, tuple[Severity, Remedy]] = {

@@ -95,10 +95,7 @@ def _relocate(topo: Topology, rack: Domain, holders: list[RunningAlloc], now: fl
             topo.give(node, gpus)
         return None
     # The runs now hold their new GPUs in our copy; their old GPUs (and the rack) stay fenced.
-    return [
-        Move(alloc.job_id, alloc.run_id, rack.key, alloc.lost_gpu_seconds(now), plan)
-        for alloc, plan in placed
-    ]
+    return [Move(alloc.job_id, alloc.run_id, rack.key, alloc.lost_gpu_seconds(now), plan) for alloc, plan in placed]
 
 
 def _spec_of(topo: Topology, alloc: RunningAlloc) -> JobSpec:
@@ -110,4 +107,3 @@ def _spec_of(topo: Topology, alloc: RunningAlloc) -> JobSpec:
         count = (old.replicas + 1) if old else 1
         roles[r.role] = Role(r.role, replicas=count, gpus_per_replica=gpus, gpu_type=node.info.gpu_type)
     return JobSpec(tenant="defrag", queue="defrag", roles=list(roles.values()))
-

@@ -32,8 +32,9 @@ class Demand:
 
     __slots__ = ("role_index", "role", "gpu_type", "gpus", "count", "level", "required")
 
-    def __init__(self, role_index: int, role: str, gpu_type: str, gpus: int, count: int,
-                 level: Level | None, required: bool) -> None:
+    def __init__(
+        self, role_index: int, role: str, gpu_type: str, gpus: int, count: int, level: Level | None, required: bool
+    ) -> None:
         self.role_index = role_index
         self.role = role
         self.gpu_type = gpu_type
@@ -120,8 +121,9 @@ def fits_somewhere(topo: Topology, spec: JobSpec) -> bool | None:
     return next(_fitting(tree.root, widest, need), None) is not None
 
 
-def fit_gang(topo: Topology, spec: JobSpec, limit: int = 32,
-             within: tuple[Level, str] | None = None) -> list[ReplicaPlacement] | None:
+def fit_gang(
+    topo: Topology, spec: JobSpec, limit: int = 32, within: tuple[Level, str] | None = None
+) -> list[ReplicaPlacement] | None:
     """Place the whole gang and return its replicas in rank order, or ``None``.
 
     ``within`` restricts the gang to one domain (used by preemption).
@@ -155,8 +157,9 @@ def fit_gang(topo: Topology, spec: JobSpec, limit: int = 32,
     return None
 
 
-def _candidates(topo: Topology, roots: dict[str, Domain], by_type: dict[str, list[Demand]],
-                primary: str, level: Level, limit: int) -> Iterable[dict[str, Domain]]:
+def _candidates(
+    topo: Topology, roots: dict[str, Domain], by_type: dict[str, list[Demand]], primary: str, level: Level, limit: int
+) -> Iterable[dict[str, Domain]]:
     need = {t: sum(d.gpus * d.count for d in ds) for t, ds in by_type.items()}
     if level is Level.NODE:
         if len(by_type) > 1:
@@ -184,8 +187,9 @@ def _candidates(topo: Topology, roots: dict[str, Domain], by_type: dict[str, lis
     return [g for _, g in found[:limit]]
 
 
-def _two_level_order(topo: Topology, found: list[tuple[FitKey, dict[str, Domain]]], primary: str, need: Need,
-                     level: Level, limit: int) -> Iterator[dict[str, Domain]]:
+def _two_level_order(
+    topo: Topology, found: list[tuple[FitKey, dict[str, Domain]]], primary: str, need: Need, level: Level, limit: int
+) -> Iterator[dict[str, Domain]]:
     """Candidates (sorted best fit first) by two-level rank, then best fit.
 
     A spine cannot do better than one spine and the leaves that the largest
@@ -202,7 +206,7 @@ def _two_level_order(topo: Topology, found: list[tuple[FitKey, dict[str, Domain]
         for i, (_, group) in enumerate(found):
             if _span_of(group[primary], need) == floor:
                 yield group
-                found = found[:i] + found[i + 1:]
+                found = found[:i] + found[i + 1 :]
                 limit -= 1
                 break
     ranked = sorted(((_span_of(g[primary], need), score), g) for score, g in found)
@@ -245,8 +249,14 @@ def _pack(topo: Topology, roots: dict[str, Domain], demands: list[Demand], limit
     return _pack_constrained(topo, roots, constrained, loose, limit, budget)
 
 
-def _pack_constrained(topo: Topology, roots: dict[str, Domain], constrained: list[Demand],
-                      loose: list[Demand], limit: int, budget: list[int]) -> list[Assignment] | None:
+def _pack_constrained(
+    topo: Topology,
+    roots: dict[str, Domain],
+    constrained: list[Demand],
+    loose: list[Demand],
+    limit: int,
+    budget: list[int],
+) -> list[Assignment] | None:
     if not constrained:
         return _fill_all(topo, roots, loose)
     dem, rest = constrained[0], constrained[1:]

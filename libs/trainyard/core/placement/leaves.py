@@ -92,9 +92,7 @@ def plan(domain: Domain, gpus: int, count: int) -> list[tuple[Domain, int, int]]
         )
         return [(spines[only], count, _leaves_for(reach[only], count))]
     # 2. An upper bound on leaves: the largest leaves of the k largest spines.
-    pooled = sorted(
-        (b - a for i in order[:k] for a, b in pairwise([0, *reach[i]])), reverse=True
-    )
+    pooled = sorted((b - a for i in order[:k] for a, b in pairwise([0, *reach[i]])), reverse=True)
     bound = 0
     pooled_held = 0
     for s in pooled:

@@ -138,9 +138,15 @@ def select_victims(
     )
 
 
-def _free_domain(topo: Topology, spec: JobSpec, level: Level, key: str, inside: list[RunningAlloc],
-                 cost: Callable[[RunningAlloc], float],
-                 limit: int) -> tuple[float, list[RunningAlloc], list[ReplicaPlacement]] | None:
+def _free_domain(
+    topo: Topology,
+    spec: JobSpec,
+    level: Level,
+    key: str,
+    inside: list[RunningAlloc],
+    cost: Callable[[RunningAlloc], float],
+    limit: int,
+) -> tuple[float, list[RunningAlloc], list[ReplicaPlacement]] | None:
     released: list[tuple[RunningAlloc, list[tuple[Node, list[int]]]]] = []
     plan = None
     try:

@@ -23,8 +23,9 @@ from trainyard_gateway.console.render import page
 from trainyard_gateway.console.session import principal, refusal
 
 
-def quota_row(level: str, name: str, weight: float, quota: dict[str, QuotaLimits], used: dict[str, int],
-              depth: int) -> dict[str, Any]:
+def quota_row(
+    level: str, name: str, weight: float, quota: dict[str, QuotaLimits], used: dict[str, int], depth: int
+) -> dict[str, Any]:
     """One row of the tree: per GPU type, nominal, limits, in use, borrowed beyond nominal,
     and idle nominal others may borrow (lent, up to the lending limit)."""
     flavors = {}
@@ -33,8 +34,11 @@ def quota_row(level: str, name: str, weight: float, quota: dict[str, QuotaLimits
         in_use = used.get(gpu_type, 0)
         idle = max(0, limits.nominal - in_use)
         flavors[gpu_type] = {
-            "nominal": limits.nominal, "borrowing_limit": limits.borrowing_limit,
-            "lending_limit": limits.lending_limit, "in_use": in_use, "borrowed": max(0, in_use - limits.nominal),
+            "nominal": limits.nominal,
+            "borrowing_limit": limits.borrowing_limit,
+            "lending_limit": limits.lending_limit,
+            "in_use": in_use,
+            "borrowed": max(0, in_use - limits.nominal),
             "lendable": idle if limits.lending_limit is None else min(idle, limits.lending_limit),
         }
     return {"level": level, "name": name, "weight": weight, "flavors": flavors, "depth": depth}
@@ -66,14 +70,19 @@ def quota_tree(cfg: TenancyConfig, used: dict[str, dict[str, int]]) -> list[dict
 
 def fair_share(cfg: TenancyConfig, usage: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     """Each queue's decayed GPU-hours and its share of them against its share of the weights."""
-    weights = {queue_key(t.name, q.name): t.weight * q.weight for o in cfg.organisations for t in o.teams
-               for q in t.queues}
+    weights = {
+        queue_key(t.name, q.name): t.weight * q.weight for o in cfg.organisations for t in o.teams for q in t.queues
+    }
     total_w = sum(weights.values()) or 1.0
     hours = {k: sum(usage.get(k, {}).values()) / 3600.0 for k in weights}
     total_h = sum(hours.values())
     return [
-        {"queue": k, "weight_share": weights[k] / total_w, "gpu_hours": hours[k],
-         "usage_share": hours[k] / total_h if total_h else 0.0}
+        {
+            "queue": k,
+            "weight_share": weights[k] / total_w,
+            "gpu_hours": hours[k],
+            "usage_share": hours[k] / total_h if total_h else 0.0,
+        }
         for k in sorted(weights)
     ]
 
@@ -127,7 +136,14 @@ def build_router(bus: Bus, store: Store) -> APIRouter:
         cfg = current["config"]
         raw = await store.redis.hget(store.key("fairshare"), "usage")
         usage = json.loads(raw) if raw else {}
-        return page(request, "tenancy.html", who, current=current, tree=quota_tree(cfg, await in_use(store)),
-                    shares=fair_share(cfg, usage), history=history)
+        return page(
+            request,
+            "tenancy.html",
+            who,
+            current=current,
+            tree=quota_tree(cfg, await in_use(store)),
+            shares=fair_share(cfg, usage),
+            history=history,
+        )
 
     return router

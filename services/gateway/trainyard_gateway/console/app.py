@@ -17,7 +17,10 @@ from trainyard_gateway.jobs import JobOperations
 
 #: Where each role lands after logging in: the page it came for.
 HOME = {
-    Role.RESEARCHER: "/jobs", Role.TENANT_ADMIN: "/jobs", Role.OPERATOR: "/cluster", Role.FINANCE: "/usage",
+    Role.RESEARCHER: "/jobs",
+    Role.TENANT_ADMIN: "/jobs",
+    Role.OPERATOR: "/cluster",
+    Role.FINANCE: "/usage",
     Role.ADMIN: "/jobs",
 }
 

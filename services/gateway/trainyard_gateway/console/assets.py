@@ -33,8 +33,11 @@ def static_files() -> StaticFiles:
 def swagger_page(openapi_url: str, title: str) -> HTMLResponse:
     """Swagger UI from the vendored assets (FastAPI's default loads them from a CDN)."""
     return get_swagger_ui_html(
-        openapi_url=openapi_url, title=title, swagger_js_url=f"{SWAGGER}/swagger-ui-bundle.js",
-        swagger_css_url=f"{SWAGGER}/swagger-ui.css", swagger_favicon_url=f"{SWAGGER}/favicon-32x32.png",
+        openapi_url=openapi_url,
+        title=title,
+        swagger_js_url=f"{SWAGGER}/swagger-ui-bundle.js",
+        swagger_css_url=f"{SWAGGER}/swagger-ui.css",
+        swagger_favicon_url=f"{SWAGGER}/favicon-32x32.png",
         oauth2_redirect_url="/docs/oauth2-redirect",
     )
 

@@ -61,8 +61,11 @@ class FleetReader:
         for info, _, _ in nodes:
             pipe.smembers(self.store.key("noderuns", info.node_id))
         job_ids = sorted({j for members in await pipe.execute() for j in members})
-        holding = {j.job_id: (j.run_id, j.tenant) for j in await views.get_jobs(self.store, job_ids, ("run_id",))
-                   if j.run_id and j.status in views.HOLDING}
+        holding = {
+            j.job_id: (j.run_id, j.tenant)
+            for j in await views.get_jobs(self.store, job_ids, ("run_id",))
+            if j.run_id and j.status in views.HOLDING
+        }
         missing = [j for j, (run, _) in holding.items() if run not in self.placements]
         if missing:
             for job_id, (_, replicas) in (await views.run_placements(self.store, missing)).items():
@@ -96,7 +99,13 @@ def topology(tiles: Iterable[NodeTile]) -> list[tuple[str, list[tuple[str, list[
     for tile in tiles:
         tree.setdefault(tile.info.zone, {}).setdefault(tile.info.block, {}).setdefault(tile.info.rack, []).append(tile)
     return [
-        (zone, [(block, [(rack, tree[zone][block][rack]) for rack in sorted(tree[zone][block])]) for block in sorted(tree[zone])])
+        (
+            zone,
+            [
+                (block, [(rack, tree[zone][block][rack]) for rack in sorted(tree[zone][block])])
+                for block in sorted(tree[zone])
+            ],
+        )
         for zone in sorted(tree)
     ]
 
@@ -126,8 +135,14 @@ def build_router(bus: Bus, store: Store) -> APIRouter:
         tiles = await FleetReader(store).tiles()
         view = baselines.keep({t.info.node_id: t.signature() for t in tiles})
         return page(
-            request, "cluster.html", who, tree=topology(tiles), summary=summary(tiles), view=view,
-            colour="health" if colour == "health" else "tenant", states=NODE_STATES,
+            request,
+            "cluster.html",
+            who,
+            tree=topology(tiles),
+            summary=summary(tiles),
+            view=view,
+            colour="health" if colour == "health" else "tenant",
+            states=NODE_STATES,
         )
 
     @router.get("/cluster/stream")
@@ -144,8 +159,10 @@ def build_router(bus: Bus, store: Store) -> APIRouter:
             now = {t.info.node_id: t.signature() for t in tiles}
             before, shown = shown, now
             if before is None or before.keys() != now.keys():
-                return [("cluster-map", fragment("_cluster_map.html", tree=topology(tiles))),
-                        ("cluster-summary", fragment("_cluster_summary.html", summary=summary(tiles)))]
+                return [
+                    ("cluster-map", fragment("_cluster_map.html", tree=topology(tiles))),
+                    ("cluster-summary", fragment("_cluster_summary.html", summary=summary(tiles))),
+                ]
             changed = [t for t in tiles if before[t.info.node_id] != now[t.info.node_id]]
             if not changed:
                 return []
@@ -166,8 +183,16 @@ def build_router(bus: Bus, store: Store) -> APIRouter:
         tile = next(iter(await FleetReader(store).tiles(only=node_id)), None)
         runs = await views.jobs_on_node(store, node_id)
         return page(
-            request, "node.html", who, node_id=node_id, record=record, tile=tile, runs=runs, done=done[:300],
-            error=error[:300], history=list(reversed(record.history)),
+            request,
+            "node.html",
+            who,
+            node_id=node_id,
+            record=record,
+            tile=tile,
+            runs=runs,
+            done=done[:300],
+            error=error[:300],
+            history=list(reversed(record.history)),
         )
 
     @router.post("/nodes/{node_id}/{op}")

@@ -73,7 +73,9 @@ def build_router(store: Store, ledger: Callable[[], Ledger] | None) -> APIRouter
         return page(request, "error.html", who, status_code=501, message="this gateway has no accounting ledger")
 
     @router.get("/usage")
-    async def usage_page(request: Request, start: str = "", end: str = "", group: str = "tenant", bucket: str = "") -> Response:
+    async def usage_page(
+        request: Request, start: str = "", end: str = "", group: str = "tenant", bucket: str = ""
+    ) -> Response:
         who = principal(request)
         today = dt.datetime.now(dt.UTC).date()
         start, end = start or month_start(today).isoformat(), end or today.isoformat()
@@ -98,8 +100,18 @@ def build_router(store: Store, ledger: Callable[[], Ledger] | None) -> APIRouter
         runs = await asyncio.to_thread(lambda: opened().runs(tenant=scope, start=lo, end=hi))
         data = usage_series(runs, group, lo, hi, bucket_s, now)
         return page(
-            request, "usage.html", who, data=data, start=start, end=end, group=group, groups=GROUPS, bucket=bucket,
-            scope=scope, month=today.strftime("%Y-%m"), formats=list(FORMATS),
+            request,
+            "usage.html",
+            who,
+            data=data,
+            start=start,
+            end=end,
+            group=group,
+            groups=GROUPS,
+            bucket=bucket,
+            scope=scope,
+            month=today.strftime("%Y-%m"),
+            formats=list(FORMATS),
         )
 
     @router.get("/finance/chargeback")
@@ -128,7 +140,8 @@ def build_router(store: Store, ledger: Callable[[], Ledger] | None) -> APIRouter
             return page(request, "error.html", who, status_code=500, message=f"the chargeback cannot be priced: {err}")
         headers = {
             "Content-Disposition": f'attachment; filename="{chargeback_filename(period, format, tenant or None)}"',
-            "X-Trainyard-Rows": str(count), "X-Trainyard-Billed-Total": f"{total} {currency}",
+            "X-Trainyard-Rows": str(count),
+            "X-Trainyard-Billed-Total": f"{total} {currency}",
         }
         return Response(content=body, media_type=FORMATS[format], headers=headers)
 
@@ -144,7 +157,9 @@ def build_router(store: Store, ledger: Callable[[], Ledger] | None) -> APIRouter
         except InvalidRequest as err:
             return page(request, "error.html", who, status_code=422, message=str(err))
         if lo is None or hi is None or lo % DAY_S or hi % DAY_S or hi <= lo:
-            return page(request, "error.html", who, status_code=422, message="from and to must be dates, to on or after from")
+            return page(
+                request, "error.html", who, status_code=422, message="from and to must be dates, to on or after from"
+            )
         if ledger is None:
             return no_ledger(request, who)
         gpus = capacity_from_nodes((info.gpu_type, info.gpus) for info, _, _ in await views.node_views(store))

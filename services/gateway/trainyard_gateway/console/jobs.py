@@ -27,14 +27,7 @@ from trainyard_gateway.console.live import Baselines, Events, stream
 from trainyard_gateway.console.render import fragment, page
 from trainyard_gateway.console.session import Forbidden, principal, read_form
 from trainyard_gateway.decoding import decode_submission
-from trainyard_gateway.jobs import (
-    Conflict,
-    InvalidRequest,
-    JobOperations,
-    NotFound,
-    check_job_id,
-    check_tenant_name,
-)
+from trainyard_gateway.jobs import Conflict, InvalidRequest, JobOperations, NotFound, check_job_id, check_tenant_name
 from trainyard_gateway.metrics import JOB_STATUSES
 from trainyard_gateway.schema import JobView
 from trainyard_gateway.security import csrf_token
@@ -68,8 +61,12 @@ def detail_signature(job: JobView | None) -> str:
 def timeline(job: JobView) -> list[tuple[str, float]]:
     """The job's milestones in order, as the projection recorded them."""
     steps = [
-        ("submitted", job.submitted_at), ("accepted", job.accepted_at), ("admitted", job.admitted_at),
-        ("placed", job.placed_at), ("running", job.started_at), (job.status, job.finished_at),
+        ("submitted", job.submitted_at),
+        ("accepted", job.accepted_at),
+        ("admitted", job.admitted_at),
+        ("placed", job.placed_at),
+        ("running", job.started_at),
+        (job.status, job.finished_at),
     ]
     return [(name, at) for name, at in steps if at is not None]
 
@@ -98,7 +95,9 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
     async def detail_context(who: Principal, job: JobView | None) -> dict[str, Any]:
         runs = await runs_of(job.job_id) if job is not None else []
         return {
-            "job": job, "runs": runs, "steps": timeline(job) if job else [],
+            "job": job,
+            "runs": runs,
+            "steps": timeline(job) if job else [],
             "can_cancel": job is not None and may_cancel(who, job),
         }
 
@@ -120,7 +119,14 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
             return page(request, "error.html", who, status_code=403, message=str(err))
         view = baselines.keep({j.job_id: row_signature(j) for j in jobs})
         return page(
-            request, "jobs.html", who, jobs=jobs, status=status, tenant=tenant, statuses=JOB_STATUSES, view=view,
+            request,
+            "jobs.html",
+            who,
+            jobs=jobs,
+            status=status,
+            tenant=tenant,
+            statuses=JOB_STATUSES,
+            view=view,
             counts=await views.status_counts(ops.store) if who.tenant is None else None,
         )
 
@@ -138,7 +144,9 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
             before, shown = shown, now
             if before is None or list(before) != list(now):  # rows came or went: the whole table
                 return [("jobs-table", fragment("_job_rows.html", jobs=jobs, who=who))]
-            return [(f"job-{j.job_id}", fragment("_job_row.html", job=j)) for j in jobs if before[j.job_id] != now[j.job_id]]
+            return [
+                (f"job-{j.job_id}", fragment("_job_row.html", job=j)) for j in jobs if before[j.job_id] != now[j.job_id]
+            ]
 
         try:
             tenant_filter(who, Action.JOB_LIST, tenant or None)
@@ -200,7 +208,12 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
             if now == shown:
                 return []
             shown = now
-            return [("job", fragment("_job_detail.html", **await detail_context(who, job), who=who, csrf=csrf_token(request)))]
+            return [
+                (
+                    "job",
+                    fragment("_job_detail.html", **await detail_context(who, job), who=who, csrf=csrf_token(request)),
+                )
+            ]
 
         return stream(poll)
 
@@ -235,11 +248,24 @@ def _may_submit(who: Principal) -> bool:
 
 def _form_context(who: Principal, fields: dict[str, str], errors: list[ValidationError]) -> dict[str, Any]:
     defaults = {
-        "mode": "form", "tenant": who.tenant or "", "queue": "default", "name": "job", "replicas": "1",
-        "gpus_per_replica": "8", "gpu_type": "H100", "priority_class": "standard", "duration": "30", "image": "",
-        "job_id": "", "yaml": EXAMPLE_YAML,
+        "mode": "form",
+        "tenant": who.tenant or "",
+        "queue": "default",
+        "name": "job",
+        "replicas": "1",
+        "gpus_per_replica": "8",
+        "gpu_type": "H100",
+        "priority_class": "standard",
+        "duration": "30",
+        "image": "",
+        "job_id": "",
+        "yaml": EXAMPLE_YAML,
     }
-    return {"form": defaults | {k: v for k, v in fields.items() if k in defaults}, "errors": errors, "gpu_types": GPU_TYPES}
+    return {
+        "form": defaults | {k: v for k, v in fields.items() if k in defaults},
+        "errors": errors,
+        "gpu_types": GPU_TYPES,
+    }
 
 
 def _int(fields: dict[str, str], name: str) -> int | str:
@@ -265,10 +291,14 @@ def _body_from_form(who: Principal, fields: dict[str, str]) -> dict[str, Any]:
         "queue": fields.get("queue", "").strip() or "default",
         "name": fields.get("name", "").strip() or "job",
         "priority_class": fields.get("priority_class", "").strip() or "standard",
-        "roles": [{
-            "name": "trainer", "replicas": _int(fields, "replicas"), "gpus_per_replica": _int(fields, "gpus_per_replica"),
-            "gpu_type": fields.get("gpu_type", "H100"),
-        }],
+        "roles": [
+            {
+                "name": "trainer",
+                "replicas": _int(fields, "replicas"),
+                "gpus_per_replica": _int(fields, "gpus_per_replica"),
+                "gpu_type": fields.get("gpu_type", "H100"),
+            }
+        ],
     }
     duration, image = fields.get("duration", "").strip(), fields.get("image", "").strip()
     if image:

@@ -88,7 +88,12 @@ def build_router(auth: Authenticator) -> APIRouter:
             return page(request, "login.html", None, status_code=503, message=f"Cannot check the token now: {err!r}")
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(
-            SESSION_COOKIE, token, max_age=SESSION_MAX_AGE_S, path="/", httponly=True, samesite="strict",
+            SESSION_COOKIE,
+            token,
+            max_age=SESSION_MAX_AGE_S,
+            path="/",
+            httponly=True,
+            samesite="strict",
             secure=request.url.scheme == "https",
         )
         return response
