@@ -15,6 +15,7 @@ from trainyard.bus import Bus
 from trainyard.bus.subscription import NotCaughtUp
 from trainyard.core.admission.fit import FleetSummary
 from trainyard.domain.node import NodeInfo
+from trainyard.store.cache import ProjectionCache
 from trainyard.store.projector import Store, wait_until_projected
 
 _node = msgspec.json.Decoder(NodeInfo)
@@ -43,15 +44,10 @@ class FleetCache:
         self.bus = bus
         self.store = store
         self.catch_up_timeout_s = catch_up_timeout_s
-        self._at: tuple[str, int] | None = None  # projection (epoch, last applied) the summary is of
-        self._summary = FleetSummary()
+        self._cache = ProjectionCache(store, "nodes", read_fleet, FleetSummary())
 
     async def summary(self) -> FleetSummary:
-        state = await self.store.projection_state("nodes")
-        if state != self._at:
-            self._summary = await read_fleet(self.store)
-            self._at = state
-        return self._summary
+        return await self._cache.get()
 
     async def caught_up_summary(self) -> FleetSummary:
         """The summary once the projection holds every NODES event published so

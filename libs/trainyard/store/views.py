@@ -191,6 +191,45 @@ async def list_nodes(store: Store) -> list[NodeRecord]:
     ]
 
 
+class ProjectedNode(msgspec.Struct, frozen=True, kw_only=True):
+    """One node as the NODES projection alone holds it (free GPUs follow JOBS and are not part of it)."""
+
+    node_id: str
+    info: NodeInfo
+    state: str
+    boot_id: str | None  # the boot it last registered with
+    registered_at: float | None
+
+
+class Roster(msgspec.Struct, frozen=True):
+    """Every registered node of the NODES projection, by node id; read-only."""
+
+    nodes: tuple[ProjectedNode, ...] = ()  # by node id
+    infos: dict[str, NodeInfo] = {}
+    states: dict[str, str] = {}
+
+
+async def read_roster(store: Store) -> Roster:
+    """The NODES projection's nodes (what health judges liveness and decisions on)."""
+    pipe = store.redis.pipeline(transaction=False)
+    pipe.hgetall(store.key("nodeinfo"))
+    pipe.hgetall(store.key("nodestate"))
+    infos, states = await pipe.execute()
+    ids = sorted(infos)
+    pipe = store.redis.pipeline(transaction=False)
+    for node_id in ids:
+        pipe.hmget(store.key("node", node_id), "boot_id", "registered_at")
+    details = await pipe.execute()
+    nodes = tuple(
+        ProjectedNode(
+            node_id=node_id, info=_node_info(infos[node_id]), state=states.get(node_id, "unknown"), boot_id=boot,
+            registered_at=float(registered) if registered else None,
+        )
+        for node_id, (boot, registered) in zip(ids, details, strict=True)
+    )
+    return Roster(nodes, {n.node_id: n.info for n in nodes}, {n.node_id: n.state for n in nodes})
+
+
 async def jobs_on_node(store: Store, node_id: str) -> list[str]:
     return sorted(await store.redis.smembers(store.key("noderuns", node_id)))
 

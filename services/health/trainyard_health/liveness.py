@@ -8,7 +8,8 @@ Each check:
    heartbeat stored when the check began is recorded in Redis; otherwise it
    judges nobody this time;
 2. reads the recorded heartbeats (stream time, per node and boot) and the
-   projected nodes, and asks the core which nodes are lost;
+   projected nodes (kept while the NODES projection stands still:
+   ``Monitor.roster``), and asks the core which nodes are lost;
 3. publishes ``NodeLost`` for each (the node events handler then isolates the
    node and fails its runs, fenced), and evacuates runs still on nodes already
    lost;
@@ -52,7 +53,7 @@ class LivenessCheck:
         self.catch_up_wait_s = catch_up_wait_s
         self.first_seen: dict[tuple[str, str], float] = {}  # boots never heard from -> when this process first saw them
         self.last_verdict: LivenessVerdict | None = None
-        self.judged_nodes: list[views.NodeRecord] = []  # the projected nodes the last verdict was judged on
+        self.judged_nodes: tuple[views.ProjectedNode, ...] = ()  # the projected nodes the last verdict was judged on
 
     async def caught_up(self) -> bool:
         """True once every heartbeat stored when called has been read and recorded."""
@@ -76,11 +77,9 @@ class LivenessCheck:
         view = HeartbeatView(caught_up=caught_up, newest_at=max(heartbeats.values(), default=None), now=now)
         start = min(view.newest_at, now) if view.newest_at is not None else now
         watches, stale = [], []
-        nodes = self.judged_nodes = await views.list_nodes(self.store)
+        nodes = self.judged_nodes = (await self.monitor.roster.get()).nodes  # read again only when NODES moved
         registered = {n.node_id: n.boot_id or "" for n in nodes}
         for node in nodes:
-            if node.info is None:
-                continue
             boot = node.boot_id or ""
             last = heartbeats.get((node.node_id, boot))
             since = node.registered_at or 0.0
@@ -101,11 +100,11 @@ class LivenessCheck:
             else:
                 log.info("liveness not judged: %s", verdict.reason)
             return verdict
-        nodes = {n.node_id: n for n in self.judged_nodes}  # read once per check: the same view the verdict saw
+        nodes = {n.node_id: n for n in self.judged_nodes}  # the same view the verdict saw
         requests = []
         for silent in verdict.lost:
             node = nodes.get(silent.node_id)
-            if node is None or node.info is None:
+            if node is None:
                 continue
             lost = NodeLost(
                 at=self.clock(), node_id=silent.node_id, cluster=node.info.cluster, boot_id=silent.boot_id,

@@ -55,6 +55,7 @@ from trainyard.events import subjects
 from trainyard.events.nodes import NodeStateChanged
 from trainyard.observability.logs import kv
 from trainyard.store import Projector, Store, views
+from trainyard.store.cache import ProjectionCache
 from trainyard_health.agents import reset_gpu
 from trainyard_health.fencing import ACTIVE, fail_runs_fenced
 from trainyard_health.metrics import HealthMetrics
@@ -81,13 +82,12 @@ class Monitor:
         self.nodes = nodes  # this process's NODES projector, to wait for our own state changes
         self.hook = hook
         self.lock = asyncio.Lock()  # one decision at a time in this process
+        self.roster = ProjectionCache(store, "nodes", views.read_roster, views.Roster())  # kept while NODES stands still
 
     async def fleet(self) -> tuple[dict[str, NodeInfo], dict[str, str]]:
-        infos: dict[str, NodeInfo] = {}
-        states: dict[str, str] = {}
-        for info, state, _ in await views.node_views(self.store):
-            infos[info.node_id], states[info.node_id] = info, state
-        return infos, states
+        """Every registered node's info and projected state (copies: callers may change them)."""
+        roster = await self.roster.get()
+        return dict(roster.infos), dict(roster.states)
 
     # --- inputs ---
 
