@@ -24,8 +24,9 @@ async def project(bus: Bus, store: Store) -> None:
 
 async def register(bus: Bus, node_id: str, boot: str) -> None:
     node = NodeInfo(node_id=node_id, cluster="c1", gpu_type="H100", gpus=8)
-    await bus.publish(subjects.node("c1", node_id), NodeRegistered(at=1.0, node=node, boot_id=boot),
-                      msg_id=f"reg-{node_id}-{boot}")
+    await bus.publish(
+        subjects.node("c1", node_id), NodeRegistered(at=1.0, node=node, boot_id=boot), msg_id=f"reg-{node_id}-{boot}"
+    )
 
 
 async def test_the_roster_is_read_once_while_the_nodes_projection_stands_still(bus: Bus, store: Store) -> None:

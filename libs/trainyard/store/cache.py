@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
-from trainyard.store.projector import Store
+from trainyard.store.store import Store
 
 T = TypeVar("T")
 

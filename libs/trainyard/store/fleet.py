@@ -16,7 +16,8 @@ from trainyard.bus.subscription import NotCaughtUp
 from trainyard.core.admission.fit import FleetSummary
 from trainyard.domain.node import NodeInfo
 from trainyard.store.cache import ProjectionCache
-from trainyard.store.projector import Store, wait_until_projected
+from trainyard.store.projector import wait_until_projected
+from trainyard.store.store import Store
 
 _node = msgspec.json.Decoder(NodeInfo)
 

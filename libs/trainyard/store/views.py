@@ -19,7 +19,7 @@ from trainyard.domain.job import JobSpec
 from trainyard.domain.node import NodeInfo, NodeState
 from trainyard.events.jobs import ReplicaPlacement
 from trainyard.store import job_hash
-from trainyard.store.projector import Store
+from trainyard.store.store import Store
 
 _node = msgspec.json.Decoder(NodeInfo)
 
@@ -40,7 +40,9 @@ class NodeRecord(msgspec.Struct):
 # --- jobs: every read decodes the job hash with job_hash.decode_job ------------
 
 
-def _read_jobs(pipe: Pipeline, store: Store, job_ids: list[str], fields: Iterable[str] | None) -> tuple[str, ...] | None:
+def _read_jobs(
+    pipe: Pipeline, store: Store, job_ids: list[str], fields: Iterable[str] | None
+) -> tuple[str, ...] | None:
     """Queue the reads of ``job_ids``'s hashes (all fields, or ``fields`` and
     the head) on ``pipe``; returns the fields read, for :func:`job_hash.decode_rows`."""
     read = job_hash.read_fields(fields)
@@ -184,7 +186,12 @@ async def list_nodes(store: Store) -> list[NodeRecord]:
     details = await pipe.execute()
     return [
         NodeRecord(
-            node_id=info.node_id, state=state, info=info, free_gpus=free, state_reason=reason, boot_id=boot,
+            node_id=info.node_id,
+            state=state,
+            info=info,
+            free_gpus=free,
+            state_reason=reason,
+            boot_id=boot,
             registered_at=float(registered) if registered else None,
         )
         for (info, state, free), (reason, boot, registered) in zip(views, details, strict=True)
@@ -222,7 +229,10 @@ async def read_roster(store: Store) -> Roster:
     details = await pipe.execute()
     nodes = tuple(
         ProjectedNode(
-            node_id=node_id, info=_node_info(infos[node_id]), state=states.get(node_id, "unknown"), boot_id=boot,
+            node_id=node_id,
+            info=_node_info(infos[node_id]),
+            state=states.get(node_id, "unknown"),
+            boot_id=boot,
             registered_at=float(registered) if registered else None,
         )
         for node_id, (boot, registered) in zip(ids, details, strict=True)
@@ -340,8 +350,12 @@ class ClusterReader:
             checkpoint = j.last_checkpoint_at if j.last_checkpoint_at and j.last_checkpoint_at >= started else None
             out.append(
                 RunningAlloc(
-                    job_id=j.job_id, run_id=j.run_id or "", replicas=replicas, started_at=started,
-                    max_runtime_s=float(spec.max_runtime_s), last_checkpoint_at=checkpoint,
+                    job_id=j.job_id,
+                    run_id=j.run_id or "",
+                    replicas=replicas,
+                    started_at=started,
+                    max_runtime_s=float(spec.max_runtime_s),
+                    last_checkpoint_at=checkpoint,
                 )
             )
         return out

@@ -41,8 +41,15 @@ class LivenessCheck:
     """Marks silent nodes lost and evacuates the runs left on lost nodes."""
 
     def __init__(
-        self, bus: Bus, store: Store, monitor: Monitor, timeout_s: float, clock: Callable[[], float], *,
-        durable: str = HEARTBEAT_DURABLE, catch_up_wait_s: float = 2.0,
+        self,
+        bus: Bus,
+        store: Store,
+        monitor: Monitor,
+        timeout_s: float,
+        clock: Callable[[], float],
+        *,
+        durable: str = HEARTBEAT_DURABLE,
+        catch_up_wait_s: float = 2.0,
     ) -> None:
         self.bus = bus
         self.store = store
@@ -85,8 +92,11 @@ class LivenessCheck:
             since = node.registered_at or 0.0
             if last is None:  # a boot never heard from is watched from its registration or first sight
                 since = max(since, self.first_seen.setdefault((node.node_id, boot), start))
-            watches.append(NodeWatch(node_id=node.node_id, state=node.state, boot_id=boot, last_heartbeat_at=last,
-                                     watched_since=since))
+            watches.append(
+                NodeWatch(
+                    node_id=node.node_id, state=node.state, boot_id=boot, last_heartbeat_at=last, watched_since=since
+                )
+            )
         stale = [key for key in heartbeats if key[0] in registered and registered[key[0]] != key[1]]
         await self.monitor.records.forget_heartbeats(stale)
         return judge_liveness(watches, view, self.timeout_s)
@@ -96,7 +106,9 @@ class LivenessCheck:
         self.last_verdict = verdict
         if not verdict.judged:
             if verdict.fleet_silent_for_s is not None:
-                log.error("no heartbeat from any node for %.1f s: not declaring the fleet lost", verdict.fleet_silent_for_s)
+                log.error(
+                    "no heartbeat from any node for %.1f s: not declaring the fleet lost", verdict.fleet_silent_for_s
+                )
             else:
                 log.info("liveness not judged: %s", verdict.reason)
             return verdict
@@ -107,8 +119,12 @@ class LivenessCheck:
             if node is None:
                 continue
             lost = NodeLost(
-                at=self.clock(), node_id=silent.node_id, cluster=node.info.cluster, boot_id=silent.boot_id,
-                last_heartbeat_at=silent.last_heartbeat_at, reason=f"no heartbeat for {silent.silent_for_s:.1f} s",
+                at=self.clock(),
+                node_id=silent.node_id,
+                cluster=node.info.cluster,
+                boot_id=silent.boot_id,
+                last_heartbeat_at=silent.last_heartbeat_at,
+                reason=f"no heartbeat for {silent.silent_for_s:.1f} s",
             )
             msg_id = f"lost:{silent.node_id}:{silent.boot_id}:{int(silent.last_heartbeat_at * 1000)}"
             requests.append(PublishRequest(subjects.node(node.info.cluster, silent.node_id), lost, msg_id))

@@ -70,8 +70,15 @@ StateHook = Callable[[NodeStateChanged], Any]
 
 class Monitor:
     def __init__(
-        self, bus: Bus, store: Store, policy: HealthPolicy, clock: Callable[[], float], *,
-        metrics: HealthMetrics | None = None, nodes: Projector | None = None, hook: StateHook | None = None,
+        self,
+        bus: Bus,
+        store: Store,
+        policy: HealthPolicy,
+        clock: Callable[[], float],
+        *,
+        metrics: HealthMetrics | None = None,
+        nodes: Projector | None = None,
+        hook: StateHook | None = None,
     ) -> None:
         self.bus = bus
         self.store = store
@@ -82,7 +89,9 @@ class Monitor:
         self.nodes = nodes  # this process's NODES projector, to wait for our own state changes
         self.hook = hook
         self.lock = asyncio.Lock()  # one decision at a time in this process
-        self.roster = ProjectionCache(store, "nodes", views.read_roster, views.Roster())  # kept while NODES stands still
+        self.roster = ProjectionCache(
+            store, "nodes", views.read_roster, views.Roster()
+        )  # kept while NODES stands still
 
     async def fleet(self) -> tuple[dict[str, NodeInfo], dict[str, str]]:
         """Every registered node's info and projected state (copies: callers may change them)."""
@@ -155,8 +164,14 @@ class Monitor:
     # --- effects ---
 
     async def _carry_out(
-        self, decisions: list[Decision], records: dict[str, NodeHealthRecord], infos: dict[str, NodeInfo],
-        now: float, observed: dict[str, float], *, limited: bool,
+        self,
+        decisions: list[Decision],
+        records: dict[str, NodeHealthRecord],
+        infos: dict[str, NodeInfo],
+        now: float,
+        observed: dict[str, float],
+        *,
+        limited: bool,
     ) -> None:
         if limited:
             allowed = limit_blast_radius(decisions, records, infos, self.policy)
@@ -177,15 +192,24 @@ class Monitor:
             except Exception as err:  # noqa: BLE001 - the node is isolated in Trainyard either way
                 log.warning("state hook failed for %s: %r", info.node_id, err)
 
-    async def _publish_state(self, d: Decision, info: NodeInfo, now: float, observed_at: float | None) -> NodeStateChanged:
+    async def _publish_state(
+        self, d: Decision, info: NodeInfo, now: float, observed_at: float | None
+    ) -> NodeStateChanged:
         before, after = d.before, d.after
         by = next((a.by for a in d.actions if isinstance(a, CordonNode | UncordonNode)), None)
         by = by or after.cordoned_by or "automation"
         fatal = any(isinstance(a, FailRunsOnNode) and a.reason == "node_failure" for a in d.actions)
         event = NodeStateChanged(
-            at=now, node_id=info.node_id, cluster=info.cluster, state=after.state.value, previous=before.state.value,
-            reason=after.reason, cause=after.history[-1].cause if after.history else "", by=by,
-            observed_at=observed_at, fatal=fatal,
+            at=now,
+            node_id=info.node_id,
+            cluster=info.cluster,
+            state=after.state.value,
+            previous=before.state.value,
+            reason=after.reason,
+            cause=after.history[-1].cause if after.history else "",
+            by=by,
+            observed_at=observed_at,
+            fatal=fatal,
         )
         ack = await self.bus.publish(
             subjects.node(info.cluster, info.node_id), event, msg_id=f"state:{info.node_id}:{after.version}"
@@ -195,17 +219,38 @@ class Monitor:
                 await self.nodes.wait_for(ack.seq, timeout=5.0)
             except TimeoutError:
                 log.warning("NODES projection has not applied seq %d yet", ack.seq)
-        self.metrics.transitions.labels(after.state.value, "operator" if by.startswith("operator:") else "automation").inc()
+        self.metrics.transitions.labels(
+            after.state.value, "operator" if by.startswith("operator:") else "automation"
+        ).inc()
         if before.state in SCHEDULABLE_STATES and after.state not in SCHEDULABLE_STATES and observed_at is not None:
             self.metrics.time_to_isolate.observe(max(0.0, self.clock() - observed_at))
         level = logging.WARNING if after.state not in SCHEDULABLE_STATES else logging.INFO
-        log.log(level, "node %s: %s -> %s (%s)", info.node_id, before.state.value, after.state.value, after.reason,
-                extra=kv(decision=f"node_{after.state.value}", node=info.node_id, state=after.state.value,
-                         previous=before.state.value, reason=after.reason, cause=event.cause, by=by))
+        log.log(
+            level,
+            "node %s: %s -> %s (%s)",
+            info.node_id,
+            before.state.value,
+            after.state.value,
+            after.reason,
+            extra=kv(
+                decision=f"node_{after.state.value}",
+                node=info.node_id,
+                state=after.state.value,
+                previous=before.state.value,
+                reason=after.reason,
+                cause=event.cause,
+                by=by,
+            ),
+        )
         actor = by if by.startswith("operator:") else "service:health"
         await audit(
-            self.bus, actor, f"node.{after.state.value}", info.node_id, after.reason,
-            details={"from": before.state.value, "cause": event.cause}, at=now,
+            self.bus,
+            actor,
+            f"node.{after.state.value}",
+            info.node_id,
+            after.reason,
+            details={"from": before.state.value, "cause": event.cause},
+            at=now,
             record_id=f"audit:state:{info.node_id}:{after.version}",
         )
         return event
@@ -216,8 +261,9 @@ class Monitor:
             if action.reason == "node_failure":
                 await self.fail_runs(node, "node_failure", f"node {node} isolated: fault on the node")
             else:  # an application-level XID: only the runs on that GPU
-                await self.fail_runs(node, "workload_error", f"GPU {action.gpu} of {node} reported an application error",
-                                     gpu=action.gpu)
+                await self.fail_runs(
+                    node, "workload_error", f"GPU {action.gpu} of {node} reported an application error", gpu=action.gpu
+                )
         elif isinstance(action, PreemptRunsOnNode):
             await self.fail_runs(node, "preempted", f"node {node} drained: {action.reason}")
         elif isinstance(action, RunHealthChecks):
