@@ -153,7 +153,8 @@ def main() -> None:
             for rate in args.rates:
                 before = cpu_seconds(stack)
                 r = asyncio.run(measure(stack, rate, args.seconds))
-                spent = {n: cpu_seconds(stack)[n] - v for n, v in before.items()}
+                after = cpu_seconds(stack)
+                spent = {n: after[n] - v for n, v in before.items()}
                 per_job.append((rate, {n: 1000 * v / max(r["placed"], 1) for n, v in spent.items()}))
                 print(
                     f"{r['offered_actual_per_s']:>10.0f} {r['placed']:>8.0f} {r['placed_per_s']:>9.0f} "

@@ -9,7 +9,7 @@ import os
 import signal
 import ssl
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import nats.errors
@@ -174,10 +174,10 @@ def loop_factory(settings: Settings) -> Callable[[], asyncio.AbstractEventLoop] 
     return None
 
 
-def run_loop(settings: Settings, main: Awaitable[T]) -> T:
+def run_loop(settings: Settings, main: Coroutine[Any, Any, T]) -> T:
     """Run ``main`` to the end on the event loop the settings choose."""
     with asyncio.Runner(loop_factory=loop_factory(settings)) as runner:
-        return runner.run(main)  # type: ignore[arg-type]
+        return runner.run(main)
 
 
 async def run_tasks(stop: asyncio.Event, *coros: Awaitable[None]) -> None:

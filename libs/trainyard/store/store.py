@@ -37,13 +37,17 @@ class Store:
         self._apply_node = redis.register_script(_lua("apply_node_event.lua"))
         self._join = redis.register_script(_JOIN)
 
-    async def run_script(self, script: AsyncScript, calls: list[Sequence[str | bytes]]) -> list[Any]:
-        """``script`` per argument list in ``calls`` (key: the prefix) as one pipeline of EVALSHA, without redis-py's
-        SCRIPT EXISTS round trip; a Redis that lost the script loads it and runs again (folds are seq-fenced)."""
+    async def run_script(
+        self, script: AsyncScript, calls: list[Sequence[str | bytes]], keys: Sequence[str] | None = None
+    ) -> list[Any]:
+        """``script`` per argument list in ``calls`` (``keys``, default the prefix) as one pipeline of EVALSHA,
+        without redis-py's SCRIPT EXISTS round trip; a Redis that lost the script loads it and runs the calls
+        again, so every script run this way must be idempotent (the folds are fenced by sequence)."""
+        keys = [self.prefix] if keys is None else list(keys)
         for attempt in range(2):
             pipe = self.redis.pipeline(transaction=False)
             for args in calls:
-                pipe.evalsha(script.sha, 1, self.prefix, *args)
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
             try:
                 return await pipe.execute()
             except NoScriptError:

@@ -212,8 +212,16 @@ class Roster(msgspec.Struct, frozen=True):
     """Every registered node of the NODES projection, by node id; read-only."""
 
     nodes: tuple[ProjectedNode, ...] = ()  # by node id
-    infos: dict[str, NodeInfo] = {}
-    states: dict[str, str] = {}
+
+    @property
+    def infos(self) -> dict[str, NodeInfo]:
+        """Each node's info by node id (a new dict on each call)."""
+        return {n.node_id: n.info for n in self.nodes}
+
+    @property
+    def states(self) -> dict[str, str]:
+        """Each node's projected state by node id (a new dict on each call)."""
+        return {n.node_id: n.state for n in self.nodes}
 
 
 async def read_roster(store: Store) -> Roster:
@@ -237,7 +245,7 @@ async def read_roster(store: Store) -> Roster:
         )
         for node_id, (boot, registered) in zip(ids, details, strict=True)
     )
-    return Roster(nodes, {n.node_id: n.info for n in nodes}, {n.node_id: n.state for n in nodes})
+    return Roster(nodes)
 
 
 async def jobs_on_node(store: Store, node_id: str) -> list[str]:

@@ -21,6 +21,7 @@ derived from a stream: after a Redis wipe the next cycles write it again.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from itertools import zip_longest
 
 import msgspec
 
@@ -51,15 +52,21 @@ def key(store: Store, status: str) -> str:
 
 
 #: Sets many fields of one hash (KEYS[1]) from one MessagePack array of
-#: ``[field, value, field, value, ...]`` (ARGV[1]), a few hundred per HSET.
+#: ``[field, value, field, value, ...]`` (ARGV[1]), a few hundred per HSET, then
+#: deletes the fields of the MessagePack array ARGV[2].  Running it again
+#: changes nothing more.
 _HSET_PACKED = """
 local m = cmsgpack.unpack(ARGV[1])
 for i = 1, #m, 512 do
   redis.call('HSET', KEYS[1], unpack(m, i, math.min(i + 511, #m)))
 end
+local g = cmsgpack.unpack(ARGV[2])
+for i = 1, #g, 512 do
+  redis.call('HDEL', KEYS[1], unpack(g, i, math.min(i + 511, #g)))
+end
 return #m / 2
 """
-_CHUNK = 8192  # reasons per script call: bounds one call's time in the server
+_CHUNK = 8192  # reasons (or forgotten jobs) per script call: bounds one call's time in the server
 
 
 async def write(store: Store, status: str, why: Mapping[str, Waiting], gone: Iterable[str] = ()) -> None:
@@ -72,17 +79,13 @@ async def write(store: Store, status: str, why: Mapping[str, Waiting], gone: Ite
     gone = list(gone)
     if not why and not gone:
         return
-    pipe = store.redis.pipeline(transaction=False)
-    if why:
-        script = store.redis.register_script(_HSET_PACKED)
-        flat: list[str] = []
-        for job_id, w in why.items():
-            flat += (job_id, _encode(w).decode())
-        for i in range(0, len(flat), 2 * _CHUNK):
-            await script(keys=[key(store, status)], args=[_pack(flat[i : i + 2 * _CHUNK])], client=pipe)
-    if gone:
-        pipe.hdel(key(store, status), *gone)
-    await pipe.execute()
+    flat: list[str] = []
+    for job_id, w in why.items():
+        flat += (job_id, _encode(w).decode())
+    sets = [flat[i : i + 2 * _CHUNK] for i in range(0, len(flat), 2 * _CHUNK)]
+    drops = [gone[i : i + _CHUNK] for i in range(0, len(gone), _CHUNK)]
+    calls = [(_pack(s), _pack(d)) for s, d in zip_longest(sets, drops, fillvalue=[])]
+    await store.run_script(store.redis.register_script(_HSET_PACKED), calls, keys=[key(store, status)])
 
 
 async def read(store: Store, jobs: Iterable[JobRecord]) -> dict[str, Waiting]:

@@ -96,7 +96,7 @@ class Monitor:
     async def fleet(self) -> tuple[dict[str, NodeInfo], dict[str, str]]:
         """Every registered node's info and projected state (copies: callers may change them)."""
         roster = await self.roster.get()
-        return dict(roster.infos), dict(roster.states)
+        return roster.infos, roster.states
 
     # --- inputs ---
 
