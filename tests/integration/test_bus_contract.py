@@ -134,6 +134,20 @@ async def test_a_consumer_gets_its_subjects_in_stream_order_once_each(broker: Br
     assert await nothing_within(puller, 0.3)
 
 
+async def test_a_fetch_without_waiting_takes_what_is_stored_up_to_the_batch(broker: Broker) -> None:
+    puller = await broker.pull(intake())
+    with pytest.raises(TimeoutError):  # nothing stored: no waiting for the first to come
+        await puller.fetch(10, timeout=0)
+    for i in range(5):
+        await broker.publish(SUBJECT, {"n": i}, msg_id=f"m{i}")
+
+    first = await puller.fetch(3, timeout=0)
+    rest = await puller.fetch(10, timeout=0)
+
+    assert [m.data for m in first] == [encode({"n": i}) for i in range(3)]
+    assert [m.data for m in rest] == [encode({"n": i}) for i in (3, 4)]
+
+
 async def test_an_acked_message_is_gone_and_an_unsettled_one_comes_back_after_ack_wait(broker: Broker) -> None:
     for i in range(2):
         await broker.publish(SUBJECT, {"n": i}, msg_id=f"m{i}")

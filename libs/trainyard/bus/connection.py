@@ -14,6 +14,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, PubAck
 from nats.js.errors import APIError
 
 from trainyard.bus.client import ResilientClient, check_publishable
+from trainyard.bus.pull import BatchPull
 from trainyard.events import encode, subjects
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ class Bus:
             pass
         await self.nc.close()
 
-    async def pull(self, spec: ConsumerSpec) -> JetStreamContext.PullSubscription:
+    async def pull(self, spec: ConsumerSpec) -> BatchPull:
         """A pull subscription to the durable consumer ``spec`` names: made, or
         brought up to date when it was made with older settings."""
         config = ConsumerConfig(
@@ -151,9 +152,7 @@ class Bus:
             await self.js.add_consumer(spec.stream, config)
         except nats.errors.Error as err:
             log.warning("%s: could not update the consumer: %r", spec.durable, err)
-        return await self.js.pull_subscribe(
-            spec.filter_subject, durable=spec.durable, stream=spec.stream, config=config
-        )
+        return await BatchPull(self.nc, spec.stream, spec.durable).start()
 
     @staticmethod
     def _headers(req: PublishRequest) -> dict[str, str]:

@@ -40,6 +40,7 @@ from nats.js.api import PubAck
 
 from trainyard.bus.client import header_value
 from trainyard.bus.connection import WrongLastSequence
+from trainyard.bus.pull import message_meta
 from trainyard.bus.subscription import (
     POISON_ERRORS,
     Delivery,
@@ -66,10 +67,12 @@ class ConsumerSpec(msgspec.Struct, frozen=True):
     ack_wait_s: float = 30.0
     max_ack_pending: int = 20_000
     retry_delay_s: float = 1.0
-    #: After a fetch that did not fill the batch, wait this long and take what
-    #: arrived meanwhile (up to ``batch``) before handling: fewer, fuller
-    #: batches for a steady trickle (heartbeats).  0: handle what came at once.
-    #: A lone message is handled after ``linger_s``, never held longer.
+    #: Fetch at most once per ``linger_s``, each time taking what the server
+    #: gathered meanwhile in one go (up to ``batch``): a steady trickle
+    #: (heartbeats) is handled in a few full batches a second, a message
+    #: waits at most ``linger_s`` (the first after a quiet spell not at all),
+    #: and a backlog is taken a full batch at a time.  0: every fetch keeps a
+    #: request open and takes each message as it comes.
     linger_s: float = 0.0
 
 
@@ -124,15 +127,15 @@ class Broker(Protocol):
 async def dead_letter(bus: Broker, stream: str, msg: Pulled, reason: str) -> None:
     """Copy ``msg`` to the dead-letter stream with ``reason``: the first
     :data:`DEAD_LETTER_KEEP_BYTES` of its data, its size, subject and sequence."""
-    meta = msg.metadata
+    seq = message_meta(msg)[0]
     data = msg.data or b""
     kept = data[:DEAD_LETTER_KEEP_BYTES]
     headers = {
         "Trainyard-Reason": header_value(reason),
         "Trainyard-Subject": header_value(msg.subject),
-        "Trainyard-Stream-Seq": str(meta.sequence.stream),
+        "Trainyard-Stream-Seq": str(seq),
         "Trainyard-Size": str(len(data)),
-        "Nats-Msg-Id": f"dlq:{stream}:{meta.sequence.stream}",
+        "Nats-Msg-Id": f"dlq:{stream}:{seq}",
     }
     if len(kept) < len(data):
         headers["Trainyard-Truncated"] = f"kept the first {len(kept)} of {len(data)} bytes"
@@ -174,7 +177,7 @@ async def _settle(bus: Broker, spec: ConsumerSpec, msg: Pulled, fate: BaseExcept
     if fate is None:
         await msg.ack()
         return "ack"
-    delivered = msg.metadata.num_delivered or 1
+    delivered = message_meta(msg)[1]
     if isinstance(fate, POISON_ERRORS):
         return await _kill(bus, spec, msg, poison_reason(fate))
     if isinstance(fate, NotCaughtUp):
@@ -190,12 +193,8 @@ async def _settle(bus: Broker, spec: ConsumerSpec, msg: Pulled, fate: BaseExcept
 
 
 def delivery(msg: Pulled, event: Any) -> Delivery[Any]:
-    meta = msg.metadata
-    try:
-        stored_at: float | None = meta.timestamp.timestamp()
-    except Exception:  # noqa: BLE001 - no timestamp to read: the handler uses its own clock
-        stored_at = None
-    return Delivery(event, msg.subject, meta.sequence.stream, meta.num_delivered or 1, stored_at)
+    seq, delivered, stored_at = message_meta(msg)
+    return Delivery(event, msg.subject, seq, delivered, stored_at)
 
 
 async def handle_batch(
@@ -262,17 +261,18 @@ async def consume(
 
 
 async def fetch(sub: Puller, spec: ConsumerSpec) -> list[Pulled]:
-    """One batch: what is there (waiting up to 0.5 s for the first message),
-    then, when the batch is not full and ``spec.linger_s`` is set, what came
-    within ``linger_s`` more."""
-    msgs = list(await sub.fetch(spec.batch, timeout=0.5))
-    if spec.linger_s > 0 and len(msgs) < spec.batch:
-        await asyncio.sleep(spec.linger_s)
-        try:
-            msgs += await sub.fetch(spec.batch - len(msgs), timeout=0.05)
-        except TimeoutError:  # nothing more came: handle what there is
-            pass
-    return msgs
+    """One batch: what is there, else the first message to come within 0.5 s.
+
+    With ``spec.linger_s`` set, what the server holds is taken in one go
+    (``fetch`` with ``timeout=0``: a few reads, not a wake-up per message);
+    when it holds nothing, the first message to come is handled alone and at
+    once.  :func:`run_consumer` spaces these fetches ``linger_s`` apart."""
+    if spec.linger_s <= 0:
+        return list(await sub.fetch(spec.batch, timeout=0.5))
+    try:
+        return list(await sub.fetch(spec.batch, timeout=0))
+    except TimeoutError:  # nothing stored now: wait for the first
+        return list(await sub.fetch(1, timeout=0.5))
 
 
 async def run_consumer(bus: Broker, spec: ConsumerSpec, subscription: Subscription[Any], stop: asyncio.Event) -> None:
@@ -283,7 +283,12 @@ async def run_consumer(bus: Broker, spec: ConsumerSpec, subscription: Subscripti
     when the bus had to open its connection anew."""
     generation = bus.generation
     sub = await bus.pull(spec)
+    loop = asyncio.get_running_loop()
+    next_fetch = 0.0  # with linger_s: the next fetch not before this (loop time)
     while not stop.is_set():
+        if (wait := next_fetch - loop.time()) > 0:
+            await asyncio.sleep(wait)
+        fetched_at = loop.time()
         if generation != bus.generation:  # the connection was opened anew: subscriptions are gone
             try:
                 generation = bus.generation
@@ -295,10 +300,11 @@ async def run_consumer(bus: Broker, spec: ConsumerSpec, subscription: Subscripti
                 continue
         try:
             msgs = await fetch(sub, spec)
-        except TimeoutError:  # nothing to fetch (nats.errors.TimeoutError is one too)
+        except TimeoutError:  # nothing to fetch (nats.errors.TimeoutError is one too): a quiet spell
             continue
         except nats.errors.Error as err:  # reconnecting, slow consumer, ...: try again shortly
             log.warning("%s: fetch failed: %r", spec.durable, err)
             await asyncio.sleep(0.5)
             continue
+        next_fetch = fetched_at + spec.linger_s
         await consume(bus, spec, subscription, msgs)

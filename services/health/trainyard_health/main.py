@@ -22,9 +22,11 @@ from trainyard_health.repair import RepairLoop
 
 log = logging.getLogger(__name__)
 
-#: The heartbeat consumer gathers a batch this long (``ConsumerSpec.linger_s``):
-#: a heartbeat is recorded at most this much later, against a timeout of seconds.
-HEARTBEAT_LINGER_S = 0.05
+#: The heartbeat consumer fetches at most this often (``ConsumerSpec.linger_s``),
+#: taking what gathered meanwhile in one go: a heartbeat or fault is handled at
+#: most this much later (the first after a quiet spell at once), against a
+#: heartbeat timeout of seconds.
+HEARTBEAT_LINGER_S = 0.1
 
 
 def load_policy(settings: Settings) -> HealthPolicy:
