@@ -15,6 +15,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from redis.exceptions import RedisError
 
 from trainyard.bus.connection import Bus
+from trainyard.bus.pull import message_meta
 from trainyard.events import decode_job_event, decode_node_event, subject_disagrees, subjects
 from trainyard.store.lua_args import job_event_args, node_event_args
 from trainyard.store.store import Store
@@ -256,7 +257,7 @@ class Projector:
         arrived = asyncio.Event()
 
         async def on_msg(msg: Msg) -> None:
-            inbox.append((msg.metadata.sequence.stream, msg.subject, msg.data))
+            inbox.append((message_meta(msg)[0], msg.subject, msg.data))
             arrived.set()
 
         config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)

@@ -10,6 +10,8 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
+from trainyard.store.packing import pack_in_c
+
 
 def _lua(name: str) -> str:
     return resources.files("trainyard.store").joinpath("lua", name).read_text()
@@ -31,7 +33,7 @@ class Store:
     """A Redis client plus the key prefix of one Trainyard installation."""
 
     def __init__(self, redis: Redis, prefix: str = "ty:") -> None:
-        self.redis = redis
+        self.redis = pack_in_c(redis)
         self.prefix = prefix
         self._apply_job = redis.register_script(_lua("apply_job_event.lua"))
         self._apply_node = redis.register_script(_lua("apply_node_event.lua"))
