@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import TypeVar
 
 import nats.errors
+import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from trainyard.bus import Bus, ensure_streams
+from trainyard.bus.streams import wait_for_leaders
 from trainyard.events import JobCancelled
 from trainyard.local.credentials import ADMIN, new_credentials, write_server_files
 from trainyard.local.servers import NatsCluster, start_nats_cluster
@@ -178,3 +180,24 @@ async def test_a_cluster_node_is_reachable_on_its_own_url_and_every_node_is_list
                 await bus.close()
     finally:
         cluster.stop()
+
+
+async def test_a_bucket_made_on_a_cluster_takes_publishes_once_its_leader_is_elected(tmp_path: Path) -> None:
+    cluster: NatsCluster = start_nats_cluster(tmp_path / "nats", 3)
+    bus = await Bus.connect(cluster.url, "leaders")
+    try:
+        await answered(lambda: bus.js.create_key_value(bucket="fresh", replicas=3), "bucket created")
+        await wait_for_leaders(bus.js, ["KV_fresh"])
+        info = await bus.js.stream_info("KV_fresh")
+        assert info.cluster is not None and info.cluster.leader
+        kv = await bus.js.key_value("fresh")
+        assert await kv.create("k", b"v") == 1  # answered at the first try
+        with pytest.raises(TimeoutError, match="KV_missing"):
+            await wait_for_leaders(bus.js, ["KV_fresh", "KV_missing"], timeout=0.3)
+    finally:
+        await bus.close()
+        cluster.stop()
+
+
+async def test_a_single_server_has_its_leaders_at_once(bus: Bus) -> None:
+    await wait_for_leaders(bus.js, ["JOBS", "AUDIT"], timeout=1.0)

@@ -10,10 +10,10 @@ import os
 from pathlib import Path
 
 from trainyard.auth.principal import Role, Unauthenticated
-from trainyard.auth.tokens import TokenStore
+from trainyard.auth.tokens import BUCKET, TokenStore
 from trainyard.bus.audit import audit
 from trainyard.bus.connection import Bus
-from trainyard.bus.streams import ensure_streams
+from trainyard.bus.streams import ensure_streams, wait_for_leaders
 
 ADMIN_TOKEN_FILE = "admin-token"
 ADMIN_TOKEN_NAME = "local-admin"
@@ -49,6 +49,7 @@ async def ensure_admin_token(bus: Bus, data_dir: str | Path, replicas: int = 1) 
     verifies, else a new one (written there).  Returns ``(token, created)``."""
     await ensure_streams(bus.js, replicas=replicas)  # the audit record needs AUDIT on a fresh server
     store = await TokenStore.open(bus.js, replicas=replicas)
+    await wait_for_leaders(bus.js, [f"KV_{BUCKET}", "AUDIT"])  # made just now on a first start
     existing = read_admin_token(data_dir)
     if existing is not None:
         try:

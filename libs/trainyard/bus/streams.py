@@ -3,9 +3,11 @@ one service is the stream every other service expects."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import msgspec
+import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
@@ -114,3 +116,32 @@ async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
                 spec.name,
                 ", ".join(changed),
             )
+
+
+async def wait_for_leaders(js: JetStreamContext, names: list[str], timeout: float = 30.0) -> None:
+    """Return once every stream in ``names`` has a leader to answer publishes.
+
+    On a NATS cluster a stream just made (an R3 bucket on a first start)
+    elects its leader a moment later; a publish before that has no responder.
+    A single server answers at once.  Raises ``TimeoutError`` naming the
+    streams still without a leader after ``timeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    waiting = list(names)
+    delay = 0.05
+    while waiting:
+        still = []
+        for name in waiting:
+            try:
+                info = await js.stream_info(name)
+            except (TimeoutError, nats.errors.Error):
+                still.append(name)  # no leader to answer the info request yet either
+                continue
+            if info.cluster is not None and not info.cluster.leader:
+                still.append(name)
+        waiting = still
+        if waiting:
+            if loop.time() >= deadline:
+                raise TimeoutError(f"no leader elected within {timeout:g} s for stream(s) {', '.join(waiting)}")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
