@@ -25,8 +25,10 @@ async def decision_loop(
 ) -> None:
     """Run a cycle whenever a projection changes (or every cycle interval) while we lead.
 
-    A cycle that decided something runs again at once: its own decisions
-    changed what the next one sees.  While another process leads, ``standby``
+    A cycle that decided something is followed by another once its own
+    decisions reach the projections (they change them, which wakes the loop
+    like any other change), so a busy decider runs one cycle per
+    ``cycle_coalesce_s`` and not two.  While another process leads, ``standby``
     (if given) runs at the same moments instead: a decider keeps what it reads
     current there, so that it is hot when it takes over.
     """
@@ -57,8 +59,7 @@ async def decision_loop(
                         log.warning("%s standby read failed: %r", name, err)
                 continue
             try:
-                while await run_once() and not rt.stop.is_set():
-                    pass
+                await run_once()
             except Exception as err:  # noqa: BLE001 - infrastructure; the next cycle retries
                 log.warning("%s cycle failed: %r", name, err)
                 await asyncio.sleep(0.5)
