@@ -75,7 +75,7 @@ def message_size(data: bytes, headers: dict[str, str] | None) -> int:
 def check_publishable(nc: Client, subject: str, data: bytes, headers: dict[str, str] | None) -> None:
     """Raise before sending what the server would refuse by closing the connection."""
     for key, value in (headers or {}).items():
-        if any(c in key or c in value for c in "\r\n"):
+        if "\n" in key or "\r" in key or "\n" in value or "\r" in value:
             raise ValueError(f"header {key!r} holds a line break; header values are one line")
     size = message_size(data, headers)
     if size > nc.max_payload:
@@ -127,6 +127,27 @@ class ResilientClient(Client):
             raise PublishDenied(subject)
         denied.cancel()
         return reply.result()
+
+    @staticmethod
+    def _parse_header_lines(raw: bytes) -> dict[str, str]:
+        """The stock client's header parser, made cheaper: every stored event
+        carries its headers to every consumer, and the stock parser ran a
+        generator over each header name's characters (a tenth of a decider's
+        CPU).  Same result: ``Name: Value`` lines, names that are not ASCII or
+        hold whitespace skipped, values stripped and decoded (bad UTF-8 replaced)."""
+        out: dict[str, str] = {}
+        for line in raw.split(b"\r\n"):
+            name, sep, value = line.partition(b":")
+            if not sep:
+                continue
+            try:
+                key = name.strip().decode("ascii")
+            except UnicodeDecodeError:
+                continue
+            if key.split() != ([key] if key else []):  # whitespace inside the name
+                continue
+            out[key] = value.strip().decode("utf-8", "replace")
+        return out
 
     async def _process_err(self, err_msg: str) -> None:
         found = _DENIED_PUBLISH.search(err_msg)

@@ -9,11 +9,19 @@ from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard_accounting.handlers import LedgerHandler
 from trainyard_accounting.writer import LedgerWriter
 
+#: The ledger consumer fetches at most this often (``ConsumerSpec.linger_s``):
+#: each fetch is one database transaction, so a trickle of events is written
+#: a few transactions a second instead of one per event; an event reaches the
+#: ledger at most this much later.
+LEDGER_LINGER_S = 0.25
+
 
 async def main(rt: Runtime) -> None:
     ledger = LedgerWriter(rt.settings.ledger_url)
     ledger.create_schema()
-    spec = ConsumerSpec(stream="JOBS", durable="accounting", filter_subject=subjects.JOBS_ALL, batch=1000)
+    spec = ConsumerSpec(
+        stream="JOBS", durable="accounting", filter_subject=subjects.JOBS_ALL, batch=1000, linger_s=LEDGER_LINGER_S
+    )
     metrics = LedgerMetrics(durable=spec.durable, stream=spec.stream)
     serve_metrics("accounting", metrics.registry, rt.settings)
     try:
