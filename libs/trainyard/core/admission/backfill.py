@@ -58,13 +58,17 @@ class Shadows:
     def releases(self) -> list[list[tuple[float, int]]]:
         """When held GPUs come back, per type, earliest first (a run without a limit: never known)."""
         if self._releases is None:
-            self._releases = [[] for _ in self.by_type]
-            ends: list[tuple[float, int, int]] = []  # (expected end, GPU type, GPUs)
+            per_type: list[list[tuple[float, int]]] = [[] for _ in self.by_type]
+            inf = math.inf
             for h in self.holders:
-                end = h.job.expected_end if h.job.expected_end is not None else math.inf
-                ends.extend((end, t, d) for t, d in h.demand)
-            for end, t, gpus in sorted(ends):
-                self._releases[t].append((end, gpus))
+                end = h.job.expected_end
+                if end is None:
+                    end = inf
+                for t, d in h.demand:
+                    per_type[t].append((end, d))
+            for ends in per_type:
+                ends.sort()  # (expected end, GPUs)
+            self._releases = per_type
         return self._releases
 
     def reserve(self, job_id: str, demand: Demand, free: list[int]) -> float | None:

@@ -7,15 +7,72 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from trainyard.core.admission.fairshare import FairShare
-from trainyard.core.admission.ordering import service_level
+from trainyard.core.admission.ordering import DemandCache, service_level
 from trainyard.core.admission.quota import Demand, QuotaState
 from trainyard.core.admission.snapshot import PendingJob, RunningJob
+from trainyard.core.admission.tree import TreeIndex
 
 
 class Holder(NamedTuple):
     job: RunningJob
     queue: int  # node number of its queue
     demand: Demand
+
+
+class Holdings(NamedTuple):
+    """What the running jobs hold, read once per cycle."""
+
+    holders: list[Holder]  # running jobs of known queues, in snapshot order
+    held: list[int]  # GPUs held per type, every running job counted
+    usage: dict[tuple[int, bool], list[int]]  # (queue, borrow-only) -> GPUs held per type
+    lowest: dict[int, int]  # queue -> lowest priority of a preemptible holder (priority preemption)
+    noticed: bool  # a holder was already told to stop: its room is coming for someone
+
+
+def load_holders(running: Sequence[RunningJob], index: TreeIndex, demands: DemandCache) -> Holdings:
+    """The holders of one cycle and their sums (one pass; this runs for every holder in every cycle)."""
+    nf = len(index.flavors)
+    held = [0] * nf
+    holders: list[Holder] = []
+    usage: dict[tuple[int, bool], list[int]] = {}
+    lowest: dict[int, int] = {}
+    noticed = False
+    queue_by_pair = index.queue_by_pair
+    single = demands.single
+    nothing: Demand = []
+    add = holders.append
+    rows: dict[tuple[str, str, bool], tuple[int, list[int]] | None] = {}  # (tenant, queue, borrow-only) -> usage
+    for r in running:
+        gpus_by_type = r.gpus_by_type
+        holding: Demand | None
+        if len(gpus_by_type) == 1:
+            (item,) = gpus_by_type.items()
+            holding = single.get(item)
+            if holding is None:
+                holding = demands(gpus_by_type) or nothing
+        else:
+            holding = demands(gpus_by_type) or nothing
+        for i, d in holding:
+            held[i] += d
+        key = (r.tenant, r.queue, r.may_only_borrow)
+        if key in rows:
+            where = rows[key]
+        else:
+            q = queue_by_pair.get((r.tenant, r.queue))
+            where = rows[key] = None if q is None else (q, usage.setdefault((q, r.may_only_borrow), [0] * nf))
+        if where is None:
+            continue  # a queue the tree does not know: its GPUs are held, but it is no candidate
+        q, row = where
+        for i, d in holding:
+            row[i] += d
+        add(Holder(r, q, holding))
+        if r.preemptible:
+            p = r.priority
+            if p < lowest.get(q, p + 1):
+                lowest[q] = p
+        if r.notice_at is not None:
+            noticed = True
+    return Holdings(holders, held, usage, lowest, noticed)
 
 
 class Blocked(NamedTuple):

@@ -23,7 +23,7 @@ from __future__ import annotations
 from heapq import heapify, heappop, heappush
 
 from trainyard.core.admission.backfill import Shadows
-from trainyard.core.admission.candidates import Blocked, Holder
+from trainyard.core.admission.candidates import Blocked, load_holders
 from trainyard.core.admission.fairshare import FairShare
 from trainyard.core.admission.ordering import (
     BORROW_ONLY,
@@ -87,30 +87,10 @@ def _admit_with_tenancy(
     fidx, nf = index.fidx, len(index.flavors)
     capacity = [snapshot.capacity.get(f, 0) for f in index.flavors]
     state = QuotaState(index)
-    held = [0] * nf
-    holders: list[Holder] = []
     demands = DemandCache(fidx)
-    usage: dict[tuple[int, bool], list[int]] = {}  # (queue, borrow-only) -> GPUs held per type, taken at once
-    lowest: dict[int, int] = {}  # queue -> lowest priority of a preemptible holder (priority preemption)
-    noticed = False  # a holder was already told to stop: its room is coming for someone
-    queue_by_pair = index.queue_by_pair
-    for r in snapshot.running:
-        holding = demands(r.gpus_by_type) or []
-        for i, d in holding:
-            held[i] += d
-        q = queue_by_pair.get((r.tenant, r.queue))
-        if q is not None:
-            row = usage.get((q, r.may_only_borrow))
-            if row is None:
-                row = usage[(q, r.may_only_borrow)] = [0] * nf
-            for i, d in holding:
-                row[i] += d
-            holders.append(Holder(r, q, holding))
-            if r.preemptible and r.priority < lowest.get(q, r.priority + 1):
-                lowest[q] = r.priority
-            noticed = noticed or r.notice_at is not None
-    for (q, borrow_only), row in usage.items():
-        state.take(q, [(i, d) for i, d in enumerate(row) if d], borrow_only)
+    holders, held, usage, lowest, noticed = load_holders(snapshot.running, index, demands)
+    for (node, borrow_only), row in usage.items():
+        state.take(node, [(i, d) for i, d in enumerate(row) if d], borrow_only)
     free = [capacity[i] - max(snapshot.in_use.get(f, 0), held[i]) for i, f in enumerate(index.flavors)]
     shares = FairShare(index, state.usage, capacity, snapshot.usage_history, tenancy.half_life_s)
 
@@ -150,6 +130,7 @@ def _admit_with_tenancy(
     admitted: list[Admit] = []
     blocked: list[Blocked] = []  # jobs that blocked their queue: candidates to preempt for
     room = policy.max_admissions_per_cycle
+    most_preemptors = policy.max_preemptors_per_cycle
     add_waiting = waiting.append
     while heap:
         popped_class, _, q = heappop(heap)
@@ -239,8 +220,9 @@ def _admit_with_tenancy(
                     for t, _ in demand:
                         claimed[t] = True
                     blocked.append(Blocked(job, q, demand, cls, len(waiting), may_reclaim=start is not None))
-                elif levels is not None and not borrow_only:
+                elif levels is not None and not borrow_only and len(blocked) < most_preemptors:
                     # not the first of its type: it may make room for priority or by attained service only
+                    # (with service levels every blocked job is kept below, so those past the cap never preempt)
                     blocked.append(Blocked(job, q, demand, cls, len(waiting), may_reclaim=False))
                 add_waiting(Waiting(job.job_id, reason, i))
                 continue
@@ -290,7 +272,7 @@ def _admit_with_tenancy(
             shares,
             free,
             holders,
-            blocked[: policy.max_preemptors_per_cycle],
+            blocked[:most_preemptors],
             snapshot.recent_preemptions,
             now,
             snapshot.cluster,

@@ -134,8 +134,7 @@ class DemandCache:
     def __call__(self, gpus_by_type: dict[str, int]) -> Demand | None:
         if len(gpus_by_type) != 1:
             return demand_of(gpus_by_type, self.fidx)
-        ((t, n),) = gpus_by_type.items()
-        key = (t, n)
+        (key,) = gpus_by_type.items()  # (type, GPUs): the item itself is the key
         try:
             return self.single[key]
         except KeyError:

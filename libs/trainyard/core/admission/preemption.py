@@ -58,7 +58,7 @@ from trainyard.core.admission.candidates import (
 from trainyard.core.admission.fairshare import FairShare
 from trainyard.core.admission.ordering import WITHIN_NOMINAL, service_level
 from trainyard.core.admission.quota import Demand, QuotaState
-from trainyard.core.admission.snapshot import Preemption
+from trainyard.core.admission.snapshot import Preemption, RunningJob
 from trainyard.core.admission.tree import PreemptionSettings
 from trainyard.core.placement.cycle import build_topology
 from trainyard.core.placement.gang import fit_gang
@@ -124,14 +124,33 @@ def preempt(
             found = type_sets[id(demand)] = {t for t, _ in demand}
         return found
 
+    made: dict[int, Candidate] = {}  # id of a holder -> its candidate (one per holder: ``taken`` is shared)
+
+    def candidate(h: Holder) -> Candidate:
+        c = made.get(id(h))
+        if c is None:
+            c = made[id(h)] = Candidate(h, now, restart_cost_s, levels, types_of(h.demand))
+        return c
+
     def pool_of(q: int) -> list[Candidate]:
         """Queue ``q``'s candidates, cheapest first."""
         cs = built.get(q)
         if cs is None:
-            cs = [Candidate(h, now, restart_cost_s, levels, types_of(h.demand)) for h in grouped.get(q, ())]
-            cs.sort(key=lambda c: (c.lost_per_gpu, c.holder.job.priority, c.holder.job.job_id))
+            cs = [candidate(h) for h in grouped.get(q, ())]
+            cs.sort(key=_cheapest)
             built[q] = cs
         return cs
+
+    def served_of(q: int, level: int, keep: Callable[[RunningJob], bool]) -> list[Candidate]:
+        """``pool_of(q)`` filtered to runs of at least the minimum run time above ``level`` that ``keep``
+        accepts; the holders are filtered before their candidates are made (most are not wanted)."""
+        least = settings.attained_service_min_runtime_s
+        cs = built.get(q)
+        if cs is None:
+            cs = [candidate(h) for h in grouped.get(q, ()) if now - h.job.started_at >= least and keep(h.job)]
+            cs.sort(key=_cheapest)  # stable, as pool_of's: the same order as filtering pool_of(q)
+            return [c for c in cs if c.level > level]
+        return [c for c in cs if c.level > level and c.ran >= least and keep(c.holder.job)]
 
     # least attained service: the candidates of (queue, level, priority, inside nominal), the most served first
     service_pools: dict[tuple[int, int, int, bool], list[Candidate]] = {}
@@ -162,21 +181,15 @@ def preempt(
             if cached is not None:
                 pool = cached
             else:
-                least = settings.attained_service_min_runtime_s
-                pool = [
-                    c
-                    for c in pool_of(b.queue)
-                    if c.level > level and c.ran >= least and c.holder.job.priority <= b.job.priority
-                ]
+                top = b.job.priority
+                pool = served_of(b.queue, level, lambda job: job.priority <= top)  # noqa: B023 - called at once
                 if b.cls == WITHIN_NOMINAL:
                     for q in grouped:
                         if q != b.queue and (q in lenders or over_nominal(state, q)):
-                            borrowing = over_nominal(state, q)
-                            pool += [
-                                c
-                                for c in pool_of(q)
-                                if c.level > level and c.ran >= least and (borrowing or c.holder.job.may_only_borrow)
-                            ]
+                            if over_nominal(state, q):
+                                pool += served_of(q, level, _anyone)
+                            else:
+                                pool += served_of(q, level, _best_effort)
                 pool.sort(key=lambda c: (-c.level, c.lost_per_gpu, c.holder.job.job_id))
                 service_pools[key] = pool
             if any(not c.taken for c in pool):
@@ -243,6 +256,20 @@ def preempt(
             c.taken = True
             preemptions.append(Preemption(c.holder.job.job_id, b.job.job_id, reason, settings.grace_period_s, c.lost))
     return preemptions, preemptors
+
+
+def _cheapest(c: Candidate) -> tuple[float, int, str]:
+    """A queue's candidates in order: least work lost, then lowest priority, then job id."""
+    job = c.holder.job
+    return (c.lost_per_gpu, job.priority, job.job_id)
+
+
+def _anyone(job: RunningJob) -> bool:
+    return True
+
+
+def _best_effort(job: RunningJob) -> bool:
+    return job.may_only_borrow
 
 
 def _pick(
