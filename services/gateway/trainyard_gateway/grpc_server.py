@@ -163,6 +163,29 @@ def _authorization(context: grpc.aio.ServicerContext) -> str | None:
     return None
 
 
+_MAPPED = (InvalidRequest, Unauthenticated, PermissionDenied, NotFound, JobIdTaken, Conflict, *UNAVAILABLE)
+_Trailing = tuple[tuple[str, bytes], ...]
+
+
+def _status_of(err: BaseException) -> tuple[grpc.StatusCode, str, _Trailing]:
+    """The status code, details and trailing metadata a failed call answers with."""
+    if isinstance(err, InvalidRequest):
+        fields = pb.FieldErrors(errors=[pb.FieldError(field=e.field, message=e.message) for e in err.errors])
+        details = "invalid request, nothing was changed: " + "; ".join(str(e) for e in err.errors)
+        return grpc.StatusCode.INVALID_ARGUMENT, details, ((FIELD_ERRORS_METADATA, fields.SerializeToString()),)
+    if isinstance(err, Unauthenticated):
+        return grpc.StatusCode.UNAUTHENTICATED, str(err), ()
+    if isinstance(err, PermissionDenied):
+        return grpc.StatusCode.PERMISSION_DENIED, str(err), ()
+    if isinstance(err, NotFound):
+        return grpc.StatusCode.NOT_FOUND, f"no job {str(err)!r}", ()
+    if isinstance(err, JobIdTaken):
+        return grpc.StatusCode.ALREADY_EXISTS, str(err), ()
+    if isinstance(err, Conflict):
+        return grpc.StatusCode.FAILED_PRECONDITION, str(err), ()
+    return (grpc.StatusCode.UNAVAILABLE, f"NATS, Redis or the identity provider is unavailable, try again: {err!r}", ())
+
+
 class JobService(pb_grpc.JobServiceServicer):
     def __init__(self, ops: JobOperations, auth: Authenticator, metrics: GatewayMetrics | None = None) -> None:
         self.ops = ops
@@ -176,42 +199,21 @@ class JobService(pb_grpc.JobServiceServicer):
         return who
 
     async def _serve(self, method: str, context: grpc.aio.ServicerContext, work: Callable[[], Awaitable[T]]) -> T:
-        """Run one call and map its failure to a status code (the only place that does)."""
+        """Run one call and map its failure to a status code (the only place
+        that does).  The call is counted before its status goes out, so a
+        client that saw the status also sees it in the metrics."""
         code = grpc.StatusCode.OK
         try:
             return await work()
-        except InvalidRequest as err:
-            code = grpc.StatusCode.INVALID_ARGUMENT
-            fields = pb.FieldErrors(errors=[pb.FieldError(field=e.field, message=e.message) for e in err.errors])
-            await context.abort(
-                code,
-                "invalid request, nothing was changed: " + "; ".join(str(e) for e in err.errors),
-                trailing_metadata=((FIELD_ERRORS_METADATA, fields.SerializeToString()),),
-            )
-        except Unauthenticated as err:
-            code = grpc.StatusCode.UNAUTHENTICATED
-            await context.abort(code, str(err))
-        except PermissionDenied as err:
-            code = grpc.StatusCode.PERMISSION_DENIED
-            await context.abort(code, str(err))
-        except NotFound as err:
-            code = grpc.StatusCode.NOT_FOUND
-            await context.abort(code, f"no job {str(err)!r}")
-        except JobIdTaken as err:
-            code = grpc.StatusCode.ALREADY_EXISTS
-            await context.abort(code, str(err))
-        except Conflict as err:
-            code = grpc.StatusCode.FAILED_PRECONDITION
-            await context.abort(code, str(err))
-        except UNAVAILABLE as err:
-            code = grpc.StatusCode.UNAVAILABLE
-            await context.abort(code, f"NATS, Redis or the identity provider is unavailable, try again: {err!r}")
+        except _MAPPED as err:
+            code, message, trailing = _status_of(err)
         except BaseException:
             code = grpc.StatusCode.UNKNOWN
             raise
         finally:
             if self.metrics is not None:
                 self.metrics.grpc_requests.labels(method, code.name).inc()
+        await context.abort(code, message, trailing_metadata=trailing)
         raise AssertionError("unreachable: abort raises")
 
     async def SubmitJob(self, request: pb.SubmitJobRequest, context: grpc.aio.ServicerContext) -> pb.SubmitJobResponse:
