@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 #: A quiet follower checks the stream this often for messages it should have
 #: been delivered (a stalled subscription is replaced).
 STALL_CHECK_S = 2.0
+#: A delivered batch at least this long is checked against the projection in
+#: Redis first, so events another process folded already are not sent again.
+SKIP_APPLIED_FROM = 64
 
 
 class ProjectionLost(Exception):
@@ -285,11 +288,16 @@ class Projector:
                 last_arrival, expected = loop.time(), 0
                 while inbox:
                     items, inbox[:] = inbox[:batch_size], inbox[batch_size:]
-                    # Another process's projector may have applied these already:
-                    # skip them without decoding (the Lua fold would skip them too).
                     await self._check_no_hole(delivered, items)
-                    applied = await self._check_not_lost()
-                    floor = max(self.position, applied)
+                    if len(items) >= SKIP_APPLIED_FROM:
+                        # A long batch (catching up behind another process's projector):
+                        # skip what it applied already without decoding it.
+                        floor = max(self.position, await self._check_not_lost())
+                    else:
+                        # A few live events: send them all.  The fold skips what another
+                        # process applied (0) and refuses a projection wiped or rolled
+                        # back meanwhile (-1, -2: ProjectionLost), so no read first.
+                        floor = self.position
                     todo = [(s, d, subject) for s, subject, d in items if s > floor]
                     if todo:
                         # The fold continues from the message delivered just before.
