@@ -40,8 +40,9 @@ from typing import Any
 import msgspec
 import nats.errors
 from nats.aio.msg import Msg
+from nats.js.api import Header
 
-STATUS = "Status"
+STATUS, DESCRIPTION = Header.STATUS.value, Header.DESCRIPTION.value
 #: Statuses that end a pull request without an error: no messages now, request expired.
 _DONE = {"404", "408"}
 #: Slack for a status on its way when a request's time is up.
@@ -89,7 +90,7 @@ class BatchPull:
         else:
             self._open = 0
             if status not in _DONE:
-                self._error = f"{status} {headers.get('Description', '') if headers else ''}".strip()
+                self._error = f"{status} {headers.get(DESCRIPTION, '') if headers else ''}".strip()
         self._arrived.set()
 
     async def _request(self, batch: int, no_wait: bool = False) -> None:

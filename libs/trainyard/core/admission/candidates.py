@@ -38,20 +38,11 @@ def load_holders(running: Sequence[RunningJob], index: TreeIndex, demands: Deman
     lowest: dict[int, int] = {}
     noticed = False
     queue_by_pair = index.queue_by_pair
-    single = demands.single
     nothing: Demand = []
     add = holders.append
     rows: dict[tuple[str, str, bool], tuple[int, list[int]] | None] = {}  # (tenant, queue, borrow-only) -> usage
     for r in running:
-        gpus_by_type = r.gpus_by_type
-        holding: Demand | None
-        if len(gpus_by_type) == 1:
-            (item,) = gpus_by_type.items()
-            holding = single.get(item)
-            if holding is None:
-                holding = demands(gpus_by_type) or nothing
-        else:
-            holding = demands(gpus_by_type) or nothing
+        holding = demands(r.gpus_by_type) or nothing
         for i, d in holding:
             held[i] += d
         key = (r.tenant, r.queue, r.may_only_borrow)
