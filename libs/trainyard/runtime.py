@@ -157,8 +157,9 @@ def serve(name: str, main: Callable[[Runtime], Awaitable[None]]) -> None:
         run_loop(settings, _run())
         return
     import cProfile
+    import time
 
-    profiler = cProfile.Profile()
+    profiler = cProfile.Profile(time.process_time)  # CPU time: waits and other processes' turns are not counted
     try:
         profiler.runcall(run_loop, settings, _run())
     finally:

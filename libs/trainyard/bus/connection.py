@@ -11,7 +11,7 @@ import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, PubAck
-from nats.js.errors import APIError
+from nats.js.errors import APIError, NoStreamResponseError
 
 from trainyard.bus.client import ResilientClient, check_publishable
 from trainyard.bus.pull import BatchPull
@@ -41,6 +41,29 @@ def server_urls(url: str) -> list[str]:
 
 class WrongLastSequence(Exception):
     """Someone else changed this entity first: re-read and decide again."""
+
+
+class _Ack(msgspec.Struct):
+    """JetStream's answer to a publish: the stored message's place, or an error."""
+
+    stream: str = ""
+    seq: int = 0
+    duplicate: bool | None = None  # as the stock client reads it: absent when the server leaves it out
+    domain: str | None = None
+    error: dict[str, Any] | None = None
+
+
+_decode_ack = msgspec.json.Decoder(_Ack).decode
+
+
+def pub_ack(data: bytes) -> PubAck:
+    """The ack of a JetStream publish (as ``JetStreamContext.publish`` reads
+    it, without its JSON module and dataclass walk); raises the server's
+    :class:`APIError` when it refused the message."""
+    ack = _decode_ack(data)
+    if ack.error is not None:
+        raise APIError.from_error(ack.error)
+    return PubAck(stream=ack.stream, seq=ack.seq, domain=ack.domain, duplicate=ack.duplicate)
 
 
 class PublishRequest(msgspec.Struct):
@@ -189,7 +212,11 @@ class Bus:
         :class:`PayloadTooLarge` before anything is sent: the server would
         answer it by closing the connection."""
         check_publishable(self.nc, subject, data, headers)
-        return await self.js.publish(subject, data, timeout=self.publish_timeout, headers=headers)
+        try:
+            msg = await self.nc.request(subject, data, timeout=self.publish_timeout, headers=headers)
+        except nats.errors.NoRespondersError:
+            raise NoStreamResponseError from None
+        return pub_ack(msg.data)
 
     async def publish_many(self, requests: list[PublishRequest]) -> list[PubAck | Exception]:
         """Publish a batch concurrently on the connection; one result per
