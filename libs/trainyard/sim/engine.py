@@ -21,7 +21,7 @@ from heapq import heappop, heappush
 
 from msgspec.structs import replace
 
-from trainyard.core.admission import AdmissionPolicy, RunningJob, queue_key
+from trainyard.core.admission import AdmissionPolicy, HolderTable, RunningJob, queue_key
 from trainyard.core.admission.tree import TreeIndex
 from trainyard.core.lifecycle import HEAD_OF_QUEUE_OFFSET, JobRecord, JobTable
 from trainyard.core.placement import RunningAlloc
@@ -88,6 +88,7 @@ class Simulator(AdmissionView, Samples, SchedulingCycle):
         self.pending = PendingQueues(sorted(set(self.qkey) | set(index.queue_of)), policy.scheduling)
         self.to_place: dict[int, int] = {}  # admitted, not yet placed: job -> admission sequence
         self.admitted_running: dict[int, RunningJob] = {}  # admission's view of holders
+        self.holder_table = HolderTable(self.tenancy, list(types))  # the same holders, summed as they change
         self.allocs: dict[int, RunningAlloc] = {}  # placement's view of holders
         self.on_node: dict[str, set[int]] = {n: set() for n in cluster.order}
         self.in_use: dict[str, int] = dict.fromkeys(types, 0)  # GPUs per type held by admitted and placed jobs
@@ -331,6 +332,7 @@ class Simulator(AdmissionView, Samples, SchedulingCycle):
         st = self.jobs[i]
         self.to_place.pop(i, None)
         if self.admitted_running.pop(i, None) is not None:
+            self.holder_table.drop(i)
             self.in_use[st.job.gpu_type] -= st.job.gpus
         alloc = self.allocs.pop(i, None)
         if alloc is not None:

@@ -31,12 +31,12 @@ class SchedulingCycle:
             # the last cycle preempted (under load, preemption by attained service is frequent): decide once,
             # with the cluster, rather than twice
             snapshot = self._with_cluster(snapshot)
-        result = admit(snapshot, self.admission, now)
+        result = admit(snapshot, self.admission, now, self.holder_table)
         if result.preemptions and snapshot.cluster is None:
             # victims are chosen on the topology, as the live service does: decide again with the cluster
             # (built only when someone would preempt, since it costs O(nodes))
             snapshot = self._with_cluster(snapshot)
-            result = admit(snapshot, self.admission, now)
+            result = admit(snapshot, self.admission, now, self.holder_table)
         self.preempting = bool(result.preemptions)
         if self.scenario.trace_decisions:
             self.decisions.append(("admit", snapshot, now, result))
@@ -50,6 +50,7 @@ class SchedulingCycle:
             if st.running is not None:
                 st.running = replace(st.running, notice_at=now)
                 self.admitted_running[i] = st.running
+                self.holder_table.put(i, st.running)
             self.push(now + p.grace_period_s, STOP, (i, st.run_id))
         # 2. Placement: every admitted gang not yet placed, in admission order, on the live tree.
         if self.to_place:
@@ -97,6 +98,7 @@ class SchedulingCycle:
             attained_gpu_s=st.attained,
         )
         self.admitted_running[i] = st.running
+        self.holder_table.put(i, st.running)
         self.in_use[job.gpu_type] += job.gpus
         self.admit_seq += 1
         self.to_place[i] = self.admit_seq

@@ -1,5 +1,6 @@
 """Which jobs run: ``admit(snapshot, policy, now) -> AdmissionResult``."""
 
+from trainyard.core.admission.candidates import HolderTable
 from trainyard.core.admission.cycle import admit
 from trainyard.core.admission.fairshare import decay_usage, decay_usage_table
 from trainyard.core.admission.fit import FleetSummary, never_fits
@@ -25,6 +26,7 @@ __all__ = [
     "Cohort",
     "FleetSummary",
     "FlavorQuota",
+    "HolderTable",
     "PendingJob",
     "Preemption",
     "PreemptionSettings",

@@ -3,14 +3,14 @@ service level, and the quota bookkeeping of taking a victim away or a gang in (p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import NamedTuple
 
 from trainyard.core.admission.fairshare import FairShare
 from trainyard.core.admission.ordering import DemandCache, service_level
 from trainyard.core.admission.quota import Demand, QuotaState
 from trainyard.core.admission.snapshot import PendingJob, RunningJob
-from trainyard.core.admission.tree import TreeIndex
+from trainyard.core.admission.tree import Tenancy, TreeIndex
 
 
 class Holder(NamedTuple):
@@ -64,6 +64,86 @@ def load_holders(running: Sequence[RunningJob], index: TreeIndex, demands: Deman
         if r.notice_at is not None:
             noticed = True
     return Holdings(holders, held, usage, lowest, noticed)
+
+
+class HolderTable:
+    """The running jobs of a caller that decides every cycle over mostly the same runs (the simulator), with
+    :func:`load_holders`' sums kept up to date as runs are put and dropped.
+
+    ``holdings()`` equals ``load_holders`` over the runs in the order they were first put (a run put again under
+    its key keeps its place, as in a dict) with a :class:`TreeIndex` of the same tenancy and GPU types, without a
+    pass over every run each cycle.  Give it to ``admit`` with a snapshot whose ``running`` holds the same runs.
+    """
+
+    __slots__ = ("tenancy", "flavors", "index", "demands", "_nf", "_all", "held", "usage", "_rows", "_priorities",
+                 "_noticed")  # fmt: skip
+
+    def __init__(self, tenancy: Tenancy, flavors: list[str]) -> None:
+        self.tenancy, self.flavors = tenancy, list(flavors)
+        self.index = TreeIndex(tenancy, self.flavors)
+        self.demands = DemandCache(self.index.fidx)
+        self._nf = len(self.index.flavors)
+        self._all: dict[Hashable, tuple[RunningJob, Demand, Holder | None]] = {}  # key -> run, demand, holder
+        self.held = [0] * self._nf
+        self.usage: dict[tuple[int, bool], list[int]] = {}
+        self._rows: dict[tuple[int, bool], int] = {}  # usage row -> runs counted in it
+        self._priorities: dict[int, dict[int, int]] = {}  # queue -> priority of a preemptible run -> runs
+        self._noticed = 0
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def serves(self, tenancy: Tenancy, flavors: list[str]) -> bool:
+        """Were its queue and type numbers made for this tenancy and these GPU types?"""
+        return tenancy is self.tenancy and flavors == self.flavors
+
+    def put(self, key: Hashable, run: RunningJob) -> None:
+        """Add a run, or replace the one under ``key`` (it keeps its place)."""
+        if key in self._all:
+            self._count(*self._all[key], -1)
+        holding = self.demands(run.gpus_by_type) or []
+        q = self.index.queue_by_pair.get((run.tenant, run.queue))
+        holder = None if q is None else Holder(run, q, holding)
+        self._all[key] = (run, holding, holder)
+        self._count(run, holding, holder, 1)
+
+    def drop(self, key: Hashable) -> None:
+        """Forget the run under ``key`` (nothing when there is none)."""
+        entry = self._all.pop(key, None)
+        if entry is not None:
+            self._count(*entry, -1)
+
+    def _count(self, run: RunningJob, holding: Demand, holder: Holder | None, sign: int) -> None:
+        held = self.held
+        for i, d in holding:
+            held[i] += sign * d
+        if holder is None:
+            return
+        q = holder.queue
+        key = (q, run.may_only_borrow)
+        row = self.usage.get(key)
+        if row is None:
+            row = self.usage[key] = [0] * self._nf
+        for i, d in holding:
+            row[i] += sign * d
+        left = self._rows[key] = self._rows.get(key, 0) + sign
+        if not left:  # no run counted in it: gone, as load_holders would not make it
+            del self._rows[key], self.usage[key]
+        if run.preemptible:
+            counts = self._priorities.setdefault(q, {})
+            n = counts[run.priority] = counts.get(run.priority, 0) + sign
+            if not n:
+                del counts[run.priority]
+                if not counts:
+                    del self._priorities[q]
+        if run.notice_at is not None:
+            self._noticed += sign
+
+    def holdings(self) -> Holdings:
+        """What :func:`load_holders` would read from the runs held now (shared lists: read them only)."""
+        lowest = {q: min(counts) for q, counts in self._priorities.items()}
+        holders = [h for _, _, h in self._all.values() if h is not None]
+        return Holdings(holders, self.held, self.usage, lowest, self._noticed > 0)
 
 
 class Blocked(NamedTuple):

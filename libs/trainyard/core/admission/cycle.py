@@ -23,7 +23,7 @@ from __future__ import annotations
 from heapq import heapify, heappop, heappush
 
 from trainyard.core.admission.backfill import Shadows
-from trainyard.core.admission.candidates import Blocked, load_holders
+from trainyard.core.admission.candidates import Blocked, HolderTable, load_holders
 from trainyard.core.admission.fairshare import FairShare
 from trainyard.core.admission.ordering import (
     BORROW_ONLY,
@@ -72,23 +72,33 @@ NOBODY = 3  # reservation level that blocks no class
 inf = float("inf")
 
 
-def admit(snapshot: AdmissionSnapshot, policy: AdmissionPolicy, now: float) -> AdmissionResult:
-    """Decide which pending jobs to admit now, whom to preempt, and why the rest wait."""
+def admit(
+    snapshot: AdmissionSnapshot, policy: AdmissionPolicy, now: float, holders: HolderTable | None = None
+) -> AdmissionResult:
+    """Decide which pending jobs to admit now, whom to preempt, and why the rest wait.
+
+    ``holders``: ``snapshot.running`` already summed by a caller that keeps them from cycle to cycle (the
+    simulator); the decision is the same as without it."""
     if policy.tenancy is None:
         return _admit_fifo(snapshot, policy, now)
-    return _admit_with_tenancy(snapshot, policy, policy.tenancy, now)
+    return _admit_with_tenancy(snapshot, policy, policy.tenancy, now, holders)
 
 
 def _admit_with_tenancy(
-    snapshot: AdmissionSnapshot, policy: AdmissionPolicy, tenancy: Tenancy, now: float
+    snapshot: AdmissionSnapshot, policy: AdmissionPolicy, tenancy: Tenancy, now: float, table: HolderTable | None
 ) -> AdmissionResult:
     # 1. Index the tree; load what running jobs hold.
-    index = TreeIndex(tenancy, list(snapshot.capacity))
+    flavors = list(snapshot.capacity)
+    if table is not None and len(table) != len(snapshot.running):
+        raise ValueError(f"the holder table has {len(table)} runs and the snapshot {len(snapshot.running)}")
+    kept = table is not None and table.serves(tenancy, flavors)
+    index = table.index if table is not None and kept else TreeIndex(tenancy, flavors)
     fidx, nf = index.fidx, len(index.flavors)
     capacity = [snapshot.capacity.get(f, 0) for f in index.flavors]
     state = QuotaState(index)
     demands = DemandCache(fidx)
-    holders, held, usage, lowest, noticed = load_holders(snapshot.running, index, demands)
+    loaded = table.holdings() if table is not None and kept else load_holders(snapshot.running, index, demands)
+    holders, held, usage, lowest, noticed = loaded
     for (node, borrow_only), row in usage.items():
         state.take(node, [(i, d) for i, d in enumerate(row) if d], borrow_only)
     free = [capacity[i] - max(snapshot.in_use.get(f, 0), held[i]) for i, f in enumerate(index.flavors)]

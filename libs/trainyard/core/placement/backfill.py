@@ -28,8 +28,10 @@ class Backfill:
     def __init__(self, topo: Topology, now: float, running: list[RunningAlloc]) -> None:
         self.topo = topo
         self.now = now
-        # Every holder's (latest end, replicas); expanded only when a reservation is searched for.
-        self.holders: list[tuple[float, list[ReplicaPlacement]]] = [(a.expected_end, a.replicas) for a in running]
+        # The holders, read for their (latest end, replicas) only when a reservation is searched for (most
+        # cycles search for none), and the gangs placed in this cycle.
+        self.running = running
+        self.added: list[tuple[float, list[ReplicaPlacement]]] = []
         self.reservations: list[Reservation] = []
         self.reserved: list[dict[str, list[int]]] = []  # per reservation: node id -> GPUs
         self.reserved_gpus: set[tuple[str, int]] = set()  # union over reservations
@@ -37,7 +39,7 @@ class Backfill:
         self.mask_set: tuple[int, ...] = ()  # indices of the reservations currently masked
 
     def add_release(self, end: float, replicas: list[ReplicaPlacement]) -> None:
-        self.holders.append((end, replicas))
+        self.added.append((end, replicas))
 
     # --- masks ---
 
@@ -74,7 +76,8 @@ class Backfill:
         the last released holder ends, by which time every released GPU is free.
         """
         self.set_mask(list(range(len(self.reservations))))
-        groups = sorted(self.holders, key=lambda h: h[0])  # releases, earliest first
+        releases = [(a.expected_end, a.replicas) for a in self.running] + self.added
+        groups = sorted(releases, key=lambda h: h[0])  # releases, earliest first
         applied: list[Given] = []
 
         def goto(k: int) -> None:
