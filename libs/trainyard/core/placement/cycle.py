@@ -9,7 +9,7 @@ reservation; later, smaller gangs start only if they do not delay it
 from __future__ import annotations
 
 from trainyard.core.placement.backfill import Backfill
-from trainyard.core.placement.gang import fit_gang, undo, why_not
+from trainyard.core.placement.gang import fit_gang, fits_somewhere, undo, why_not
 from trainyard.core.placement.snapshot import (
     ClusterSnapshot,
     NodeView,
@@ -81,7 +81,8 @@ class Cycle:
         # 3. Keep off the GPUs reserved for earlier gangs unless this one ends first.
         if self.backfill.reservations:
             self.backfill.mask_for(end)
-        replicas = fit_gang(self.topo, spec, limit)
+        # (aggregates first: a gang that fits no domain at all is not searched for)
+        replicas = None if fits_somewhere(self.topo, spec) is False else fit_gang(self.topo, spec, limit)
         if replicas is not None:
             placed = Placement(req.job_id, req.run_id, replicas, backfilled=bool(self.backfill.reservations))
             self.placements.append(placed)
@@ -110,7 +111,8 @@ class Cycle:
         masked = self.backfill.mask_set
         self.backfill.unmask()
         try:
-            replicas = fit_gang(self.topo, req.spec, self.policy.candidates_per_level)
+            quick = fits_somewhere(self.topo, req.spec)
+            replicas = None if quick is False else fit_gang(self.topo, req.spec, self.policy.candidates_per_level)
             if replicas is not None:
                 undo(self.topo, [(0, "", self.topo.nodes[r.node_id], r.gpus) for r in replicas])
                 return PendingReason.RESERVED_FOR_LARGER_JOB
