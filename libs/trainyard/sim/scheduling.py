@@ -11,7 +11,7 @@ from __future__ import annotations
 from msgspec.structs import replace
 
 from trainyard.core.admission import AdmissionSnapshot, RunningJob, admit
-from trainyard.core.placement import PlacementRequest, RunningAlloc
+from trainyard.core.placement import ClusterSnapshot, PlacementRequest, RunningAlloc
 from trainyard.events.jobs import JobAdmitted, JobPlaced, RunStarted
 from trainyard.sim.checks import check_state
 from trainyard.sim.placing import place_live
@@ -27,16 +27,18 @@ class SchedulingCycle:
         self._decay_history()
         # 1. Admission: the jobs that could fit, the holders, the capacity in service.
         snapshot = self._admission_snapshot()
+        # the preemption pass searches the live tree (and restores it) rather than building one, while it is the
+        # tree a snapshot would give: a failed node is in the live tree, with no GPU free, but in no snapshot's
+        topology = None if self.cluster.down else self.cluster.topo
         if self.preempting and snapshot.pending and self.allocs:
             # the last cycle preempted (under load, preemption by attained service is frequent): decide once,
             # with the cluster, rather than twice
-            snapshot = self._with_cluster(snapshot)
-        result = admit(snapshot, self.admission, now, self.holder_table)
+            snapshot = self._with_cluster(snapshot, topology is not None)
+        result = admit(snapshot, self.admission, now, self.holder_table, topology)
         if result.preemptions and snapshot.cluster is None:
             # victims are chosen on the topology, as the live service does: decide again with the cluster
-            # (built only when someone would preempt, since it costs O(nodes))
-            snapshot = self._with_cluster(snapshot)
-            result = admit(snapshot, self.admission, now, self.holder_table)
+            snapshot = self._with_cluster(snapshot, topology is not None)
+            result = admit(snapshot, self.admission, now, self.holder_table, topology)
         self.preempting = bool(result.preemptions)
         if self.scenario.trace_decisions:
             self.decisions.append(("admit", snapshot, now, result))
@@ -72,9 +74,16 @@ class SchedulingCycle:
         if every and self.cycles % every == 0:
             self.violations.extend(check_state(self))
 
-    def _with_cluster(self, snapshot: AdmissionSnapshot) -> AdmissionSnapshot:
-        """The snapshot with the cluster and the pending jobs' specs: victims are chosen on the topology."""
-        cluster = self.cluster.snapshot(list(self.allocs.values()), self.policy.placement)
+    def _with_cluster(self, snapshot: AdmissionSnapshot, live_tree: bool) -> AdmissionSnapshot:
+        """The snapshot with the cluster and the pending jobs' specs: victims are chosen on the topology.
+
+        With ``live_tree`` admission is given the live tree, so the nodes are left out of the snapshot (it costs
+        O(nodes)) unless decisions are traced, which must replay as direct calls of the core."""
+        running = list(self.allocs.values())
+        if live_tree and not self.scenario.trace_decisions:
+            cluster = ClusterSnapshot(nodes=[], running=running, policy=self.policy.placement)
+        else:
+            cluster = self.cluster.snapshot(running, self.policy.placement)
         specs = {p.job_id: self._spec(self.jobs[int(p.job_id[1:])]) for p in snapshot.pending}
         return replace(snapshot, cluster=cluster, specs=specs)
 

@@ -1,7 +1,8 @@
 """``HolderTable`` keeps ``load_holders``' sums as runs come and go: after any
 sequence of puts (new runs, runs told to stop, runs put again) and drops, its
 holdings equal a fresh ``load_holders`` pass over the same runs in the same
-order, and ``admit`` decides the same with it as without it."""
+order (and so do the holders' expected ends that backfill plans with), and ``admit`` decides the same with it as
+without it."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from trainyard.core.admission import (
     Tenancy,
     admit,
 )
+from trainyard.core.admission.backfill import Shadows
 from trainyard.core.admission.candidates import load_holders
 from trainyard.core.admission.ordering import DemandCache
 from trainyard.core.admission.tree import Scheduling, TreeIndex
@@ -36,7 +38,7 @@ TENANCY = Tenancy(
 
 gpus = st.one_of(st.dictionaries(st.sampled_from([*FLAVORS, "V100"]), st.integers(1, 6), min_size=1, max_size=2))
 runs = st.builds(
-    lambda job, where, g, started, prio, preemptible, borrow, notice: RunningJob(
+    lambda job, where, g, started, prio, preemptible, borrow, notice, limit: RunningJob(
         job_id=f"j{job}",
         tenant=where[0],
         queue=where[1],
@@ -46,7 +48,7 @@ runs = st.builds(
         preemptible=preemptible,
         may_only_borrow=borrow,
         notice_at=notice,
-        expected_end=started + 3600.0,
+        expected_end=None if limit is None else started + limit,
     ),
     st.integers(0, 30),
     st.sampled_from(QUEUES),
@@ -56,6 +58,7 @@ runs = st.builds(
     st.booleans(),
     st.booleans(),
     st.one_of(st.none(), st.just(500.0)),
+    st.one_of(st.none(), st.sampled_from([600.0, 3600.0])),  # no limit, or limits that make equal ends
 )
 ops = st.lists(st.tuples(st.sampled_from(["put", "drop"]), st.integers(0, 12), runs), max_size=60)
 
@@ -81,6 +84,7 @@ def test_the_table_holds_what_a_fresh_pass_would_read(steps: list) -> None:
         holders, held, usage, lowest, noticed = table.holdings()
         assert len(table) == len(mirror)
         assert ([tuple(h) for h in holders], held, usage, lowest, noticed) == fresh(list(mirror.values()))
+        assert table.releases() == Shadows(len(FLAVORS), holders, 0.0).releases
 
 
 @settings(max_examples=100, deadline=None)

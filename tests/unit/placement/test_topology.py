@@ -1,10 +1,11 @@
-"""The topology tree: structure, aggregates, and aggregates kept exact through take and give."""
+"""The topology tree: structure, aggregates, and aggregates kept exact through take and give, and through the
+restore that undoes every take and give since a record."""
 
 from __future__ import annotations
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from placement_builders import nodes, snapshot
 
 from trainyard.core.placement.cycle import build_topology
@@ -35,8 +36,19 @@ def test_tree_levels_and_aggregates():
     assert h100.largest[Level.RACK] == 32 and h100.largest[Level.BLOCK] == 32
 
 
+def state(topo: Topology) -> tuple:
+    """Every node's free GPUs and every domain's aggregates."""
+    return tuple(
+        (d.key, d.free, d.whole, tuple(d.hist), tuple(getattr(d, "free_gpus", ())))
+        for tree in topo.trees.values()
+        for index in tree.levels.values()
+        for d in index.values()
+    )
+
+
 class TakeAndGive(RuleBasedStateMachine):
-    """Any sequence of takes and gives keeps every aggregate equal to a fresh count."""
+    """Any sequence of takes and gives keeps every aggregate equal to a fresh count; a restore puts back the
+    tree as it was when recording began."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -54,6 +66,7 @@ class TakeAndGive(RuleBasedStateMachine):
         ]
         self.topo = Topology.build((i, range(i.gpus), True) for i in infos)
         self.ids = sorted(self.topo.nodes)
+        self.recorded: tuple | None = None  # the state when recording began
 
     @rule(node=st.integers(0, 5), gpus=st.lists(st.integers(0, 8), max_size=8))
     def take(self, node, gpus):
@@ -68,6 +81,19 @@ class TakeAndGive(RuleBasedStateMachine):
         before = set(n.free_gpus)
         given = self.topo.give(n, gpus)
         assert set(given) == {g for g in gpus if g < n.gpus} - before
+
+    @precondition(lambda self: self.recorded is None)
+    @rule()
+    def record(self):
+        self.recorded = state(self.topo)
+        self.topo.record()
+
+    @precondition(lambda self: self.recorded is not None)
+    @rule()
+    def restore(self):
+        self.topo.restore()
+        assert state(self.topo) == self.recorded
+        self.recorded = None
 
     @invariant()
     def aggregates_match_a_fresh_count(self):

@@ -7,6 +7,7 @@ from trainyard.core.admission import admit
 from trainyard.core.admission.tree import Scheduling
 from trainyard.core.invariants import check_job_log
 from trainyard.core.placement import place
+from trainyard.core.placement.cycle import build_topology
 from trainyard.sim import FailureModel, Scenario, SimCluster, build_nodes, policy_named, simulate, synthetic
 from trainyard.sim.policies import BACKFILL, Policy
 from trainyard.sim.report import summarise
@@ -57,10 +58,20 @@ def test_preemption_shows_up_in_the_log_and_the_ledger_of_lost_work():
     assert check_job_log(sim.events).violations == []
 
 
-@pytest.mark.parametrize("policy", ["trainyard", "slurm"])
-def test_simulator_decisions_equal_direct_core_calls(policy):
-    sim = small(policy, jobs=120, nodes=8, trace_decisions=True)
+@pytest.mark.parametrize(
+    ("policy", "failures"),
+    [
+        ("trainyard", FAILING),
+        ("slurm", FAILING),
+        # no node down: the preemption pass searches the simulator's live tree, the replay a tree built afresh
+        ("trainyard", FailureModel(enabled=False)),
+    ],
+)
+def test_simulator_decisions_equal_direct_core_calls(policy, failures):
+    sim = small(policy, jobs=120, nodes=8, failures=failures, trace_decisions=True)
     assert sim.decisions
+    if not failures.enabled:
+        assert any(d[0] == "admit" and d[1].cluster is not None and d[3].preemptions for d in sim.decisions)
     admits = places = 0
     for d in sim.decisions:
         if d[0] == "admit":
@@ -73,3 +84,24 @@ def test_simulator_decisions_equal_direct_core_calls(policy):
             assert msgspec.to_builtins(direct) == msgspec.to_builtins(result)
             places += 1
     assert admits > 10 and places > 10
+
+
+def test_admission_given_the_clusters_tree_decides_the_same_and_leaves_the_tree_as_it_was():
+    sim = small("trainyard", jobs=120, nodes=8, failures=FailureModel(enabled=False), trace_decisions=True)
+    with_cluster = [d for d in sim.decisions if d[0] == "admit" and d[1].cluster is not None]
+    assert any(d[3].preemptions for d in with_cluster)
+    for _, snapshot, now, result in with_cluster:
+        topo = build_topology(snapshot.cluster)
+        before = _free_state(topo)
+        assert admit(snapshot, sim.admission, now, topology=topo) == result
+        assert _free_state(topo) == before
+        assert topo.journal is None  # no longer recording
+
+
+def _free_state(topo):
+    return [
+        (d.key, d.free, d.whole, tuple(d.hist), tuple(getattr(d, "free_gpus", ())))
+        for tree in topo.trees.values()
+        for index in tree.levels.values()
+        for d in index.values()
+    ]

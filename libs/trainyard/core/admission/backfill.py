@@ -48,9 +48,16 @@ class Shadows:
 
     __slots__ = ("_releases", "holders", "by_type", "now")
 
-    def __init__(self, type_count: int, holders: Sequence[Holder], now: float) -> None:
+    def __init__(
+        self,
+        type_count: int,
+        holders: Sequence[Holder],
+        now: float,
+        releases: list[list[tuple[float, int]]] | None = None,
+    ) -> None:
         self.holders = holders  # the jobs holding GPUs; their expected ends are read on the first reservation
-        self._releases: list[list[tuple[float, int]]] | None = None
+        # ``releases`` already sorted from those holders by a caller that keeps them (``HolderTable``)
+        self._releases = releases
         self.by_type: list[Shadow | None] = [None] * type_count
         self.now = now
 

@@ -3,6 +3,8 @@ service level, and the quota bookkeeping of taking a victim away or a gang in (p
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left, insort
 from collections.abc import Callable, Hashable, Sequence
 from typing import NamedTuple
 
@@ -72,11 +74,12 @@ class HolderTable:
 
     ``holdings()`` equals ``load_holders`` over the runs in the order they were first put (a run put again under
     its key keeps its place, as in a dict) with a :class:`TreeIndex` of the same tenancy and GPU types, without a
-    pass over every run each cycle.  Give it to ``admit`` with a snapshot whose ``running`` holds the same runs.
+    pass over every run each cycle; ``releases()`` equals what backfill's ``Shadows`` would sort from those
+    holders.  Give it to ``admit`` with a snapshot whose ``running`` holds the same runs.
     """
 
     __slots__ = ("tenancy", "flavors", "index", "demands", "_nf", "_all", "held", "usage", "_rows", "_priorities",
-                 "_noticed")  # fmt: skip
+                 "_noticed", "_ends")  # fmt: skip
 
     def __init__(self, tenancy: Tenancy, flavors: list[str]) -> None:
         self.tenancy, self.flavors = tenancy, list(flavors)
@@ -89,6 +92,7 @@ class HolderTable:
         self._rows: dict[tuple[int, bool], int] = {}  # usage row -> runs counted in it
         self._priorities: dict[int, dict[int, int]] = {}  # queue -> priority of a preemptible run -> runs
         self._noticed = 0
+        self._ends: list[list[tuple[float, int]]] = [[] for _ in range(self._nf)]  # per type: (expected end, GPUs)
 
     def __len__(self) -> int:
         return len(self._all)
@@ -124,8 +128,14 @@ class HolderTable:
         row = self.usage.get(key)
         if row is None:
             row = self.usage[key] = [0] * self._nf
+        end = math.inf if run.expected_end is None else run.expected_end
         for i, d in holding:
             row[i] += sign * d
+            ends = self._ends[i]
+            if sign > 0:
+                insort(ends, (end, d))
+            else:
+                del ends[bisect_left(ends, (end, d))]
         left = self._rows[key] = self._rows.get(key, 0) + sign
         if not left:  # no run counted in it: gone, as load_holders would not make it
             del self._rows[key], self.usage[key]
@@ -144,6 +154,10 @@ class HolderTable:
         lowest = {q: min(counts) for q, counts in self._priorities.items()}
         holders = [h for _, _, h in self._all.values() if h is not None]
         return Holdings(holders, self.held, self.usage, lowest, self._noticed > 0)
+
+    def releases(self) -> list[list[tuple[float, int]]]:
+        """Per type, when the holders' GPUs come back, earliest first (``Shadows.releases``; shared: read only)."""
+        return self._ends
 
 
 class Blocked(NamedTuple):

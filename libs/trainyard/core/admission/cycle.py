@@ -48,6 +48,7 @@ from trainyard.core.admission.snapshot import (
     Waiting,
 )
 from trainyard.core.admission.tree import Tenancy, TreeIndex
+from trainyard.core.placement.topology import Topology
 from trainyard.core.reasons import PendingReason
 
 __all__ = [
@@ -73,19 +74,30 @@ inf = float("inf")
 
 
 def admit(
-    snapshot: AdmissionSnapshot, policy: AdmissionPolicy, now: float, holders: HolderTable | None = None
+    snapshot: AdmissionSnapshot,
+    policy: AdmissionPolicy,
+    now: float,
+    holders: HolderTable | None = None,
+    topology: Topology | None = None,
 ) -> AdmissionResult:
     """Decide which pending jobs to admit now, whom to preempt, and why the rest wait.
 
     ``holders``: ``snapshot.running`` already summed by a caller that keeps them from cycle to cycle (the
-    simulator); the decision is the same as without it."""
+    simulator); the decision is the same as without it.  ``topology``: the tree of ``snapshot.cluster``'s
+    schedulable nodes, kept by such a caller; the preemption pass works on it instead of building one (its
+    nodes are then not read) and leaves it as it found it."""
     if policy.tenancy is None:
         return _admit_fifo(snapshot, policy, now)
-    return _admit_with_tenancy(snapshot, policy, policy.tenancy, now, holders)
+    return _admit_with_tenancy(snapshot, policy, policy.tenancy, now, holders, topology)
 
 
 def _admit_with_tenancy(
-    snapshot: AdmissionSnapshot, policy: AdmissionPolicy, tenancy: Tenancy, now: float, table: HolderTable | None
+    snapshot: AdmissionSnapshot,
+    policy: AdmissionPolicy,
+    tenancy: Tenancy,
+    now: float,
+    table: HolderTable | None,
+    topology: Topology | None,
 ) -> AdmissionResult:
     # 1. Index the tree; load what running jobs hold.
     flavors = list(snapshot.capacity)
@@ -105,7 +117,8 @@ def _admit_with_tenancy(
     shares = FairShare(index, state.usage, capacity, snapshot.usage_history, tenancy.half_life_s)
 
     scheduling = tenancy.scheduling
-    shadows = Shadows(nf, holders, now) if scheduling.backfill else None
+    kept_ends = table.releases() if table is not None and kept else None
+    shadows = Shadows(nf, holders, now, kept_ends) if scheduling.backfill else None
     root_limit, root_claim = index.limit[0], state.claim[0]
     reserve_after = scheduling.reserve_after_s
     claimed = [False] * nf  # types a blocked job may already preempt for this cycle
@@ -276,19 +289,27 @@ def _admit_with_tenancy(
             if b.may_reclaim or levels is not None or b.job.priority > lowest.get(b.queue, b.job.priority)
         ]
     if blocked:
-        preemptions, preemptors = preempt(
-            tenancy.preemption,
-            state,
-            shares,
-            free,
-            holders,
-            blocked[:most_preemptors],
-            snapshot.recent_preemptions,
-            now,
-            snapshot.cluster,
-            snapshot.specs,
-            levels,
-        )
+        tree = topology if snapshot.cluster is not None else None
+        if tree is not None:
+            tree.record()  # the pass writes its commitments into the caller's tree: undone below
+        try:
+            preemptions, preemptors = preempt(
+                tenancy.preemption,
+                state,
+                shares,
+                free,
+                holders,
+                blocked[:most_preemptors],
+                snapshot.recent_preemptions,
+                now,
+                snapshot.cluster,
+                snapshot.specs,
+                levels,
+                tree,
+            )
+        finally:
+            if tree is not None:
+                tree.restore()
         for at in preemptors:
             old = waiting[at]
             waiting[at] = Waiting(old.job_id, PendingReason.PREEMPTING, old.position)

@@ -60,10 +60,8 @@ from trainyard.core.admission.ordering import WITHIN_NOMINAL, service_level
 from trainyard.core.admission.quota import Demand, QuotaState
 from trainyard.core.admission.snapshot import Preemption, RunningJob
 from trainyard.core.admission.tree import PreemptionSettings
-from trainyard.core.placement.cycle import build_topology
-from trainyard.core.placement.gang import fit_gang
-from trainyard.core.placement.preemption import select_victims
-from trainyard.core.placement.snapshot import ClusterSnapshot, PlacementRequest, RunningAlloc
+from trainyard.core.admission.victims import VictimSearch
+from trainyard.core.placement.snapshot import ClusterSnapshot
 from trainyard.core.placement.topology import Topology
 from trainyard.core.reasons import PreemptionReason
 from trainyard.domain.job import JobSpec
@@ -82,15 +80,18 @@ def preempt(
     cluster: ClusterSnapshot | None = None,
     specs: Mapping[str, JobSpec] | None = None,
     levels: Sequence[float] | None = None,
+    topology: Topology | None = None,
 ) -> tuple[list[Preemption], list[int]]:
     """Victims for the blocked jobs, and the waiting-list entries now waiting on them.
 
     With ``cluster``, victims must free one domain the waiting gang (its spec
     from ``specs``) can be placed in; without it, GPU counts decide.
     ``levels`` (attained GPU-seconds at which a job moves down a service
-    level) turns on preemption by least attained service.
+    level) turns on preemption by least attained service.  ``topology``: the
+    tree of ``cluster``'s schedulable nodes, kept by the caller, which the
+    pass then changes instead of building its own (``admit`` restores it).
     """
-    where = _Cluster(cluster, specs or {}, now, settings.restart_cost_s) if cluster is not None else None
+    where = VictimSearch(cluster, specs or {}, now, settings.restart_cost_s, topology) if cluster is not None else None
     # 1. Jobs already told to stop are as good as gone; the others are candidates, by queue, made when needed.
     grouped: dict[int, list[Holder]] = {}
     lowest: dict[int, int] = {}  # queue -> lowest priority of its candidates
@@ -273,7 +274,7 @@ def _best_effort(job: RunningJob) -> bool:
 
 
 def _pick(
-    where: _Cluster | None,
+    where: VictimSearch | None,
     state: QuotaState,
     shares: FairShare,
     free: list[int],
@@ -286,111 +287,3 @@ def _pick(
     if where is None or spec is None:
         return choose(state, shares, free, b, pool, still_valid), None
     return where.choose(state, shares, free, b, spec, pool, still_valid)
-
-
-class _Cluster:
-    """The GPUs' whereabouts for one preemption pass: a topology that every
-    commitment is written into (victims' GPUs back, the gang's plan taken)."""
-
-    __slots__ = ("snapshot", "_topo", "_stopping", "specs", "allocs", "now", "restart_cost_s")
-
-    def __init__(
-        self, snapshot: ClusterSnapshot, specs: Mapping[str, JobSpec], now: float, restart_cost_s: float
-    ) -> None:
-        self.snapshot = snapshot
-        self._topo: Topology | None = None  # built on first use, once per pass; select_victims reuses it
-        self._stopping: list[str] = []  # jobs told to stop before the topology was built
-        self.specs = specs
-        self.allocs = {a.job_id: a for a in snapshot.running}  # a job's current run: its whole gang
-        self.now = now
-        self.restart_cost_s = restart_cost_s
-
-    @property
-    def topo(self) -> Topology:
-        if self._topo is None:
-            self._topo = build_topology(self.snapshot)
-            for job_id in self._stopping:
-                self._give_back(job_id)
-        return self._topo
-
-    def stop(self, job_id: str) -> None:
-        """A run that is stopping: its GPUs count as free."""
-        if self._topo is None:
-            self._stopping.append(job_id)
-        else:
-            self._give_back(job_id)
-
-    def _give_back(self, job_id: str) -> None:
-        alloc = self.allocs.get(job_id)
-        topo = self.topo
-        for r in alloc.replicas if alloc is not None else ():
-            node = topo.nodes.get(r.node_id)
-            if node is not None:
-                topo.give(node, r.gpus)
-
-    def place(self, spec: JobSpec) -> bool:
-        """Hold room for the gang on GPUs free now (or freed by this pass), if it fits."""
-        return fit_gang(self.topo, spec, self.snapshot.policy.candidates_per_level) is not None
-
-    def commit(self, victims: list[Candidate], plan: list[ReplicaPlacement] | None) -> None:
-        for c in victims:
-            self.stop(c.holder.job.job_id)
-        for r in plan or ():
-            node = self.topo.nodes.get(r.node_id)
-            if node is not None:
-                self.topo.take(node, r.gpus)
-
-    def choose(
-        self,
-        state: QuotaState,
-        shares: FairShare,
-        free: list[int],
-        b: Blocked,
-        spec: JobSpec,
-        pool: list[Candidate],
-        still_valid: Callable[[Candidate], bool],
-    ) -> tuple[list[Candidate] | None, list[ReplicaPlacement] | None]:
-        """Whole jobs of ``pool`` that free one domain the gang fits in, plus any more the quota tree needs.
-
-        Released from the quota state when found (as ``_choose`` does); the
-        topology is changed only by ``commit``.
-        """
-        needed = {t for t, _ in b.demand}
-        usable = [c for c in pool if not c.taken and c.types & needed and still_valid(c)]
-        by_run: dict[str, tuple[RunningAlloc, Candidate]] = {}
-        for c in usable:
-            alloc = self.allocs.get(c.holder.job.job_id)
-            if alloc is not None:
-                by_run[alloc.run_id] = (alloc, c)
-        request = PlacementRequest(b.job.job_id, b.job.job_id, spec, 0)
-        # 1. The cheapest domain; a victim that stops being valid once others go is dropped and the search rerun.
-        while True:
-            found = select_victims(
-                self.snapshot, request, [a for a, _ in by_run.values()], self.now, self.topo, self.restart_cost_s
-            )
-            if found is None:
-                return None, None
-            core: list[Candidate] = []
-            invalid = None
-            for run_id in found.victims:
-                c = by_run[run_id][1]
-                if not still_valid(c):
-                    invalid = run_id
-                    break
-                release(state, shares, free, c.holder, -1)
-                core.append(c)
-            if invalid is None:
-                break
-            for c in core:
-                release(state, shares, free, c.holder, +1)
-            del by_run[invalid]
-        # 2. The gang fits that domain; the quota tree may need more of the same way's candidates to go.
-        if fits(state, free, b, b.job.may_only_borrow):
-            return core, found.replicas
-        chosen = set(map(id, core))
-        extra = choose(state, shares, free, b, [c for c in usable if id(c) not in chosen], still_valid)
-        if extra is None:
-            for c in core:
-                release(state, shares, free, c.holder, +1)
-            return None, None
-        return core + extra, found.replicas

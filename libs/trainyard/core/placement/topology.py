@@ -176,6 +176,7 @@ class Topology:
             n.key: cast(Node, n) for t in trees.values() for n in t.levels[Level.NODE].values()
         }
         self.capacity_by_type = capacity_by_type  # GPUs of every node in the snapshot, schedulable or not
+        self.journal: list[tuple[Node, list[int]]] | None = None  # while recording: each change's node, GPUs before
 
     @classmethod
     def build(cls, views: Iterable[tuple[NodeInfo, Iterable[int], bool]]) -> Topology:
@@ -230,6 +231,8 @@ class Topology:
         taken = [g for g in node.free_gpus if g in wanted]
         if taken:
             old = len(node.free_gpus)
+            if self.journal is not None:
+                self.journal.append((node, node.free_gpus))
             node.free_gpus = [g for g in node.free_gpus if g not in wanted]
             self._update(node, old, len(node.free_gpus))
         return taken
@@ -240,9 +243,25 @@ class Topology:
         given = sorted({g for g in gpus if g not in have and 0 <= g < node.gpus})
         if given:
             old = len(node.free_gpus)
+            if self.journal is not None:
+                self.journal.append((node, node.free_gpus))
             node.free_gpus = sorted(have.union(given))
             self._update(node, old, len(node.free_gpus))
         return given
+
+    def record(self) -> None:
+        """Keep every take and give from now on, so that :meth:`restore` can undo them."""
+        if self.journal is not None:
+            raise RuntimeError("the topology is already recording its changes")
+        self.journal = []
+
+    def restore(self) -> None:
+        """Undo every take and give since :meth:`record`, latest first, and stop recording."""
+        journal, self.journal = self.journal or [], None
+        for node, before in reversed(journal):
+            now = len(node.free_gpus)
+            node.free_gpus = before
+            self._update(node, now, len(before))
 
     @staticmethod
     def _update(node: Node, old: int, new: int) -> None:
