@@ -11,7 +11,7 @@ import httpx
 import msgspec
 import pytest
 
-from trainyard.bus import Bus
+from trainyard.bus import Bus, ensure_streams
 from trainyard.bus.audit import AuditRecord
 from trainyard.domain import JobSpec, Role
 from trainyard.events import JobAccepted, decode_intake, subjects
@@ -177,6 +177,24 @@ async def test_submits_and_cancels_are_audited_under_the_verified_caller(
     assert records[("job.cancel", "running-one")] == callers.actor("operator")
     command = decode_intake((await bus.js.get_last_msg("INTAKE", subjects.intake("acme"))).data)
     assert command.job_id == "running-one"
+
+
+async def test_a_submission_whose_audit_record_cannot_be_stored_fails_and_a_retry_stores_each_once(
+    gateway: httpx.AsyncClient, callers: Callers, bus: Bus
+) -> None:
+    # The command and its audit record go out together: the call succeeds only when both are stored.
+    await bus.js.delete_stream("AUDIT")
+    failed = await gateway.post("/v1/jobs", json=body(job_id="twice"), headers=callers.headers("acme"))
+    assert failed.status_code == 503, failed.text
+    assert await intake_count(bus) == 1  # the command was stored; the caller was told to try again
+
+    await ensure_streams(bus.js)
+    retried = await gateway.post("/v1/jobs", json=body(job_id="twice"), headers=callers.headers("acme"))
+
+    assert retried.status_code == 202, retried.text
+    assert await intake_count(bus) == 1  # the retry is the same command (its message id)
+    records = [(r.action, r.target, r.actor) for r in await audit_records(bus)]
+    assert records == [("job.submit", "twice", callers.actor("acme"))]
 
 
 # --- tokens ------------------------------------------------------------------------------------------------

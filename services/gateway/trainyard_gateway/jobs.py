@@ -5,10 +5,17 @@ turns it into ``JobAccepted`` or ``JobRejected``.  The job id is the
 idempotency key: a retried submission with the same id is one job.  A job id
 another tenant's job already has is refused (:class:`JobIdTaken`).  Every
 submission and cancellation is also an audit record under the verified actor.
+The command and its audit record are published together (one wait for both
+acknowledgements, not two in a row); the call succeeds only when both are
+stored, and a retry with the same job id stores neither twice.  The audit
+trail records requests, as before: a submission admission later rejects, or
+one whose command failed while its audit record was stored (the caller was
+told it failed), still has its record.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
@@ -76,6 +83,38 @@ class JobOperations:
         self.store = store
         self.clock = clock
 
+    async def _send(
+        self,
+        tenant: str,
+        job_id: str,
+        command: SubmitJob | CancelJob,
+        msg_id: str,
+        actor: str,
+        action: str,
+        reason: str = "",
+        details: dict[str, str] | None = None,
+    ) -> None:
+        """Publish a command on its tenant's intake subject and its audit record
+        (under ``audit:<msg_id>``) concurrently; raise the first failure once
+        both have finished, so neither is left running."""
+        outcomes = await asyncio.gather(
+            self.bus.publish(subjects.intake(tenant), command, msg_id=msg_id),
+            audit(
+                self.bus,
+                actor,
+                action,
+                job_id,
+                reason,
+                details={"tenant": tenant, **(details or {})},
+                at=command.at,
+                record_id=f"audit:{msg_id}",
+            ),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
     async def submit(self, spec: JobSpec, job_id: str | None = None, *, actor: str) -> str:
         job_id = job_id or new_job_id()
         require_valid(check_job_id(job_id), check_tenant_name(spec.tenant), validate_job_spec(spec))
@@ -85,15 +124,8 @@ class JobOperations:
         now = self.clock()
         command = SubmitJob(at=now, spec=spec, job_id=job_id)
         key = f"{spec.tenant}:{job_id}"
-        await self.bus.publish(subjects.intake(spec.tenant), command, msg_id=f"submit:{key}")
-        await audit(
-            self.bus,
-            actor,
-            "job.submit",
-            job_id,
-            details={"tenant": spec.tenant, "queue": spec.queue},
-            at=now,
-            record_id=f"audit:submit:{key}",
+        await self._send(
+            spec.tenant, job_id, command, f"submit:{key}", actor, "job.submit", details={"queue": spec.queue}
         )
         return job_id
 
@@ -124,15 +156,5 @@ class JobOperations:
             raise Conflict(f"job {job_id} is already {job.status}")
         now = self.clock()
         command = CancelJob(at=now, job_id=job_id, tenant=job.tenant, reason=reason)
-        await self.bus.publish(subjects.intake(job.tenant), command, msg_id=f"cancel:{job_id}")
-        await audit(
-            self.bus,
-            actor,
-            "job.cancel",
-            job_id,
-            reason,
-            details={"tenant": job.tenant},
-            at=now,
-            record_id=f"audit:cancel:{job_id}",
-        )
+        await self._send(job.tenant, job_id, command, f"cancel:{job_id}", actor, "job.cancel", reason=reason)
         return job
