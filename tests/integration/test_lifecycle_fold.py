@@ -38,7 +38,7 @@ from trainyard.events import (
 )
 from trainyard.events.codec import encode
 from trainyard.local.servers import Server
-from trainyard.store import Projector, Store, job_hash
+from trainyard.store import Projector, Store, job_hash, views
 
 JOBS = ("j0", "j1", "j2")
 NODES = ("n0", "n1")
@@ -199,6 +199,11 @@ async def check_equal(store: Store, table: JobTable) -> None:
             assert set(h) <= HASH_FIELDS, set(h) - HASH_FIELDS
             decoded = job_hash.decode_job(job_id, h)
             assert decoded is not None and differences(decoded, record) == {}, job_id
+    # The same records read field by field (HMGET rows, decoded column by column), in order, no job left out.
+    rows = await views.get_jobs(store, list(JOBS), job_hash.FIELDS)
+    assert [j.job_id for j in rows] == [j for j in JOBS if j in table.jobs]
+    for row in rows:
+        assert differences(row, table.jobs[row.job_id]) == {}, row.job_id
     jobs = table.jobs
     assert int(await r.hget(store.key("proj", "jobs"), "last_seq") or 0) == table.last_seq
     # Indexes over jobs.

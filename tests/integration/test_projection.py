@@ -6,6 +6,7 @@ import asyncio
 
 import msgspec
 import pytest
+import redis
 
 from trainyard.bus import Bus, PublishRequest
 from trainyard.core.lifecycle import JobTable
@@ -375,6 +376,52 @@ async def test_a_reader_that_reads_some_fields_gets_them_decoded_by_the_same_dec
     assert some.spec is None and some.submitted_at is None  # not read
     with pytest.raises(ValueError, match="not fields of a job hash"):
         await views.get_jobs(store, ["j1"], fields=("position",))
+
+
+async def running_jobs(bus: Bus, store: Store, count: int, chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs j0..j<count-1> running, projected; readers read ``chunk`` jobs per script call."""
+    monkeypatch.setattr(views, "_CHUNK", chunk)
+    for i in range(count):
+        await lifecycle(bus, f"j{i}", f"j{i}-r1", "n1", [i])
+    await project(bus, store, "JOBS")
+
+
+async def test_a_read_of_many_jobs_in_chunks_gives_each_record_in_order(
+    bus: Bus, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Chunks of two: each chunk's call goes out while the one before is decoded.
+    await running_jobs(bus, store, 5, chunk=2, monkeypatch=monkeypatch)
+    ids = ["j3", "nobody", "j0", "j4", "j1", "gone", "j2"]
+    fields = ("run_id", "placement", "spec")
+
+    chunked = await views.get_jobs(store, ids, fields)
+    alone = [job for j in ids if (job := await views.get_job(store, j, fields)) is not None]
+    whole = [job for j in ids if (job := await views.get_job(store, j)) is not None]
+
+    assert [j.job_id for j in chunked] == ["j3", "j0", "j4", "j1", "j2"]
+    assert chunked == alone
+    assert [(j.run_id, j.placement, j.job_spec) for j in chunked] == [
+        (j.run_id, j.placement, j.job_spec) for j in whole
+    ]
+
+
+async def test_a_chunk_that_cannot_be_read_fails_the_read_and_stops_the_call_ahead(
+    bus: Bus, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await running_jobs(bus, store, 3, chunk=1, monkeypatch=monkeypatch)
+    await store.redis.hset(store.key("job", "j0"), "order", "first")  # j0's row fails to decode...
+    before = asyncio.all_tasks()
+
+    with pytest.raises(ValueError, match="first"):
+        await views.get_jobs(store, ["j0", "j1", "j2"], ("run_id",))  # ... while j1's call is in flight
+
+    ahead = asyncio.all_tasks() - before
+    await asyncio.wait(ahead, timeout=10)
+    assert len(ahead) == 1 and all(t.cancelled() for t in ahead)
+    assert [j.job_id for j in await views.get_jobs(store, ["j1", "j2"], ("run_id",))] == ["j1", "j2"]
+    await store.redis.set(store.key("job", "j1"), "not a hash")  # a reply that is an error in the server
+    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+        await views.get_jobs(store, ["j2", "j1"], ("run_id",))
 
 
 async def test_the_projection_stores_a_spec_as_the_accepting_event_carried_it(bus: Bus, store: Store) -> None:

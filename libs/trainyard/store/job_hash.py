@@ -12,6 +12,7 @@ fields it needs (``HMGET`` of :data:`HEAD` plus its own).
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -74,10 +75,44 @@ def read_fields(fields: Iterable[str] | None) -> tuple[str, ...] | None:
 
 def decode_rows(job_ids: Sequence[str], fields: tuple[str, ...] | None, rows: Sequence[Any]) -> list[JobRecord]:
     """The records of ``job_ids`` from their ``HGETALL`` replies (``fields`` None)
-    or ``HMGET`` replies of ``fields``; hashes that are no job are left out."""
+    or ``HMGET`` replies of ``fields``; hashes that are no job are left out.
+    ``HMGET`` rows are read by :func:`_row_reader`, which gives what
+    :func:`decode_job` gives for the same fields (a property test checks)."""
+    if fields is not None:
+        return _row_reader(fields)(job_ids, rows)
     out = []
     for job_id, row in zip(job_ids, rows, strict=True):
-        record = decode_job(job_id, row if fields is None else dict(zip(fields, row, strict=True)))
+        record = decode_job(job_id, row)
         if record is not None:
             out.append(record)
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def _row_reader(fields: tuple[str, ...]) -> Callable[[Sequence[str], Sequence[Any]], list[JobRecord]]:
+    """:func:`decode_job` for ``HMGET`` rows of ``fields``, with the reader of
+    each column looked up once (a cold admission cycle reads 100,000 rows)."""
+    last = {name: column for column, name in enumerate(fields)}  # a repeated field: its last value, as dict() keeps
+    plan = [(name, _READERS[name], column) for name, column in last.items() if name in _READERS]
+    status = fields.index("status") if "status" in fields else None
+
+    def read_rows(job_ids: Sequence[str], rows: Sequence[Any]) -> list[JobRecord]:
+        out = []
+        for job_id, row in zip(job_ids, rows, strict=True):
+            if len(row) != len(fields):
+                raise ValueError(f"a reply of {len(row)} values for {len(fields)} fields")
+            if status is None or not row[status]:
+                continue  # no status: no job under this id
+            values: dict[str, Any] = {}
+            for name, read, column in plan:
+                raw = row[column]
+                if raw is None:
+                    continue
+                if read is None:
+                    values[name] = raw
+                elif raw != "":
+                    values[name] = read(raw)
+            out.append(JobRecord(job_id=job_id, **values))
+        return out
+
+    return read_rows

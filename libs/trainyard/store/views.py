@@ -6,8 +6,10 @@ waiting job waits is read beside it (:mod:`trainyard.store.waiting`)."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 from redis.asyncio.client import Pipeline
@@ -71,18 +73,34 @@ async def get_jobs(store: Store, job_ids: list[str], fields: Iterable[str] | Non
     order: whole, or only ``fields`` (and the head; the others take their
     defaults) for a reader that needs a few.  Selected fields are read
     :data:`_CHUNK` jobs per script call (the HMGETs run in the server), so the
-    client packs and parses one command per chunk, not one per job."""
+    client packs and parses one command per chunk, not one per job; the next
+    chunk's call is in flight while this one's rows are decoded."""
     read = job_hash.read_fields(fields)
     if read is None:
         pipe = store.redis.pipeline(transaction=False)
         _read_jobs(pipe, store, job_ids, None)
         return job_hash.decode_rows(job_ids, None, await pipe.execute())
     script = store.redis.register_script(_HMGET_MANY)
+    args = list(read)
+    chunks = [job_ids[i : i + _CHUNK] for i in range(0, len(job_ids), _CHUNK)]
+
+    def call(ids: list[str]) -> asyncio.Future[Any]:
+        return asyncio.ensure_future(script(keys=[store.key("job", j) for j in ids], args=args))
+
     out: list[JobRecord] = []
-    for i in range(0, len(job_ids), _CHUNK):
-        ids = job_ids[i : i + _CHUNK]
-        rows = await script(keys=[store.key("job", j) for j in ids], args=list(read))
-        out.extend(job_hash.decode_rows(ids, read, rows))
+    ahead = call(chunks[0]) if chunks else None
+    try:
+        for k, ids in enumerate(chunks):
+            assert ahead is not None
+            rows = await ahead
+            ahead = call(chunks[k + 1]) if k + 1 < len(chunks) else None
+            out.extend(job_hash.decode_rows(ids, read, rows))
+    finally:
+        if ahead is not None:  # this read failed or was cancelled: the call ahead is not wanted
+            if not ahead.done():
+                ahead.cancel()
+            elif not ahead.cancelled():
+                ahead.exception()  # its failure, if any, is this read's, already raised
     return out
 
 
