@@ -9,6 +9,7 @@ import pytest
 from admission_builders import NOW, admitted_ids, cohort, cycle, job, queue, reasons, running, tenancy
 
 from trainyard.core.admission import decay_usage, decay_usage_table
+from trainyard.core.admission.ordering import DemandCache
 from trainyard.core.admission.tree import Scheduling
 from trainyard.core.reasons import PendingReason as R
 
@@ -156,3 +157,13 @@ def test_a_large_gang_is_not_starved_by_a_stream_of_small_jobs_from_another_tena
     else:
         raise AssertionError("the large gang never started")
     assert c <= 4
+
+
+def test_equal_requests_share_one_demand_for_the_cycle():
+    # The cycle keys its quota answers on the demand object: equal requests must get the same one.
+    demands = DemandCache({"H100": 0, "A100": 1})
+    assert demands({"H100": 8}) is demands({"H100": 8}) == [(0, 8)]
+    assert demands({"H100": 8, "A100": 2}) is demands({"H100": 8, "A100": 2}) == [(0, 8), (1, 2)]
+    assert demands({"H100": 8}) is not demands({"H100": 4})
+    assert demands({"H100": 8, "A100": 2}) is not demands({"H100": 8, "A100": 4})
+    assert demands({"B200": 1}) is None and demands({"H100": 1, "B200": 1}) is None  # a type nobody has

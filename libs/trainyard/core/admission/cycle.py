@@ -155,6 +155,7 @@ def _admit_with_tenancy(
     room = policy.max_admissions_per_cycle
     most_preemptors = policy.max_preemptors_per_cycle
     add_waiting = waiting.append
+    checked: dict[tuple[int, int, bool], tuple[PendingReason, int] | None] = {}  # quota answers since the last take
     while heap:
         popped_class, _, q = heappop(heap)
         jobs, i, n_jobs = queue_jobs[q], cursor[q], len(queue_jobs[q])
@@ -202,8 +203,13 @@ def _admit_with_tenancy(
                 i -= 1  # its class is worse than the one it was chosen for: queue again
                 heappush(heap, (cls, shares.share[q], q))
                 break
-            # 4. Does the gang fit the quota tree, the reservations and the free GPUs?
-            fail = state.check(q, demand, borrow_only)
+            # 4. Does the gang fit the quota tree, the reservations and the free GPUs?  (The quota answer is
+            #    the same for every equal request of the queue until the next admission changes the usage.)
+            key = (q, id(demand), borrow_only)  # demands are the DemandCache's: one object per request
+            if key in checked:
+                fail = checked[key]
+            else:
+                fail = checked[key] = state.check(q, demand, borrow_only)
             reason = None if fail is None else fail[0]
             if fail is None:
                 for t, d in demand:
@@ -269,6 +275,7 @@ def _admit_with_tenancy(
                 add_waiting(Waiting(job.job_id, reason, i))
                 continue
             state.take(q, demand, borrow_only)
+            checked.clear()
             for t, d in demand:
                 free[t] -= d
             admitted.append(Admit(job.job_id))

@@ -123,17 +123,24 @@ def never_fits(demand: Demand, capacity: list[int], ceiling: list[int]) -> Pendi
 
 
 class DemandCache:
-    """Demand of many gangs, converted once per distinct single-type request."""
+    """Demand of many gangs, converted once per distinct request: equal requests get the same
+    :data:`Demand` object, kept alive as long as the cache is (a cycle may key on its ``id``)."""
 
-    __slots__ = ("fidx", "single")
+    __slots__ = ("fidx", "single", "multi")
 
     def __init__(self, fidx: dict[str, int]) -> None:
         self.fidx = fidx
         self.single: dict[tuple[str, int], Demand | None] = {}  # (type, GPUs) -> demand
+        self.multi: dict[tuple[tuple[str, int], ...], Demand | None] = {}  # the items in order -> demand
 
     def __call__(self, gpus_by_type: dict[str, int]) -> Demand | None:
         if len(gpus_by_type) != 1:
-            return demand_of(gpus_by_type, self.fidx)
+            items = tuple(gpus_by_type.items())
+            try:
+                return self.multi[items]
+            except KeyError:
+                demand = self.multi[items] = demand_of(gpus_by_type, self.fidx)
+                return demand
         (key,) = gpus_by_type.items()  # (type, GPUs): the item itself is the key
         try:
             return self.single[key]
