@@ -26,14 +26,14 @@ from trainyard.core.admission.tree import TreeIndex
 from trainyard.core.lifecycle import HEAD_OF_QUEUE_OFFSET, JobRecord, JobTable
 from trainyard.core.placement import RunningAlloc
 from trainyard.domain.job import ValidationError
-from trainyard.events.jobs import JobAccepted, JobRejected, RunFailed, RunSucceeded
+from trainyard.events.jobs import CheckpointSaved, JobAccepted, JobRejected, RunFailed, RunSucceeded
 from trainyard.sim.cluster import SimCluster
 from trainyard.sim.failures import FailureSource, progress_lost
 from trainyard.sim.fairness import FairPeriod
 from trainyard.sim.policies import Policy, first_order
 from trainyard.sim.queues import PendingQueues
 from trainyard.sim.scheduling import SchedulingCycle
-from trainyard.sim.state import ARRIVE, DETECT, FAIL, FINISH, REPAIR, STOP, TICK, JobState, Scenario
+from trainyard.sim.state import ARRIVE, CHECKPOINT, DETECT, FAIL, FINISH, REPAIR, STOP, TICK, JobState, Scenario
 from trainyard.sim.tenancy import tenancy_for
 from trainyard.sim.views import AdmissionView, Samples
 from trainyard.sim.workloads import GPU_TYPE, QUEUE, Workload
@@ -41,7 +41,19 @@ from trainyard.sim.workloads import GPU_TYPE, QUEUE, Workload
 #: Allocations between collections of the youngest generation while a simulation runs (the default is 700).
 GC_YOUNG_OBJECTS = 20_000
 
-__all__ = ["ARRIVE", "DETECT", "FAIL", "FINISH", "REPAIR", "STOP", "TICK", "Scenario", "Simulator", "simulate"]
+__all__ = [
+    "ARRIVE",
+    "CHECKPOINT",
+    "DETECT",
+    "FAIL",
+    "FINISH",
+    "REPAIR",
+    "STOP",
+    "TICK",
+    "Scenario",
+    "Simulator",
+    "simulate",
+]
 
 
 class Simulator(AdmissionView, Samples, SchedulingCycle):
@@ -161,7 +173,7 @@ class Simulator(AdmissionView, Samples, SchedulingCycle):
         next_sample = 0.0
         frag_every = self._frag_every()
         next_frag = 0.0
-        handlers = (self._arrive, self._finish, self._fail, self._detect, self._stop, self._repair)
+        handlers = (self._arrive, self._finish, self._fail, self._detect, self._stop, self._repair, self._checkpoint)
         while self.heap and self.left > 0:
             at, kind, _, _, what = heappop(self.heap)
             if at > horizon:
@@ -178,6 +190,8 @@ class Simulator(AdmissionView, Samples, SchedulingCycle):
                     next_frag = at + frag_every
                 continue
             handlers[kind](what)
+            if kind == CHECKPOINT:
+                continue  # it changes what stopping the run would lose, not what can run: no cycle of its own
             if self.tick_at is None:
                 tick = self.scenario.tick_s
                 self.tick_at = at if tick <= 0 else max(at, math.ceil(at / tick) * tick)
@@ -276,6 +290,36 @@ class Simulator(AdmissionView, Samples, SchedulingCycle):
             return
         self._interrupt(i, "preempted", self.now, None)
         st.preemptions += 1
+
+    def _checkpoint(self, what: tuple[int, str, int]) -> None:
+        """The run saved its ``k``-th checkpoint (``CheckpointSaved`` on the log, as a node agent reports
+        it): admission now prices stopping it by the work since then, as it does live."""
+        i, run_id, k = what
+        st = self.jobs[i]
+        if st.run_id != run_id or st.status != "running" or st.failed_at is not None:
+            return  # an old run, or one whose node already failed
+        job = st.job
+        done = job.duration - st.remaining + (self.now - st.placed_at - st.overhead)  # seconds of work saved
+        self.emit(CheckpointSaved(at=self.now, job_id=job.job_id, tenant=job.tenant, run_id=run_id, step=int(done)))
+        if st.running is not None:
+            st.running = replace(st.running, last_checkpoint_at=self.now)
+            self.admitted_running[i] = st.running
+            self.holder_table.put(i, st.running)
+        if st.alloc is not None:  # the run as the topology-aware victim search prices it
+            st.alloc = self.allocs[i] = replace(st.alloc, last_checkpoint_at=self.now)
+        self.schedule_checkpoint(i, k + 1)
+
+    def schedule_checkpoint(self, i: int, k: int = 1) -> None:
+        """The current run's ``k``-th periodic checkpoint, if it comes before the run ends: one every
+        ``checkpoint_interval_s`` of useful work, counted from the end of its restart overhead (what
+        ``progress_lost`` keeps when a run is interrupted)."""
+        interval = self.scenario.failures.checkpoint_interval_s
+        if interval <= 0:
+            return
+        st = self.jobs[i]
+        at = st.placed_at + st.overhead + k * interval
+        if at < st.placed_at + min(st.overhead + st.remaining, st.job.limit_s):
+            self.push(at, CHECKPOINT, (i, st.run_id, k))
 
     def _repair(self, node: str) -> None:
         self.cluster.repair(node)

@@ -148,3 +148,4 @@ class SchedulingCycle:
             self.push(self.now + job.limit_s, FINISH, (i, st.run_id, True))
         else:
             self.push(self.now + run_for, FINISH, (i, st.run_id, False))
+        self.schedule_checkpoint(i)

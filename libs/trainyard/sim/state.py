@@ -11,7 +11,8 @@ from trainyard.sim.failures import NO_FAILURES, FailureModel
 from trainyard.sim.workloads import SimJob
 
 #: The kinds of event on the simulator's heap; events at the same time run in this order.
-ARRIVE, FINISH, FAIL, DETECT, STOP, REPAIR, TICK = range(7)
+# CHECKPOINT before TICK: a cycle at the moment of a checkpoint sees it
+ARRIVE, FINISH, FAIL, DETECT, STOP, REPAIR, CHECKPOINT, TICK = range(8)
 
 
 class Scenario(msgspec.Struct, frozen=True):

@@ -79,13 +79,21 @@ def test_failed_node_loses_work_since_checkpoint_and_restarts_after_repair():
         "JobAdmitted",
         "JobPlaced",
         "RunStarted",
+        "CheckpointSaved",
         "RunFailed",
         "JobAdmitted",
         "JobPlaced",
         "RunStarted",
+        "CheckpointSaved",
         "RunSucceeded",
     ]
-    assert sim.events[4].reason == "node_failure" and sim.events[4].node_id == "n00000"
+    # a checkpoint every 3,600 s of work: at 3,600 s, then 3,600 s after the restart overhead of the second run
+    checkpoints = [e for e in sim.events if type(e).__name__ == "CheckpointSaved"]
+    assert [(e.at, e.run_id, e.step) for e in checkpoints] == [
+        (3600.0, "j0000000.1", 3600),
+        (6000.0 + 300 + 3600, "j0000000.2", 7200),
+    ]
+    assert sim.events[5].reason == "node_failure" and sim.events[5].node_id == "n00000"
     assert check_job_log(sim.events).violations == []
     assert sim.violations == []
 

@@ -54,6 +54,23 @@ def test_a_production_job_preempts_a_standard_one_and_the_victim_resumes_from_it
     assert victim.end == pytest.approx(150.0 + 900.0 + sim.scenario.failures.restart_overhead_s)
 
 
+def test_the_victim_is_the_run_that_loses_least_since_its_last_checkpoint():
+    # Two standard 4-GPU runs share the node; at 4,000 s the first has checkpointed (at 3,600 s: 400 s of
+    # work at stake), the second, started at 1,000 s, has not (3,000 s at stake).  Priced by the work since
+    # the start, as without checkpoints on the log, the second would be the cheaper one.
+    jobs = [
+        SimJob(0, "a", 0.0, 20_000, gang_of(4), priority_class="standard"),
+        SimJob(1, "a", 1000.0, 20_000, gang_of(4), priority_class="standard"),
+        SimJob(2, "a", 4000.0, 50, gang_of(4), priority_class="production"),
+    ]
+    sim = run(jobs, nodes_of("H100", 1, "h"))
+    checkpointed, fresh, urgent = sim.jobs
+    assert (checkpointed.preemptions, fresh.preemptions, urgent.preemptions) == (1, 0, 0)
+    assert urgent.end == 4050.0
+    saved = [(e.job_id, e.at) for e in sim.events if type(e).__name__ == "CheckpointSaved" and e.at <= 4000]
+    assert saved == [("j0000000", 3600.0)]
+
+
 def test_a_production_job_is_never_preempted():
     jobs = [
         SimJob(0, "a", 0.0, 1000, gang_of(8), priority_class="production"),
