@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from secrets import token_hex
 from typing import Any
 
 from nats import errors
@@ -90,6 +89,12 @@ def header_value(text: str, limit: int = 1000) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+def _expire(future: asyncio.Future[Msg]) -> None:
+    """A request's reply did not come in time: its waiter gets the client's timeout error."""
+    if not future.done():
+        future.set_exception(errors.TimeoutError())
+
+
 class ResilientClient(Client):
     """A NATS client that reconnects after a fatal server error instead of
     closing for good, and fails a denied request at once (see the module's
@@ -120,10 +125,10 @@ class ResilientClient(Client):
         if not self._resp_sub_prefix:
             await self._init_request_sub()
         assert self._resp_sub_prefix
-        token = self._nuid.next()
-        token.extend(token_hex(2).encode())
+        token = self._nuid.next()  # unique on this connection: no random suffix (a system call per request)
         key = token.decode()
-        future: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Msg] = loop.create_future()
         self._resp_map[key] = future
         waiting = self._waiting.get(subject)
         if waiting is None:
@@ -131,11 +136,11 @@ class ResilientClient(Client):
         waiting.add(future)
         try:
             await self.publish(subject, payload, reply=(self._resp_sub_prefix + token).decode(), headers=headers)
+            timer = loop.call_later(timeout, _expire, future)  # cheaper than asyncio.timeout's task cancelling
             try:
-                async with asyncio.timeout(timeout):
-                    msg = await future
-            except TimeoutError:
-                raise errors.TimeoutError from None
+                msg = await future
+            finally:
+                timer.cancel()
         finally:
             self._resp_map.pop(key, None)
             waiting.discard(future)
