@@ -302,9 +302,7 @@ class Simulator(AdmissionView, Samples, SchedulingCycle):
         done = job.duration - st.remaining + (self.now - st.placed_at - st.overhead)  # seconds of work saved
         self.emit(CheckpointSaved(at=self.now, job_id=job.job_id, tenant=job.tenant, run_id=run_id, step=int(done)))
         if st.running is not None:
-            st.running = replace(st.running, last_checkpoint_at=self.now)
-            self.admitted_running[i] = st.running
-            self.holder_table.put(i, st.running)
+            self.hold(i, replace(st.running, last_checkpoint_at=self.now))
         if st.alloc is not None:  # the run as the topology-aware victim search prices it
             st.alloc = self.allocs[i] = replace(st.alloc, last_checkpoint_at=self.now)
         self.schedule_checkpoint(i, k + 1)

@@ -50,9 +50,7 @@ class SchedulingCycle:
             if p.reason.value == "fair_share":
                 self.recent_preemptions.append(now)
             if st.running is not None:
-                st.running = replace(st.running, notice_at=now)
-                self.admitted_running[i] = st.running
-                self.holder_table.put(i, st.running)
+                self.hold(i, replace(st.running, notice_at=now))
             self.push(now + p.grace_period_s, STOP, (i, st.run_id))
         # 2. Placement: every admitted gang not yet placed, in admission order, on the live tree.
         if self.to_place:
@@ -94,24 +92,31 @@ class SchedulingCycle:
         st.attempt += 1
         st.status = "admitted"
         st.run_id = f"{job.job_id}.{st.attempt}"
-        st.running = RunningJob(
-            job_id=job.job_id,
-            tenant=job.tenant,
-            queue=job.queue,
-            gpus_by_type={job.gpu_type: job.gpus},
-            started_at=self.now,
-            priority=self.priority[i],
-            preemptible=self.preemptible[i],
-            may_only_borrow=self.only_borrow[i],
-            expected_end=self.now + job.limit_s,
-            attained_gpu_s=st.attained,
+        self.hold(
+            i,
+            RunningJob(
+                job_id=job.job_id,
+                tenant=job.tenant,
+                queue=job.queue,
+                gpus_by_type={job.gpu_type: job.gpus},
+                started_at=self.now,
+                priority=self.priority[i],
+                preemptible=self.preemptible[i],
+                may_only_borrow=self.only_borrow[i],
+                expected_end=self.now + job.limit_s,
+                attained_gpu_s=st.attained,
+            ),
         )
-        self.admitted_running[i] = st.running
-        self.holder_table.put(i, st.running)
         self.in_use[job.gpu_type] += job.gpus
         self.admit_seq += 1
         self.to_place[i] = self.admit_seq
         self.emit(JobAdmitted(at=self.now, job_id=job.job_id, tenant=job.tenant, run_id=st.run_id, attempt=st.attempt))
+
+    def hold(self, i: int, running: RunningJob) -> None:
+        """Job ``i``'s run as admission sees it, new or changed: kept on the job, among the holders and in
+        the holder table."""
+        self.jobs[i].running = self.admitted_running[i] = running
+        self.holder_table.put(i, running)
 
     def _placed(self, i: int, p) -> None:
         st = self.jobs[i]

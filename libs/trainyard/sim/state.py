@@ -10,8 +10,8 @@ from trainyard.core.placement import RunningAlloc
 from trainyard.sim.failures import NO_FAILURES, FailureModel
 from trainyard.sim.workloads import SimJob
 
-#: The kinds of event on the simulator's heap; events at the same time run in this order.
-# CHECKPOINT before TICK: a cycle at the moment of a checkpoint sees it
+#: The kinds of event on the simulator's heap; events at the same time run in this order (a cycle at the
+#: moment of a checkpoint sees it).
 ARRIVE, FINISH, FAIL, DETECT, STOP, REPAIR, CHECKPOINT, TICK = range(8)
 
 
