@@ -5,7 +5,9 @@
 - a gang is placed whole (every replica of every role, with its GPUs) or not at all;
 - required topology constraints, of the job and of each role, always hold;
 - backfill never delays a reservation: every reserved GPU is free by the
-  reservation's start, and no job placed in the cycle holds one past it.
+  reservation's start, and no job placed in the cycle holds one past it;
+- a reservation starts at the earliest release after which the gang fits (for
+  gangs the aggregates answer exactly), and its search leaves the tree as it was.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from trainyard.core.placement import (
     place,
     select_victims,
 )
+from trainyard.core.placement.backfill import Backfill, Probe
 from trainyard.core.placement.cycle import build_topology
 from trainyard.core.placement.gang import fit_gang, fits_somewhere
 from trainyard.core.placement.topology import LEVEL_OF, Level, domain_key
@@ -180,3 +183,50 @@ def test_the_aggregate_check_agrees_with_packing_where_it_claims_to_be_exact(sna
     placed = fit_gang(topo, spec, snap.policy.candidates_per_level)
     if quick is not None:
         assert quick == (placed is not None)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snap=clusters(), spec=specs())
+def test_the_probe_agrees_with_the_aggregate_check_as_gpus_come_back(snap, spec):
+    topo = build_topology(snap)
+    probe = Probe(topo, spec)
+    if not probe.exact:
+        assert fits_somewhere(topo, spec) is None
+        return
+    before = bool(fits_somewhere(topo, spec))
+    for alloc in sorted(snap.running, key=lambda a: a.expected_end):
+        changed = []
+        for r in alloc.replicas:
+            node = topo.nodes.get(r.node_id)
+            if node is not None and topo.give(node, r.gpus):
+                changed.append(node)
+        now = bool(fits_somewhere(topo, spec))
+        if not before:
+            assert probe.after(changed) == now
+        assert now or not before  # GPUs only came back: what fitted still fits
+        before = now
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snap=clusters(), spec=specs())
+def test_a_reservation_starts_at_the_earliest_release_after_which_the_gang_fits(snap, spec):
+    topo = build_topology(snap)
+    free_before = {n.key: list(n.free_gpus) for n in topo.nodes.values()}
+    backfill = Backfill(topo, NOW, snap.running)
+    reservation = backfill.reserve("j", "j-r", spec, snap.policy.candidates_per_level)
+    backfill.unmask()  # the reserved GPUs, kept out of the tree for later jobs, go back
+    assert {n.key: n.free_gpus for n in topo.nodes.values()} == free_before  # the search left the tree as it was
+    if not Probe(build_topology(snap), spec).exact:
+        return  # packing decides: searched by bisection, as before
+    ordered = sorted(snap.running, key=lambda a: a.expected_end)
+    expected = None
+    for k in range(1, len(ordered) + 1):  # every prefix of the releases, on a fresh tree
+        fresh = build_topology(snap)
+        for alloc in ordered[:k]:
+            for r in alloc.replicas:
+                if r.node_id in fresh.nodes:
+                    fresh.give(fresh.nodes[r.node_id], r.gpus)
+        if fit_gang(fresh, spec, snap.policy.candidates_per_level) is not None:
+            expected = max(ordered[k - 1].expected_end, NOW)
+            break
+    assert (reservation.start_at if reservation is not None else None) == expected

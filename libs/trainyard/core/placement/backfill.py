@@ -13,13 +13,56 @@ which is conservative: a second reservation can never delay the first.
 
 from __future__ import annotations
 
-from trainyard.core.placement.gang import fit_gang, fits_somewhere, undo
+from collections.abc import Callable, Iterable
+
+from trainyard.core.placement.gang import demands_of, fit_gang, fits, fits_somewhere, need_of, undo, widest_level
 from trainyard.core.placement.snapshot import Reservation, RunningAlloc
-from trainyard.core.placement.topology import Node, Topology
+from trainyard.core.placement.topology import Level, Node, Topology
 from trainyard.domain.job import JobSpec
 from trainyard.events.jobs import ReplicaPlacement
 
 Given = list[tuple[Node, list[int]]]  # GPUs handed back to the tree, to take again on undo
+
+
+class Probe:
+    """:func:`fits_somewhere` for one gang asked again and again while GPUs only come back (a
+    reservation's search): the same answer, from the domains above the nodes that changed.
+
+    ``exact`` is False when :func:`fits_somewhere` would not know (then only trying tells).
+    """
+
+    __slots__ = ("exact", "need", "root", "widest", "never", "one_node")
+
+    def __init__(self, topo: Topology, spec: JobSpec) -> None:
+        demands = demands_of(spec)
+        self.exact = len({(d.gpu_type, d.gpus) for d in demands}) == 1 and all(d.level is None for d in demands)
+        tree = topo.trees.get(demands[0].gpu_type) if self.exact else None
+        self.root = tree.root if tree is not None else None
+        self.widest = widest_level(spec)
+        self.need = need_of(demands)
+        self.never = tree is None or (
+            self.need[0] > tree.largest.get(self.widest, 0) and self.widest is not Level.NVLINK
+        )
+        self.one_node = tree is not None and self.widest is Level.NVLINK and self.need[0] <= tree.width
+
+    def after(self, nodes: Iterable[Node]) -> bool:
+        """Whether the gang fits now, given that it did not before ``nodes`` got GPUs back: only a
+        domain above one of them can have become large enough."""
+        if self.never:
+            return False
+        need, widest, root = self.need, self.widest, self.root
+        for node in nodes:
+            chain = node.chain
+            if chain[-1] is not root:
+                continue  # another GPU type's tree
+            if self.one_node and node.free >= need[0]:
+                return True  # one node is its own NVLink domain
+            for domain in chain:
+                if domain.level == widest:
+                    if fits(domain, need):
+                        return True
+                    break
+        return False
 
 
 class Backfill:
@@ -71,9 +114,13 @@ class Backfill:
         """Find when and where the gang first fits as running jobs end; ``None`` if never.
 
         Holders are released in order of their ends.  Whether the gang fits after
-        the first ``k`` releases only grows with ``k``, so the search gallops
-        (1, 2, 4, ... releases) and then bisects.  The reservation starts when
-        the last released holder ends, by which time every released GPU is free.
+        the first ``k`` releases only grows with ``k``.  Where the aggregates
+        answer exactly (one GPU type, one replica size, no per-role constraint)
+        the releases are handed back one at a time, each checked against the
+        domains above the nodes it frees; otherwise the search gallops (1, 2,
+        4, ... releases) and then bisects, packing the gang to try.  The
+        reservation starts when the last released holder ends, by which time
+        every released GPU is free.
         """
         self.set_mask(list(range(len(self.reservations))))
         releases = [(a.expected_end, a.replicas) for a in self.running] + self.added
@@ -98,6 +145,22 @@ class Backfill:
             return got is not None
 
         n = len(groups)
+        probe = Probe(self.topo, spec)
+        if probe.exact:
+            # The aggregates answer exactly: hand the releases back one at a time and look only at the
+            # domains above the nodes each one frees, instead of galloping back and forth over the tree.
+            if probe.never or n == 0:
+                return None
+            hi = 1 if fits_somewhere(self.topo, spec) else n + 1  # the earliest start is the first release
+            while hi > n and len(applied) < n:
+                given = self._apply(groups[len(applied)][1])
+                applied.append(given)
+                if probe.after(node for node, _ in given):
+                    hi = len(applied)
+            if hi > n:
+                goto(0)
+                return None
+            return self._reserve_at(job_id, run_id, spec, limit, groups, hi, goto)
         lo, hi, k = 0, 0, 1
         while k <= n:  # gallop: 1, 2, 4, ... groups of releases
             if fits_at(k):
@@ -115,6 +178,19 @@ class Backfill:
                 hi = mid
             else:
                 lo = mid
+        return self._reserve_at(job_id, run_id, spec, limit, groups, hi, goto)
+
+    def _reserve_at(
+        self,
+        job_id: str,
+        run_id: str,
+        spec: JobSpec,
+        limit: int,
+        groups: list[tuple[float, list[ReplicaPlacement]]],
+        hi: int,
+        goto: Callable[[int], None],
+    ) -> Reservation | None:
+        """The reservation once the first ``hi`` releases make room; the tree is left as it came."""
         goto(hi)
         plan = fit_gang(self.topo, spec, limit)
         if plan is not None:
