@@ -7,7 +7,7 @@ snapshot from Redis, call ``admit``, publish every ``JobAdmitted`` with its
 expected-sequence fence, and read the projection back.  Between cycles a tenth
 of the admitted jobs finish.
 
-    python bench/admission_service.py [--pending 20000] [--cycles 8] [--profile [N]] [--cold]
+    python bench/admission_service.py [--pending 20000] [--cycles 8] [--profile [N]] [--cold] [--window N]
 
 Before the first cycle the bench does what a standby does while another
 process leads (``AdmissionCycle.warm``: read every pending and active job,
@@ -57,7 +57,7 @@ async def publish_all(bus: Bus, requests: list[PublishRequest], chunk: int = 200
                 raise r
 
 
-async def main(pending: int, cycles: int, profile: int = 0, cold: bool = False) -> None:
+async def main(pending: int, cycles: int, profile: int = 0, cold: bool = False, window: int | None = None) -> None:
     tenancy, _ = core_bench.build_tenancy()
     rng = random.Random(7)
     with tempfile.TemporaryDirectory(prefix="trainyard-bench-") as tmp:
@@ -116,7 +116,7 @@ async def main(pending: int, cycles: int, profile: int = 0, cold: bool = False) 
                 jobs,
                 AdmissionPolicy(),
                 time.time,
-                window=pending,
+                window=window or pending,
                 node_projector=(node_proj,),
                 tenancy=holder,
                 placement_timeout_s=1e9,
@@ -205,5 +205,13 @@ if __name__ == "__main__":
     parser.add_argument(
         "--cold", action="store_true", help="no standby read before the first cycle: it reads every job itself"
     )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help="pending jobs one cycle considers (default: every pending job; the service's own default is 20,000)",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.pending, args.cycles, args.profile, args.cold))
+    if args.window is not None and args.window < 1:
+        parser.error("--window must be at least 1")
+    asyncio.run(main(args.pending, args.cycles, args.profile, args.cold, args.window))

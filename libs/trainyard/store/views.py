@@ -6,10 +6,8 @@ waiting job waits is read beside it (:mod:`trainyard.store.waiting`)."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Iterable
-from typing import Any
 
 import msgspec
 from redis.asyncio.client import Pipeline
@@ -20,7 +18,7 @@ from trainyard.core.placement.snapshot import ClusterSnapshot, NodeView, Placeme
 from trainyard.domain.job import JobSpec
 from trainyard.domain.node import NodeInfo, NodeState
 from trainyard.events.jobs import ReplicaPlacement
-from trainyard.store import job_hash
+from trainyard.store import bulk, job_hash
 from trainyard.store.store import Store
 
 _node = msgspec.json.Decoder(NodeInfo)
@@ -56,15 +54,6 @@ def _read_jobs(
     return read
 
 
-#: Reads the same fields (ARGV) of many hashes (KEYS) in one call: one reply
-#: per hash, its values in the order of ARGV (nil where a field is absent).
-_HMGET_MANY = """
-local out = {}
-for i, key in ipairs(KEYS) do
-  out[i] = redis.call('HMGET', key, unpack(ARGV))
-end
-return out
-"""
 _CHUNK = 4096  # jobs per script call: bounds one call's time in the server
 
 
@@ -72,36 +61,19 @@ async def get_jobs(store: Store, job_ids: list[str], fields: Iterable[str] | Non
     """The records of the jobs among ``job_ids`` the projection holds, in
     order: whole, or only ``fields`` (and the head; the others take their
     defaults) for a reader that needs a few.  Selected fields are read
-    :data:`_CHUNK` jobs per script call (the HMGETs run in the server), so the
-    client packs and parses one command per chunk, not one per job; the next
-    chunk's call is in flight while this one's rows are decoded."""
+    :data:`_CHUNK` jobs per script call (:func:`bulk.read_chunks`: the HMGETs
+    run in the server, and the next chunk's call is in the server while this
+    one's rows are decoded), so the client packs and parses one command per
+    chunk, not one per job."""
     read = job_hash.read_fields(fields)
     if read is None:
         pipe = store.redis.pipeline(transaction=False)
         _read_jobs(pipe, store, job_ids, None)
         return job_hash.decode_rows(job_ids, None, await pipe.execute())
-    script = store.redis.register_script(_HMGET_MANY)
-    args = list(read)
     chunks = [job_ids[i : i + _CHUNK] for i in range(0, len(job_ids), _CHUNK)]
-
-    def call(ids: list[str]) -> asyncio.Future[Any]:
-        return asyncio.ensure_future(script(keys=[store.key("job", j) for j in ids], args=args))
-
-    out: list[JobRecord] = []
-    ahead = call(chunks[0]) if chunks else None
-    try:
-        for k, ids in enumerate(chunks):
-            assert ahead is not None
-            rows = await ahead
-            ahead = call(chunks[k + 1]) if k + 1 < len(chunks) else None
-            out.extend(job_hash.decode_rows(ids, read, rows))
-    finally:
-        if ahead is not None:  # this read failed or was cancelled: the call ahead is not wanted
-            if not ahead.done():
-                ahead.cancel()
-            elif not ahead.cancelled():
-                ahead.exception()  # its failure, if any, is this read's, already raised
-    return out
+    keys = [[store.key("job", j) for j in ids] for ids in chunks]
+    decoded = await bulk.read_chunks(store, keys, read, lambda k, rows: job_hash.decode_rows(chunks[k], read, rows))
+    return [record for part in decoded for record in part]
 
 
 async def get_job(store: Store, job_id: str, fields: Iterable[str] | None = None) -> JobRecord | None:
