@@ -3,7 +3,8 @@
 - quota: what admitted and running jobs hold breaks no quota, borrowing or
   lending limit (the admission core's own ``check_quota``);
 - allocation: no GPU is held by two runs, and the live tree's used GPUs are
-  exactly those the runs hold;
+  exactly those the runs hold; the order in which placement expects their
+  GPUs back is the runs' by latest end, in the order they started;
 - gangs are whole: every placed run has every replica of every role, each on
   the GPUs its role asks for;
 - the GPUs counted in use are exactly those admitted jobs hold;
@@ -38,6 +39,9 @@ def check_state(sim: Simulator) -> list[str]:
                 if other is not None:
                     problems.append(f"{at}: GPU {rp.node_id}/{g} held by {other} and {alloc.run_id}")
                 held[(rp.node_id, g)] = alloc.run_id
+    by_end = sorted(((a.expected_end, id(a.replicas)) for a in sim.allocs.values()), key=lambda r: r[0])
+    if [(end, id(replicas)) for end, replicas in sim.releases.items] != by_end:
+        problems.append(f"{at}: placement's release order is not the runs' by end, in the order they started")
     live = {(n, g) for n, gpus in sim.cluster.held_gpus().items() for g in gpus}
     ours = {k for k in held if k[0] not in sim.cluster.down}
     if live != ours:

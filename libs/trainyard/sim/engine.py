@@ -32,7 +32,7 @@ from trainyard.sim.failures import FailureSource, progress_lost
 from trainyard.sim.fairness import FairPeriod
 from trainyard.sim.policies import Policy, first_order
 from trainyard.sim.queues import PendingQueues
-from trainyard.sim.scheduling import SchedulingCycle
+from trainyard.sim.scheduling import ReleaseOrder, SchedulingCycle
 from trainyard.sim.state import ARRIVE, CHECKPOINT, DETECT, FAIL, FINISH, REPAIR, STOP, TICK, JobState, Scenario
 from trainyard.sim.tenancy import tenancy_for
 from trainyard.sim.views import AdmissionView, Samples
@@ -102,6 +102,7 @@ class Simulator(AdmissionView, Samples, SchedulingCycle):
         self.admitted_running: dict[int, RunningJob] = {}  # admission's view of holders
         self.holder_table = HolderTable(self.tenancy, list(types))  # the same holders, summed as they change
         self.allocs: dict[int, RunningAlloc] = {}  # placement's view of holders
+        self.releases = ReleaseOrder()  # the same, by when their GPUs come back at the latest
         self.on_node: dict[str, set[int]] = {n: set() for n in cluster.order}
         self.in_use: dict[str, int] = dict.fromkeys(types, 0)  # GPUs per type held by admitted and placed jobs
         self.held_q: dict[tuple[str, str], int] = {}  # (queue, type) -> GPUs placed (fair-share usage)
@@ -377,6 +378,7 @@ class Simulator(AdmissionView, Samples, SchedulingCycle):
             self.holder_table.drop(i)
             self.in_use[st.job.gpu_type] -= st.job.gpus
         alloc = self.allocs.pop(i, None)
+        self.releases.drop(i)
         if alloc is not None:
             self.cluster.release(alloc.replicas)
             self.held_by[st.job.tenant] -= st.job.gpus

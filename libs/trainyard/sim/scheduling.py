@@ -8,10 +8,13 @@ its event heap.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from msgspec.structs import replace
 
 from trainyard.core.admission import AdmissionSnapshot, RunningJob, admit
 from trainyard.core.placement import ClusterSnapshot, PlacementRequest, RunningAlloc
+from trainyard.core.placement.backfill import Release
 from trainyard.events.jobs import JobAdmitted, JobPlaced, RunStarted
 from trainyard.sim.checks import check_state
 from trainyard.sim.placing import place_live
@@ -62,7 +65,7 @@ class SchedulingCycle:
             ]
             running = list(self.allocs.values())
             before = self.cluster.snapshot(running, self.policy.placement) if self.scenario.trace_decisions else None
-            placed = place_live(self.cluster, running, self.policy.placement, requests, now)
+            placed = place_live(self.cluster, running, self.policy.placement, requests, now, self.releases.items)
             if before is not None:
                 self.decisions.append(("place", before, requests, now, placed))
             for p in placed.placements:
@@ -137,6 +140,7 @@ class SchedulingCycle:
             priority=self.priority[i],
         )
         self.allocs[i] = st.alloc
+        self.releases.add(i, st.alloc)
         self.held_by[job.tenant] += job.gpus
         key = (self.qkey[i], job.gpu_type)
         self.held_q[key] = self.held_q.get(key, 0) + job.gpus
@@ -154,3 +158,31 @@ class SchedulingCycle:
         else:
             self.push(self.now + run_for, FINISH, (i, st.run_id, False))
         self.schedule_checkpoint(i)
+
+
+class ReleaseOrder:
+    """Placement's holders as (latest end, replicas), earliest end first and equal ends in the order the
+    runs started: what ``Backfill`` would sort from the holders for every reservation it searches for,
+    kept as runs start and end instead."""
+
+    __slots__ = ("items", "_keys", "_key_of", "_started")
+
+    def __init__(self) -> None:
+        self.items: list[Release] = []
+        self._keys: list[tuple[float, int]] = []  # (end, start number), beside items
+        self._key_of: dict[int, tuple[float, int]] = {}
+        self._started = 0
+
+    def add(self, i: int, alloc: RunningAlloc) -> None:
+        self.drop(i)
+        key = self._key_of[i] = (alloc.expected_end, self._started)
+        self._started += 1
+        at = bisect_left(self._keys, key)
+        self._keys.insert(at, key)
+        self.items.insert(at, (alloc.expected_end, alloc.replicas))
+
+    def drop(self, i: int) -> None:
+        key = self._key_of.pop(i, None)
+        if key is not None:
+            at = bisect_left(self._keys, key)
+            del self._keys[at], self.items[at]

@@ -13,7 +13,7 @@ which is conservative: a second reservation can never delay the first.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from trainyard.core.placement.gang import demands_of, fit_gang, fits, fits_somewhere, need_of, undo, widest_level
 from trainyard.core.placement.snapshot import Reservation, RunningAlloc
@@ -22,6 +22,11 @@ from trainyard.domain.job import JobSpec
 from trainyard.events.jobs import ReplicaPlacement
 
 Given = list[tuple[Node, list[int]]]  # GPUs handed back to the tree, to take again on undo
+Release = tuple[float, list[ReplicaPlacement]]  # a holder's (latest end, replicas)
+
+
+def _end(release: Release) -> float:
+    return release[0]
 
 
 class Probe:
@@ -68,13 +73,17 @@ class Probe:
 class Backfill:
     """The reservations of one cycle and the masks that keep later jobs off them."""
 
-    def __init__(self, topo: Topology, now: float, running: list[RunningAlloc]) -> None:
+    def __init__(
+        self, topo: Topology, now: float, running: list[RunningAlloc], releases: Sequence[Release] | None = None
+    ) -> None:
         self.topo = topo
         self.now = now
         # The holders, read for their (latest end, replicas) only when a reservation is searched for (most
-        # cycles search for none), and the gangs placed in this cycle.
+        # cycles search for none), and the gangs placed in this cycle.  ``releases``: the same, earliest end
+        # first (equal ends in the order of ``running``), kept by a caller from cycle to cycle.
         self.running = running
-        self.added: list[tuple[float, list[ReplicaPlacement]]] = []
+        self.releases = releases
+        self.added: list[Release] = []
         self.reservations: list[Reservation] = []
         self.reserved: list[dict[str, list[int]]] = []  # per reservation: node id -> GPUs
         self.reserved_gpus: set[tuple[str, int]] = set()  # union over reservations
@@ -123,8 +132,7 @@ class Backfill:
         every released GPU is free.
         """
         self.set_mask(list(range(len(self.reservations))))
-        releases = [(a.expected_end, a.replicas) for a in self.running] + self.added
-        groups = sorted(releases, key=lambda h: h[0])  # releases, earliest first
+        groups = self._releases()  # earliest first
         applied: list[Given] = []
 
         def goto(k: int) -> None:
@@ -180,13 +188,22 @@ class Backfill:
                 lo = mid
         return self._reserve_at(job_id, run_id, spec, limit, groups, hi, goto)
 
+    def _releases(self) -> Sequence[Release]:
+        """Every holder's and every gang placed in this cycle's (end, replicas), earliest first; equal
+        ends in the order of ``running``, then of placement."""
+        if self.releases is None:
+            return sorted([(a.expected_end, a.replicas) for a in self.running] + self.added, key=_end)
+        if not self.added:
+            return self.releases
+        return sorted([*self.releases, *self.added], key=_end)
+
     def _reserve_at(
         self,
         job_id: str,
         run_id: str,
         spec: JobSpec,
         limit: int,
-        groups: list[tuple[float, list[ReplicaPlacement]]],
+        groups: Sequence[Release],
         hi: int,
         goto: Callable[[int], None],
     ) -> Reservation | None:

@@ -8,7 +8,9 @@ reservation; later, smaller gangs start only if they do not delay it
 
 from __future__ import annotations
 
-from trainyard.core.placement.backfill import Backfill
+from collections.abc import Sequence
+
+from trainyard.core.placement.backfill import Backfill, Release
 from trainyard.core.placement.gang import fit_gang, fits_somewhere, undo, why_not
 from trainyard.core.placement.snapshot import (
     ClusterSnapshot,
@@ -64,13 +66,19 @@ def build_topology(snapshot: ClusterSnapshot) -> Topology:
 class Cycle:
     """The working state of one cycle; ``place`` drives it one request at a time."""
 
-    def __init__(self, snapshot: ClusterSnapshot, now: float, topology: Topology | None = None) -> None:
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        now: float,
+        topology: Topology | None = None,
+        releases: Sequence[Release] | None = None,
+    ) -> None:
         # 1. Our own copy of the cluster: a tree per GPU type with free-GPU aggregates.
         self.topo = topology if topology is not None else build_topology(snapshot)
         self.policy: PlacementPolicy = snapshot.policy
         self.now = now
         # 2. When every running job's GPUs come back, for reservations.
-        self.backfill = Backfill(self.topo, now, snapshot.running)
+        self.backfill = Backfill(self.topo, now, snapshot.running, releases)
         self.placements: list[Placement] = []
         self.unplaced: list[Unplaced] = []
 
