@@ -6,6 +6,9 @@ import pytest
 from placement_builders import busy, infos, job, nodes, placed_nodes, racks, request, role, snapshot
 
 from trainyard.core.placement import place
+from trainyard.core.placement.cycle import build_topology
+from trainyard.core.placement.gang import fit_gang, fits_somewhere
+from trainyard.core.placement.topology import Level
 from trainyard.core.reasons import PendingReason
 
 NOW = 1_000.0
@@ -229,3 +232,13 @@ def test_snapshot_without_new_fields_still_places():
     result = place(snap, [request(job(replicas=2))], NOW)
     assert len(result.placements[0].replicas) == 2
     assert result.reservations == [] and not result.placements[0].backfilled
+
+
+def test_within_a_block_the_aggregate_check_keeps_the_gangs_own_rack_constraint():
+    # Block b1 has two 4-GPU slots, one in each rack: enough for the block, not for any one rack.
+    topo = build_topology(snapshot(nodes(1, free=4, rack="r1"), nodes(1, free=4, rack="r2")))
+    (block,) = topo.trees["H100"].levels[Level.BLOCK]
+    for level, expected in (("rack", False), ("block", True)):
+        spec = job(replicas=2, gpus=4, level=level)
+        assert fits_somewhere(topo, spec, (Level.BLOCK, block)) is expected
+        assert (fit_gang(topo, spec, within=(Level.BLOCK, block)) is not None) is expected

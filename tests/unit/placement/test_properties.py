@@ -26,7 +26,7 @@ from trainyard.core.placement import (
 )
 from trainyard.core.placement.backfill import Backfill, Probe
 from trainyard.core.placement.cycle import build_topology
-from trainyard.core.placement.gang import fit_gang, fits_somewhere
+from trainyard.core.placement.gang import fit_gang, fits_somewhere, undo
 from trainyard.core.placement.topology import LEVEL_OF, Level, domain_key
 from trainyard.domain.job import JobSpec, Role, TopologyConstraint, TopologyLevel
 from trainyard.domain.node import NodeInfo
@@ -183,6 +183,34 @@ def test_the_aggregate_check_agrees_with_packing_where_it_claims_to_be_exact(sna
     placed = fit_gang(topo, spec, snap.policy.candidates_per_level)
     if quick is not None:
         assert quick == (placed is not None)
+
+
+@st.composite
+def exact_specs(draw) -> JobSpec:
+    """Gangs the aggregate check answers exactly: one role without a constraint of its own."""
+    role = Role(
+        "w",
+        replicas=draw(st.integers(1, 5)),
+        gpus_per_replica=draw(st.sampled_from([1, 2, 4, 8])),
+        gpu_type=draw(st.sampled_from(["H100", "H100", "L40S"])),
+    )
+    level = draw(st.sampled_from(LEVELS + [TopologyLevel.ZONE]))
+    topology = TopologyConstraint(level, draw(st.booleans())) if level else None
+    return JobSpec("t", "q", [role], topology=topology, image="x")
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snap=clusters(), spec=st.one_of(exact_specs(), specs()))
+def test_the_aggregate_check_within_a_domain_agrees_with_packing_there(snap, spec):
+    topo = build_topology(snap)
+    domains = {(level, key) for tree in topo.trees.values() for level, index in tree.levels.items() for key in index}
+    for within in sorted(domains) + [(Level.RACK, "no such rack")]:
+        quick = fits_somewhere(topo, spec, within)
+        placed = fit_gang(topo, spec, snap.policy.candidates_per_level, within=within)
+        if placed is not None:
+            undo(topo, [(0, "", topo.nodes[r.node_id], r.gpus) for r in placed])
+        if quick is not None:
+            assert quick == (placed is not None), within
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

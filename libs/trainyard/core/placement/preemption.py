@@ -22,7 +22,7 @@ from collections.abc import Callable
 import msgspec
 
 from trainyard.core.placement.cycle import build_topology
-from trainyard.core.placement.gang import fit_gang, undo, widest_level
+from trainyard.core.placement.gang import fit_gang, fits_somewhere, undo, widest_level
 from trainyard.core.placement.snapshot import ClusterSnapshot, PlacementRequest, RunningAlloc
 from trainyard.core.placement.topology import Level, Node, Topology
 from trainyard.domain.job import JobSpec
@@ -190,6 +190,8 @@ def _release(topo: Topology, victim: RunningAlloc) -> list[tuple[Node, list[int]
 
 
 def _try(topo: Topology, spec: JobSpec, level: Level, key: str, limit: int) -> list[ReplicaPlacement] | None:
+    if fits_somewhere(topo, spec, (level, key)) is False:
+        return None  # the aggregates say so: packing would fail
     plan = fit_gang(topo, spec, limit, within=(level, key))
     if plan is not None:
         undo(topo, [(0, "", topo.nodes[r.node_id], r.gpus) for r in plan])
