@@ -8,6 +8,8 @@ import contextlib
 import msgspec
 import pytest
 import redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from trainyard.bus import Bus, PublishRequest
 from trainyard.core.lifecycle import JobTable
@@ -29,7 +31,8 @@ from trainyard.events import (
     job_subject,
     subjects,
 )
-from trainyard.store import Projector, Store, job_hash, views, waiting
+from trainyard.local.servers import Server
+from trainyard.store import Projector, Store, bulk, job_hash, views, waiting
 from trainyard.testing.publish import publish_event
 from trainyard.testing.streams import read_raw
 
@@ -439,6 +442,34 @@ async def test_a_read_of_many_jobs_cancelled_midway_leaves_every_connection_usab
     for job_id in ids:
         assert await store.redis.hget(store.key("job", job_id), "run_id") == f"{job_id}-r1"
     assert [j.run_id for j in await views.get_jobs(store, ids, ("run_id",))] == [f"{j}-r1" for j in ids]
+
+
+async def test_a_read_of_many_jobs_whose_connection_is_cut_midway_starts_over_when_the_client_retries(
+    bus: Bus, store: Store, redis_server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await running_jobs(bus, store, 3, chunk=1, monkeypatch=monkeypatch)
+    keys = [[store.key("job", j)] for j in ("j0", "j1", "j2")]
+    admin = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    decoded: list[int] = []
+
+    def decode(k: int, rows: list) -> str:
+        decoded.append(k)
+        if decoded == [0]:  # chunk 1's call is out: cut the read's connection in the server
+            for client in admin.client_list():
+                if client["cmd"] == "eval":
+                    admin.client_kill_filter(_id=client["id"])
+        return rows[0][0]
+
+    retrying = Store.from_url(redis_server.url, store.prefix, retry=Retry(NoBackoff(), 2))
+    try:
+        assert await bulk.read_chunks(retrying, keys, ["run_id"], decode) == ["j0-r1", "j1-r1", "j2-r1"]
+        assert decoded.count(0) == 2 and decoded[-3:] == [0, 1, 2]  # it started over from the first chunk
+        decoded.clear()
+        with pytest.raises(redis.exceptions.ConnectionError):  # a client without retries gets the error
+            await bulk.read_chunks(store, keys, ["run_id"], decode)
+    finally:
+        await retrying.close()
+        admin.close()
 
 
 async def test_the_projection_stores_a_spec_as_the_accepting_event_carried_it(bus: Bus, store: Store) -> None:

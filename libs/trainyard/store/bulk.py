@@ -13,7 +13,9 @@ order.
 
 A connection whose replies were not all read (a chunk that failed to
 decode, a cancelled read, a broken connection) is closed before it goes
-back to the pool, so no later command reads a reply that was not its own.
+back to the pool, so no later command reads a reply that was not its own;
+a broken connection is replaced and the read starts over, with the same
+retries as the client's own commands.
 """
 
 from __future__ import annotations
@@ -41,27 +43,35 @@ async def read_chunks(
 ) -> list[T]:
     """``decode(k, rows)`` of each chunk ``k`` of keys, in order: ``rows`` holds each
     key's values of ``fields``.  The next chunk's call is in the server while
-    ``decode`` runs; an exception, from Redis or from ``decode``, ends the read."""
+    ``decode`` runs.  A lost connection starts the read over on a new one, as the
+    client's own commands retry (its ``retry`` setting); any other exception, from
+    Redis or from ``decode``, ends the read."""
     if not chunks:
         return []
     pool = store.redis.connection_pool
     conn = await pool.get_connection()
-    done = False
+
+    async def read() -> list[T]:
+        done = False
+        try:
+
+            async def send(k: int) -> None:
+                await conn.send_command("EVAL", HMGET_MANY, len(chunks[k]), *chunks[k], *fields)
+
+            await send(0)
+            out = []
+            for k in range(len(chunks)):
+                if k + 1 < len(chunks):
+                    await send(k + 1)
+                rows = await conn.read_response()
+                out.append(decode(k, rows))
+            done = True
+            return out
+        finally:
+            if not done:
+                await conn.disconnect()  # replies still on their way: nobody else may read them
+
     try:
-
-        async def send(k: int) -> None:
-            await conn.send_command("EVAL", HMGET_MANY, len(chunks[k]), *chunks[k], *fields)
-
-        await send(0)
-        out = []
-        for k in range(len(chunks)):
-            if k + 1 < len(chunks):
-                await send(k + 1)
-            rows = await conn.read_response()
-            out.append(decode(k, rows))
-        done = True
-        return out
+        return await conn.retry.call_with_retry(read, lambda error: conn.disconnect())
     finally:
-        if not done:
-            await conn.disconnect()  # replies still on their way: nobody else may read them
         await pool.release(conn)
