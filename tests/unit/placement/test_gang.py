@@ -7,7 +7,8 @@ from placement_builders import busy, infos, job, nodes, placed_nodes, racks, req
 
 from trainyard.core.placement import place
 from trainyard.core.placement.cycle import build_topology
-from trainyard.core.placement.gang import fit_gang, fits_somewhere
+from trainyard.core.placement.gang import fit_gang
+from trainyard.core.placement.probe import fits_somewhere
 from trainyard.core.placement.topology import Level
 from trainyard.core.reasons import PendingReason
 

@@ -24,9 +24,10 @@ from trainyard.core.placement import (
     place,
     select_victims,
 )
-from trainyard.core.placement.backfill import Backfill, Probe
+from trainyard.core.placement.backfill import Backfill
 from trainyard.core.placement.cycle import build_topology
-from trainyard.core.placement.gang import fit_gang, fits_somewhere, undo
+from trainyard.core.placement.gang import fit_gang, undo
+from trainyard.core.placement.probe import Probe, fits_somewhere
 from trainyard.core.placement.topology import LEVEL_OF, Level, domain_key
 from trainyard.domain.job import JobSpec, Role, TopologyConstraint, TopologyLevel
 from trainyard.domain.node import NodeInfo

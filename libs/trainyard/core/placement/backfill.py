@@ -13,11 +13,12 @@ which is conservative: a second reservation can never delay the first.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
-from trainyard.core.placement.gang import demands_of, fit_gang, fits, fits_somewhere, need_of, undo, widest_level
+from trainyard.core.placement.gang import fit_gang, undo
+from trainyard.core.placement.probe import Probe
 from trainyard.core.placement.snapshot import Reservation, RunningAlloc
-from trainyard.core.placement.topology import Level, Node, Topology
+from trainyard.core.placement.topology import Node, Topology
 from trainyard.domain.job import JobSpec
 from trainyard.events.jobs import ReplicaPlacement
 
@@ -27,47 +28,6 @@ Release = tuple[float, list[ReplicaPlacement]]  # a holder's (latest end, replic
 
 def _end(release: Release) -> float:
     return release[0]
-
-
-class Probe:
-    """:func:`fits_somewhere` for one gang asked again and again while GPUs only come back (a
-    reservation's search): the same answer, from the domains above the nodes that changed.
-
-    ``exact`` is False when :func:`fits_somewhere` would not know (then only trying tells).
-    """
-
-    __slots__ = ("exact", "need", "root", "widest", "never", "one_node")
-
-    def __init__(self, topo: Topology, spec: JobSpec) -> None:
-        demands = demands_of(spec)
-        self.exact = len({(d.gpu_type, d.gpus) for d in demands}) == 1 and all(d.level is None for d in demands)
-        tree = topo.trees.get(demands[0].gpu_type) if self.exact else None
-        self.root = tree.root if tree is not None else None
-        self.widest = widest_level(spec)
-        self.need = need_of(demands)
-        self.never = tree is None or (
-            self.need[0] > tree.largest.get(self.widest, 0) and self.widest is not Level.NVLINK
-        )
-        self.one_node = tree is not None and self.widest is Level.NVLINK and self.need[0] <= tree.width
-
-    def after(self, nodes: Iterable[Node]) -> bool:
-        """Whether the gang fits now, given that it did not before ``nodes`` got GPUs back: only a
-        domain above one of them can have become large enough."""
-        if self.never:
-            return False
-        need, widest, root = self.need, self.widest, self.root
-        for node in nodes:
-            chain = node.chain
-            if chain[-1] is not root:
-                continue  # another GPU type's tree
-            if self.one_node and node.free >= need[0]:
-                return True  # one node is its own NVLink domain
-            for domain in chain:
-                if domain.level == widest:
-                    if fits(domain, need):
-                        return True
-                    break
-        return False
 
 
 class Backfill:
@@ -142,11 +102,8 @@ class Backfill:
                 for node, gpus in applied.pop():
                     self.topo.take(node, gpus)
 
-        def fits_at(k: int) -> bool:
+        def fits_at(k: int) -> bool:  # for gangs the aggregates cannot answer: pack to know
             goto(k)
-            quick = fits_somewhere(self.topo, spec)
-            if quick is not None:
-                return quick
             got = fit_gang(self.topo, spec, limit)
             if got is not None:
                 undo(self.topo, [(0, "", self.topo.nodes[r.node_id], r.gpus) for r in got])
@@ -159,7 +116,7 @@ class Backfill:
             # domains above the nodes each one frees, instead of galloping back and forth over the tree.
             if probe.never or n == 0:
                 return None
-            hi = 1 if fits_somewhere(self.topo, spec) else n + 1  # the earliest start is the first release
+            hi = 1 if probe.now() else n + 1  # the earliest start is the first release
             while hi > n and len(applied) < n:
                 given = self._apply(groups[len(applied)][1])
                 applied.append(given)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from trainyard.core.placement.backfill import Backfill, Release
-from trainyard.core.placement.gang import fit_gang, fits_somewhere, undo, why_not
+from trainyard.core.placement.gang import fit_gang, undo, why_not
+from trainyard.core.placement.probe import fits_somewhere
 from trainyard.core.placement.snapshot import (
     ClusterSnapshot,
     NodeView,

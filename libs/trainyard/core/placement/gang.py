@@ -100,33 +100,6 @@ def _fitting(root: Domain, level: Level, need: Need) -> Iterator[Domain]:
         yield from _fitting(child, level, need)
 
 
-def fits_somewhere(topo: Topology, spec: JobSpec, within: tuple[Level, str] | None = None) -> bool | None:
-    """Whether ``fit_gang`` (with the same ``within``) would succeed, from aggregates alone; ``None`` when
-    only trying tells.
-
-    Exact for gangs of one GPU type and one replica size without per-role
-    constraints: best-fit filling then always succeeds where the slots allow.
-    """
-    demands = demands_of(spec)
-    if len({(d.gpu_type, d.gpus) for d in demands}) != 1 or any(d.level is not None for d in demands):
-        return None
-    tree = topo.trees.get(demands[0].gpu_type)
-    if tree is None:
-        return False
-    root, widest = tree.root, widest_level(spec)
-    if within is not None:
-        inside = tree.levels[within[0]].get(within[1])
-        if inside is None:
-            return False
-        root, widest = inside, min(widest, within[0])
-    need = need_of(demands)
-    if need[0] > tree.largest.get(widest, 0) and widest > Level.NVLINK:
-        return False
-    if widest is Level.NVLINK and need[0] <= tree.width and fits(root, (need[0], ((need[0], 1),))):
-        return True  # one node is its own NVLink domain
-    return next(_fitting(root, widest, need), None) is not None
-
-
 def fit_gang(
     topo: Topology, spec: JobSpec, limit: int = 32, within: tuple[Level, str] | None = None
 ) -> list[ReplicaPlacement] | None:

@@ -22,7 +22,8 @@ from collections.abc import Callable
 import msgspec
 
 from trainyard.core.placement.cycle import build_topology
-from trainyard.core.placement.gang import fit_gang, fits_somewhere, undo, widest_level
+from trainyard.core.placement.gang import fit_gang, undo, widest_level
+from trainyard.core.placement.probe import fits_somewhere
 from trainyard.core.placement.snapshot import ClusterSnapshot, PlacementRequest, RunningAlloc
 from trainyard.core.placement.topology import Level, Node, Topology
 from trainyard.domain.job import JobSpec
