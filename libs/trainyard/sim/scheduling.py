@@ -15,6 +15,7 @@ from msgspec.structs import replace
 from trainyard.core.admission import AdmissionSnapshot, RunningJob, admit
 from trainyard.core.placement import ClusterSnapshot, PlacementRequest, RunningAlloc
 from trainyard.core.placement.backfill import Release
+from trainyard.domain.job import JobSpec
 from trainyard.events.jobs import JobAdmitted, JobPlaced, RunStarted
 from trainyard.sim.checks import check_state
 from trainyard.sim.placing import place_live
@@ -34,14 +35,24 @@ class SchedulingCycle:
         # tree a snapshot would give: a failed node is in the live tree, with no GPU free, but in no snapshot's
         topology = None if self.cluster.down else self.cluster.topo
         if self.preempting and snapshot.pending and self.allocs:
-            # the last cycle preempted (under load, preemption by attained service is frequent): decide once,
-            # with the cluster, rather than twice
-            snapshot = self._with_cluster(snapshot, topology is not None)
-        result = admit(snapshot, self.admission, now, self.holder_table, topology)
-        if result.preemptions and snapshot.cluster is None:
-            # victims are chosen on the topology, as the live service does: decide again with the cluster
+            # the last cycle preempted (under load, preemption by attained service is frequent): decide with the
+            # cluster at once
             snapshot = self._with_cluster(snapshot, topology is not None)
             result = admit(snapshot, self.admission, now, self.holder_table, topology)
+        else:
+            # victims are chosen on the topology, as the live service does, but the cluster is built only if
+            # choosing them by GPU counts would preempt (admit then decides on it)
+            with_cluster: list[AdmissionSnapshot] = []
+
+            def cluster() -> tuple[ClusterSnapshot, dict[str, JobSpec]]:
+                full = self._with_cluster(snapshot, topology is not None)
+                with_cluster.append(full)
+                assert full.cluster is not None
+                return full.cluster, full.specs
+
+            result = admit(snapshot, self.admission, now, self.holder_table, topology, cluster)
+            if with_cluster:
+                snapshot = with_cluster[0]
         self.preempting = bool(result.preemptions)
         if self.scenario.trace_decisions:
             self.decisions.append(("admit", snapshot, now, result))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from trainyard.core.admission import RunningJob
+from trainyard.core.admission import PendingJob, RunningJob
 from trainyard.core.placement import RunningAlloc
 from trainyard.sim.failures import NO_FAILURES, FailureModel
 from trainyard.sim.workloads import SimJob
@@ -52,6 +52,7 @@ class JobState:
         "attained",
         "not_before",
         "lost_to_preemption",
+        "shown",
     )
 
     def __init__(self, job: SimJob, order: int) -> None:
@@ -75,3 +76,4 @@ class JobState:
         self.overhead = 0.0  # restart overhead of the current run
         self.attained = 0.0  # GPU-seconds its ended runs held (least-attained-service order; from the fold)
         self.not_before: float | None = None  # retry backoff after its own failure (from the lifecycle fold)
+        self.shown: PendingJob | None = None  # what admission was last shown of it while pending

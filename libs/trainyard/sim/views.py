@@ -32,9 +32,16 @@ class AdmissionView:
                 self._reprioritise(qkey, queue)
             for neg_priority, _, order, i in queues.candidates(qkey, self.demand_of, free, backfill):
                 st = jobs[i]
-                job = st.job
-                pending.append(
-                    PendingJob(
+                shown = st.shown  # the same job as last cycle unless its order, priority or history moved
+                if (
+                    shown is None
+                    or shown.order != order
+                    or shown.priority != -neg_priority
+                    or shown.not_before != st.not_before
+                    or shown.attained_gpu_s != st.attained
+                ):
+                    job = st.job
+                    shown = st.shown = PendingJob(
                         job_id=job.job_id,
                         tenant=job.tenant,
                         queue=job.queue,
@@ -47,7 +54,7 @@ class AdmissionView:
                         attained_gpu_s=st.attained,
                         submitted_at=job.submit,
                     )
-                )
+                pending.append(shown)
         self.recent_preemptions = [t for t in self.recent_preemptions if self.now - t < 3600.0]
         return AdmissionSnapshot(
             pending=pending,

@@ -48,8 +48,12 @@ def decide(
     with_cluster: bool = True,
     restart_cost_s: float = 300.0,
     spec_for: str = "hi",
+    asked: list[int] | None = None,
 ) -> AdmissionResult:
-    """One admission cycle with one high-priority waiting gang of queue a/q."""
+    """One admission cycle with one high-priority waiting gang of queue a/q.
+
+    With ``asked``, the snapshot has no cluster and admission gets it from a callable, which appends to
+    ``asked`` each time it is called."""
     held: dict[str, set[int]] = {n: set() for n in racks}
     jobs, allocs = [], []
     for job_id, where, age, priority, preemptible in runs:
@@ -77,7 +81,17 @@ def decide(
         cluster=ClusterSnapshot(nodes, allocs) if with_cluster else None,
         specs={spec_for: spec} if with_cluster else {},
     )
-    return admit(snapshot, AdmissionPolicy(tenancy=tree), NOW)
+    if asked is None:
+        return admit(snapshot, AdmissionPolicy(tenancy=tree), NOW)
+    cluster, specs = snapshot.cluster, snapshot.specs
+    assert cluster is not None
+
+    def lazily() -> tuple[ClusterSnapshot, dict[str, JobSpec]]:
+        asked.append(1)
+        return cluster, specs
+
+    bare = AdmissionSnapshot(snapshot.pending, snapshot.capacity, snapshot.in_use, snapshot.running)
+    return admit(bare, AdmissionPolicy(tenancy=tree), NOW, cluster=lazily)
 
 
 def victims(result: AdmissionResult) -> set[str]:
@@ -165,6 +179,24 @@ def test_victims_free_one_domain_the_gang_can_use(racks, runs, spec, restart_cos
 def test_without_the_cluster_victims_are_chosen_by_gpu_counts_as_before():
     assert victims(decide(FOUR_NODES, SCATTERED, gang(2, rack=True), with_cluster=False)) == {"cheap-1", "cheap-2"}
     assert victims(decide(FOUR_NODES, SPLIT, gang(2, rack=True), with_cluster=False)) == {"lo-a", "lo-b"}
+
+
+@pytest.mark.parametrize("runs", [SCATTERED, SPLIT, GANG_VICTIM], ids=["scattered", "split", "gang victim"])
+def test_a_cluster_given_lazily_is_asked_for_only_when_counts_would_preempt(runs):
+    asked: list[int] = []
+    lazy = decide(FOUR_NODES, runs, gang(2, rack=True), asked=asked)
+    # counts would preempt in every world here: the decision is the one on the cluster, asked for once
+    assert asked == [1]
+    assert lazy == decide(FOUR_NODES, runs, gang(2, rack=True))
+
+
+def test_a_cluster_given_lazily_is_not_asked_for_when_counts_would_not_preempt():
+    nobody = [run("prod", {"n1": range(8)}, preemptible=False), run("prod-2", {"n2": range(8)}, preemptible=False)]
+    asked: list[int] = []
+    lazy = decide({"n1": "r1", "n2": "r1"}, nobody, gang(1), asked=asked)
+    assert asked == []
+    assert lazy == decide({"n1": "r1", "n2": "r1"}, nobody, gang(1), with_cluster=False)
+    assert lazy.waiting and not lazy.preemptions
 
 
 def test_a_gang_victims_lost_work_counts_every_gpu_it_holds():

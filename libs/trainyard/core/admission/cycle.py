@@ -35,7 +35,7 @@ from trainyard.core.admission.ordering import (
     never_fits,
     service_order,
 )
-from trainyard.core.admission.preemption import preempt
+from trainyard.core.admission.preemption import LazyCluster, preempt_or_screen
 from trainyard.core.admission.quota import Demand, QuotaState
 from trainyard.core.admission.snapshot import (
     AdmissionPolicy,
@@ -79,16 +79,23 @@ def admit(
     now: float,
     holders: HolderTable | None = None,
     topology: Topology | None = None,
+    cluster: LazyCluster | None = None,
 ) -> AdmissionResult:
     """Decide which pending jobs to admit now, whom to preempt, and why the rest wait.
 
     ``holders``: ``snapshot.running`` already summed by a caller that keeps them from cycle to cycle (the
     simulator); the decision is the same as without it.  ``topology``: the tree of ``snapshot.cluster``'s
     schedulable nodes, kept by such a caller; the preemption pass works on it instead of building one (its
-    nodes are then not read) and leaves it as it found it."""
+    nodes are then not read) and leaves it as it found it.
+
+    ``cluster``, for a snapshot without one: the cluster and the pending jobs' specs, asked for only when
+    choosing victims by GPU counts would preempt; the pass is then run again on the cluster.  The result is
+    the snapshot's decision if no run would be stopped by counts, else the decision with that cluster (what a
+    caller that decides again with the cluster whenever the first decision preempts gets, in one walk of the
+    pending jobs)."""
     if policy.tenancy is None:
         return _admit_fifo(snapshot, policy, now)
-    return _admit_with_tenancy(snapshot, policy, policy.tenancy, now, holders, topology)
+    return _admit_with_tenancy(snapshot, policy, policy.tenancy, now, holders, topology, cluster)
 
 
 def _admit_with_tenancy(
@@ -98,6 +105,7 @@ def _admit_with_tenancy(
     now: float,
     table: HolderTable | None,
     topology: Topology | None,
+    lazy_cluster: LazyCluster | None,
 ) -> AdmissionResult:
     # 1. Index the tree; load what running jobs hold.
     flavors = list(snapshot.capacity)
@@ -296,27 +304,10 @@ def _admit_with_tenancy(
             if b.may_reclaim or levels is not None or b.job.priority > lowest.get(b.queue, b.job.priority)
         ]
     if blocked:
-        tree = topology if snapshot.cluster is not None else None
-        if tree is not None:
-            tree.record()  # the pass writes its commitments into the caller's tree: undone below
-        try:
-            preemptions, preemptors = preempt(
-                tenancy.preemption,
-                state,
-                shares,
-                free,
-                holders,
-                blocked[:most_preemptors],
-                snapshot.recent_preemptions,
-                now,
-                snapshot.cluster,
-                snapshot.specs,
-                levels,
-                tree,
-            )
-        finally:
-            if tree is not None:
-                tree.restore()
+        books = (tenancy.preemption, state, shares, free)
+        preemptions, preemptors = preempt_or_screen(
+            snapshot, now, blocked[:most_preemptors], holders, books, levels, topology, lazy_cluster
+        )
         for at in preemptors:
             old = waiting[at]
             waiting[at] = Waiting(old.job_id, PendingReason.PREEMPTING, old.position)

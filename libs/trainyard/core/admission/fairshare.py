@@ -85,6 +85,12 @@ class FairShare:
         for n in index.queue_nodes:
             self.update(n)
 
+    def copy(self, usage: list[list[int]]) -> FairShare:
+        """A copy over ``usage`` (a copy of the quota state's): the history and scales are shared, read only."""
+        new = FairShare.__new__(FairShare)
+        new.usage, new.history, new.scale, new.share = usage, self.history, self.scale, list(self.share)
+        return new
+
     def update(self, n: int) -> float:
         """Recompute queue ``n``'s share from its usage."""
         u, h, s = self.usage[n], self.history[n], self.scale[n]

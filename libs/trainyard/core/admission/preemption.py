@@ -58,7 +58,7 @@ from trainyard.core.admission.candidates import (
 from trainyard.core.admission.fairshare import FairShare
 from trainyard.core.admission.ordering import WITHIN_NOMINAL, service_level
 from trainyard.core.admission.quota import Demand, QuotaState
-from trainyard.core.admission.snapshot import Preemption, RunningJob
+from trainyard.core.admission.snapshot import AdmissionSnapshot, Preemption, RunningJob
 from trainyard.core.admission.tree import PreemptionSettings
 from trainyard.core.admission.victims import VictimSearch
 from trainyard.core.placement.snapshot import ClusterSnapshot
@@ -66,6 +66,9 @@ from trainyard.core.placement.topology import Topology
 from trainyard.core.reasons import PreemptionReason
 from trainyard.domain.job import JobSpec
 from trainyard.events.jobs import ReplicaPlacement
+
+# the cluster and the pending jobs' specs, built only when asked for (see ``preempt_or_screen``)
+LazyCluster = Callable[[], tuple[ClusterSnapshot, Mapping[str, JobSpec]]]
 
 
 def preempt(
@@ -81,6 +84,7 @@ def preempt(
     specs: Mapping[str, JobSpec] | None = None,
     levels: Sequence[float] | None = None,
     topology: Topology | None = None,
+    first_only: bool = False,
 ) -> tuple[list[Preemption], list[int]]:
     """Victims for the blocked jobs, and the waiting-list entries now waiting on them.
 
@@ -90,6 +94,7 @@ def preempt(
     level) turns on preemption by least attained service.  ``topology``: the
     tree of ``cluster``'s schedulable nodes, kept by the caller, which the
     pass then changes instead of building its own (``admit`` restores it).
+    ``first_only``: stop at the first job that preempts (whether any would).
     """
     where = VictimSearch(cluster, specs or {}, now, settings.restart_cost_s, topology) if cluster is not None else None
     # 1. Jobs already told to stop are as good as gone; the others are candidates, by queue, made when needed.
@@ -256,7 +261,56 @@ def preempt(
         for c in victims:
             c.taken = True
             preemptions.append(Preemption(c.holder.job.job_id, b.job.job_id, reason, settings.grace_period_s, c.lost))
+        if first_only:
+            break
     return preemptions, preemptors
+
+
+def preempt_or_screen(
+    snapshot: AdmissionSnapshot,
+    now: float,
+    blocked: list[Blocked],
+    holders: list[Holder],
+    books: tuple[PreemptionSettings, QuotaState, FairShare, list[int]],
+    levels: Sequence[float] | None,
+    topology: Topology | None,
+    lazy_cluster: LazyCluster | None,
+) -> tuple[list[Preemption], list[int]]:
+    """:func:`preempt` on ``snapshot``'s cluster, whose tree ``topology`` is (changed, then restored).
+
+    Without a cluster in the snapshot but with ``lazy_cluster``, victims are first chosen by GPU counts, on
+    copies of the state; only if that would stop a run is the cluster asked for and the pass run on it.
+    ``books``: the preemption settings and the cycle's quota state, shares and free GPUs, changed by the pass."""
+    settings, state, shares, free = books
+    recent = snapshot.recent_preemptions
+    cluster: ClusterSnapshot | None = snapshot.cluster
+    specs: Mapping[str, JobSpec] = snapshot.specs
+    if cluster is None and lazy_cluster is not None:
+        trial_state = state.copy()
+        trial_shares = shares.copy(trial_state.usage)
+        trial = preempt(
+            settings,
+            trial_state,
+            trial_shares,
+            list(free),
+            holders,
+            blocked,
+            recent,
+            now,
+            levels=levels,
+            first_only=True,
+        )
+        if not trial[0]:
+            return trial  # it ran to the end: the decision by counts
+        cluster, specs = lazy_cluster()
+    tree = topology if cluster is not None else None
+    if tree is not None:
+        tree.record()  # the pass writes its commitments into the caller's tree: undone below
+    try:
+        return preempt(settings, state, shares, free, holders, blocked, recent, now, cluster, specs, levels, tree)
+    finally:
+        if tree is not None:
+            tree.restore()
 
 
 def _cheapest(c: Candidate) -> tuple[float, int, str]:

@@ -43,6 +43,17 @@ class QuotaState:
                 self.inner[up][i] += self.claim[n][i]
         self.claim[0] = list(self.inner[0])
 
+    def copy(self) -> QuotaState:
+        """An independent copy (a trial pass changes it and may be thrown away)."""
+        new = QuotaState.__new__(QuotaState)
+        new.index = self.index
+        new.usage = [list(row) for row in self.usage]
+        new.regular = [list(row) for row in self.regular]
+        new.borrowed = [list(row) for row in self.borrowed]
+        new.claim = [list(row) for row in self.claim]
+        new.inner = [list(row) for row in self.inner]
+        return new
+
     def check(self, q: int, demand: Demand, borrow_only: bool) -> tuple[PendingReason, int] | None:
         """None if the gang fits; else the reason and the node where it does not."""
         index = self.index
