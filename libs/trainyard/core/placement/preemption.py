@@ -23,7 +23,7 @@ import msgspec
 
 from trainyard.core.placement.cycle import build_topology
 from trainyard.core.placement.gang import fit_gang, undo, widest_level
-from trainyard.core.placement.probe import fits_somewhere
+from trainyard.core.placement.probe import Probe
 from trainyard.core.placement.snapshot import ClusterSnapshot, PlacementRequest, RunningAlloc
 from trainyard.core.placement.topology import Level, Node, Topology
 from trainyard.domain.job import JobSpec
@@ -64,7 +64,8 @@ def select_victims(
     limit = snapshot.policy.candidates_per_level
     spec = request.spec
     # 1. Nothing to stop if the gang fits now.
-    now_fit = fit_gang(topo, spec, limit)
+    probe = Probe(topo, spec)  # the gang's aggregate check, narrowed to each domain tried
+    now_fit = None if probe.now() is False else fit_gang(topo, spec, limit)
     if now_fit is not None:
         undo(topo, [(0, "", topo.nodes[r.node_id], r.gpus) for r in now_fit])
         return VictimSet(request.job_id, request.run_id, [], 0.0, "cluster", "*", now_fit)
@@ -118,7 +119,7 @@ def select_victims(
                 continue
             if best is not None and cost(inside[0]) >= best[0]:
                 continue
-            found = _free_domain(topo, spec, level, key, inside, cost, limit)
+            found = _free_domain(topo, spec, probe.inside(level, key), level, key, inside, cost, limit)
             if found is None:
                 continue
             price, chosen, plan = found
@@ -142,6 +143,7 @@ def select_victims(
 def _free_domain(
     topo: Topology,
     spec: JobSpec,
+    probe: Probe,
     level: Level,
     key: str,
     inside: list[RunningAlloc],
@@ -149,14 +151,14 @@ def _free_domain(
     limit: int,
 ) -> tuple[float, list[RunningAlloc], list[ReplicaPlacement]] | None:
     released: list[tuple[RunningAlloc, list[tuple[Node, list[int]]]]] = []
-    plan = None
+    plan = None  # where the gang goes: packed only once the victims are known, when the aggregates tell
     try:
         for v in inside:  # cheapest first
             released.append((v, _release(topo, v)))
-            plan = _try(topo, spec, level, key, limit)
-            if plan is not None:
+            fit, plan = _fits(topo, spec, probe, level, key, limit)
+            if fit:
                 break
-        if plan is None:
+        else:
             return None
         # Spare any run the gang turns out not to need, the costliest first.
         for v, given in sorted(released, key=lambda p: (-cost(p[0]), p[0].run_id)):
@@ -164,13 +166,17 @@ def _free_domain(
                 break
             for node, gpus in given:
                 topo.take(node, gpus)
-            again = _try(topo, spec, level, key, limit)
-            if again is None:
+            fit, again = _fits(topo, spec, probe, level, key, limit)
+            if not fit:
                 for node, gpus in given:
                     topo.give(node, gpus)
             else:
-                plan = again
+                plan = again if again is not None else plan
                 released.remove((v, given))
+        if plan is None:
+            plan = _pack(topo, spec, level, key, limit)  # the aggregates said it fits: packing agrees
+            if plan is None:
+                return None
         chosen = sorted((v for v, _ in released), key=lambda v: (cost(v), v.run_id))
         return sum(cost(v) for v in chosen), chosen, plan
     finally:
@@ -190,9 +196,19 @@ def _release(topo: Topology, victim: RunningAlloc) -> list[tuple[Node, list[int]
     return given
 
 
-def _try(topo: Topology, spec: JobSpec, level: Level, key: str, limit: int) -> list[ReplicaPlacement] | None:
-    if fits_somewhere(topo, spec, (level, key)) is False:
-        return None  # the aggregates say so: packing would fail
+def _fits(
+    topo: Topology, spec: JobSpec, probe: Probe, level: Level, key: str, limit: int
+) -> tuple[bool, list[ReplicaPlacement] | None]:
+    """Whether the gang fits the domain now, and where when packing had to tell (the aggregates answer
+    exactly for most gangs: those are packed once, when the victims are known)."""
+    quick = probe.now()
+    if quick is not None:
+        return quick, None
+    plan = _pack(topo, spec, level, key, limit)
+    return plan is not None, plan
+
+
+def _pack(topo: Topology, spec: JobSpec, level: Level, key: str, limit: int) -> list[ReplicaPlacement] | None:
     plan = fit_gang(topo, spec, limit, within=(level, key))
     if plan is not None:
         undo(topo, [(0, "", topo.nodes[r.node_id], r.gpus) for r in plan])

@@ -21,14 +21,26 @@ from trainyard.domain.job import JobSpec
 class Probe:
     """The aggregate check of one gang; ``exact`` is False when only packing tells."""
 
-    __slots__ = ("exact", "need", "root", "widest", "never", "one_node")
+    __slots__ = ("exact", "need", "tree", "spec_widest", "root", "widest", "never", "one_node")
 
     def __init__(self, topo: Topology, spec: JobSpec, within: tuple[Level, str] | None = None) -> None:
         demands = demands_of(spec)
         self.exact = len({(d.gpu_type, d.gpus) for d in demands}) == 1 and all(d.level is None for d in demands)
-        tree = topo.trees.get(demands[0].gpu_type) if self.exact else None
+        self.tree = topo.trees.get(demands[0].gpu_type) if self.exact else None
         self.need = need_of(demands)
-        self.widest = widest_level(spec)
+        self.spec_widest = widest_level(spec)
+        self._narrow(within)
+
+    def inside(self, level: Level, key: str) -> Probe:
+        """The same gang's check within one domain: ``Probe(topo, spec, (level, key))``, the spec not read again."""
+        probe = Probe.__new__(Probe)
+        probe.exact, probe.need, probe.tree, probe.spec_widest = self.exact, self.need, self.tree, self.spec_widest
+        probe._narrow((level, key))
+        return probe
+
+    def _narrow(self, within: tuple[Level, str] | None) -> None:
+        tree = self.tree
+        self.widest = self.spec_widest
         self.root = tree.root if tree is not None else None
         if tree is not None and within is not None:
             self.root, self.widest = tree.levels[within[0]].get(within[1]), min(self.widest, within[0])
