@@ -171,7 +171,7 @@ def _free_domain(
                 for node, gpus in given:
                     topo.give(node, gpus)
             else:
-                plan = again if again is not None else plan
+                plan = again  # None while the aggregates answer: packed below
                 released.remove((v, given))
         if plan is None:
             plan = _pack(topo, spec, level, key, limit)  # the aggregates said it fits: packing agrees
