@@ -9,6 +9,7 @@ its event heap.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Iterator, Mapping
 
 from msgspec.structs import replace
 
@@ -96,7 +97,12 @@ class SchedulingCycle:
             cluster = ClusterSnapshot(nodes=[], running=running, policy=self.policy.placement)
         else:
             cluster = self.cluster.snapshot(running, self.policy.placement)
-        specs = {p.job_id: self._spec(self.jobs[int(p.job_id[1:])]) for p in snapshot.pending}
+        if self.scenario.trace_decisions:  # replayed as a direct call of the core: the specs as a service has them
+            specs: Mapping[str, JobSpec] = {
+                p.job_id: self._spec(self.jobs[int(p.job_id[1:])]) for p in snapshot.pending
+            }
+        else:
+            specs = SpecsById(self)  # read only for the few jobs that look for victims
         return replace(snapshot, cluster=cluster, specs=specs)
 
     def _admitted(self, i: int) -> None:
@@ -197,3 +203,24 @@ class ReleaseOrder:
         if key is not None:
             at = bisect_left(self._keys, key)
             del self._keys[at], self.items[at]
+
+
+class SpecsById(Mapping[str, JobSpec]):
+    """The simulator's jobs' specs by job id (``j<number>``), made when first read."""
+
+    __slots__ = ("sim",)
+
+    def __init__(self, sim: SchedulingCycle) -> None:
+        self.sim = sim
+
+    def __getitem__(self, job_id: str) -> JobSpec:
+        number = int(job_id[1:]) if job_id[1:].isdigit() else -1
+        if not 0 <= number < len(self.sim.jobs):
+            raise KeyError(job_id)
+        return self.sim._spec(self.sim.jobs[number])
+
+    def __iter__(self) -> Iterator[str]:
+        return (st.job.job_id for st in self.sim.jobs)
+
+    def __len__(self) -> int:
+        return len(self.sim.jobs)

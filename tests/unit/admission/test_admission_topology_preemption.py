@@ -10,6 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainyard.core.admission import AdmissionPolicy, AdmissionResult, AdmissionSnapshot, admit
+from trainyard.core.admission.candidates import Blocked, Candidate, Holder
+from trainyard.core.admission.snapshot import PendingJob, RunningJob
+from trainyard.core.admission.victims import _enough
 from trainyard.core.placement import ClusterSnapshot, NodeView, RunningAlloc, select_victims
 from trainyard.core.placement.cycle import build_topology
 from trainyard.core.placement.gang import fit_gang
@@ -275,3 +278,18 @@ def test_a_gang_preempts_only_what_it_can_then_be_placed_on(world):
         for n, r in racks.items()
     ]
     assert fit_gang(build_topology(ClusterSnapshot(nodes)), spec) is not None
+
+
+def test_the_victim_search_is_skipped_when_every_candidate_together_frees_too_few_gpus():
+    def candidate(gpus: int, gpu_type: int = 0) -> Candidate:
+        holder = Holder(RunningJob("r", "a", "q", {"H100": gpus}, started_at=NOW - 60), 0, [(gpu_type, gpus)])
+        return Candidate(holder, NOW, 300.0, None, {gpu_type})
+
+    waiting = Blocked(PendingJob("hi", "a", "q", 0, {"H100": 16}), 0, [(0, 16)], 0, 0)
+    assert _enough([16], waiting, [])  # it fits the free GPUs already
+    assert not _enough([4], waiting, [candidate(8)])  # 4 free + 8 freed < 16
+    assert _enough([4], waiting, [candidate(8), candidate(4)])  # exactly enough
+    assert not _enough([4], waiting, [candidate(8), candidate(8, gpu_type=1)])  # another type's GPUs do not count
+    two_types = Blocked(PendingJob("hi", "a", "q", 0, {"H100": 8, "A100": 8}), 0, [(0, 8), (1, 8)], 0, 0)
+    assert not _enough([8, 0], two_types, [candidate(4, gpu_type=1)])
+    assert _enough([8, 0], two_types, [candidate(4, gpu_type=1), candidate(4, gpu_type=1)])

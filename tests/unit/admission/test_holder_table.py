@@ -1,13 +1,14 @@
 """``HolderTable`` keeps ``load_holders``' sums as runs come and go: after any
-sequence of puts (new runs, runs told to stop, runs put again) and drops, its
+sequence of puts (new runs, runs told to stop, runs put again, new checkpoints) and drops, its
 holdings equal a fresh ``load_holders`` pass over the same runs in the same
-order (and so do the holders' expected ends that backfill plans with), and ``admit`` decides the same with it as
-without it."""
+order (and so do the holders' expected ends that backfill plans with, and the groups a preemption pass
+weighs), and ``admit`` decides the same with it as without it."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from trainyard.core.admission import (
     AdmissionPolicy,
@@ -23,7 +24,7 @@ from trainyard.core.admission import (
     admit,
 )
 from trainyard.core.admission.backfill import Shadows
-from trainyard.core.admission.candidates import load_holders
+from trainyard.core.admission.candidates import HolderGroups, group_holders, load_holders
 from trainyard.core.admission.ordering import DemandCache
 from trainyard.core.admission.tree import Scheduling, TreeIndex
 
@@ -38,7 +39,7 @@ TENANCY = Tenancy(
 
 gpus = st.one_of(st.dictionaries(st.sampled_from([*FLAVORS, "V100"]), st.integers(1, 6), min_size=1, max_size=2))
 runs = st.builds(
-    lambda job, where, g, started, prio, preemptible, borrow, notice, limit: RunningJob(
+    lambda job, where, g, started, prio, preemptible, borrow, notice, limit, saved: RunningJob(
         job_id=f"j{job}",
         tenant=where[0],
         queue=where[1],
@@ -49,6 +50,7 @@ runs = st.builds(
         may_only_borrow=borrow,
         notice_at=notice,
         expected_end=None if limit is None else started + limit,
+        last_checkpoint_at=saved,
     ),
     st.integers(0, 30),
     st.sampled_from(QUEUES),
@@ -59,8 +61,9 @@ runs = st.builds(
     st.booleans(),
     st.one_of(st.none(), st.just(500.0)),
     st.one_of(st.none(), st.sampled_from([600.0, 3600.0])),  # no limit, or limits that make equal ends
+    st.one_of(st.none(), st.floats(0, 1000)),
 )
-ops = st.lists(st.tuples(st.sampled_from(["put", "drop"]), st.integers(0, 12), runs), max_size=60)
+ops = st.lists(st.tuples(st.sampled_from(["put", "drop", "checkpoint"]), st.integers(0, 12), runs), max_size=60)
 
 
 def fresh(running: list[RunningJob]) -> tuple:
@@ -78,6 +81,11 @@ def test_the_table_holds_what_a_fresh_pass_would_read(steps: list) -> None:
         if op == "put":
             table.put(key, run)
             mirror[key] = run
+        elif op == "checkpoint":  # the run under ``key`` saved a checkpoint: only its price changes
+            if key in mirror:
+                saved = replace(mirror[key], last_checkpoint_at=run.started_at)
+                table.put(key, saved)
+                mirror[key] = saved
         else:
             table.drop(key)
             mirror.pop(key, None)
@@ -85,6 +93,16 @@ def test_the_table_holds_what_a_fresh_pass_would_read(steps: list) -> None:
         assert len(table) == len(mirror)
         assert ([tuple(h) for h in holders], held, usage, lowest, noticed) == fresh(list(mirror.values()))
         assert table.releases() == Shadows(len(FLAVORS), holders, 0.0).releases
+        assert unordered(table.groups()) == unordered(group_holders(holders))
+
+
+def unordered(groups: HolderGroups) -> tuple:
+    """The groups with each list in one fixed order: the order inside a queue is not part of what they say."""
+
+    def by_id(hs: list) -> list:
+        return sorted((tuple(h) for h in hs), key=repr)
+
+    return by_id(groups.noticed), {q: by_id(hs) for q, hs in groups.grouped.items()}, groups.lowest, groups.lenders
 
 
 @settings(max_examples=100, deadline=None)

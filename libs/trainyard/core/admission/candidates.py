@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import NamedTuple
 
 from trainyard.core.admission.fairshare import FairShare
@@ -29,6 +29,41 @@ class Holdings(NamedTuple):
     usage: dict[tuple[int, bool], list[int]]  # (queue, borrow-only) -> GPUs held per type
     lowest: dict[int, int]  # queue -> lowest priority of a preemptible holder (priority preemption)
     noticed: bool  # a holder was already told to stop: its room is coming for someone
+
+
+class HolderGroups(NamedTuple):
+    """The holders as a preemption pass weighs them (the order within a queue does not matter: every pool is
+    sorted on keys that end with the job id)."""
+
+    noticed: list[Holder]  # told to stop already: their room is coming
+    grouped: dict[int, list[Holder]]  # queue -> its preemptible holders not told to stop: the candidates
+    lowest: dict[int, int]  # queue -> lowest priority among its candidates
+    lenders: set[int]  # queues with a best-effort candidate (reclaimable wherever it runs)
+
+
+def group_holders(holders: Iterable[Holder]) -> HolderGroups:
+    """The holders by what a preemption pass does with them."""
+    noticed: list[Holder] = []
+    grouped: dict[int, list[Holder]] = {}
+    lowest: dict[int, int] = {}
+    lenders: set[int] = set()
+    for h in holders:
+        job = h.job
+        if job.notice_at is not None:
+            noticed.append(h)
+        elif job.preemptible:
+            q = h.queue
+            group = grouped.get(q)
+            if group is None:
+                grouped[q] = [h]
+                lowest[q] = job.priority
+            else:
+                group.append(h)
+                if job.priority < lowest[q]:
+                    lowest[q] = job.priority
+            if job.may_only_borrow:
+                lenders.add(q)
+    return HolderGroups(noticed, grouped, lowest, lenders)
 
 
 def load_holders(running: Sequence[RunningJob], index: TreeIndex, demands: DemandCache) -> Holdings:
@@ -79,7 +114,7 @@ class HolderTable:
     """
 
     __slots__ = ("tenancy", "flavors", "index", "demands", "_nf", "_all", "held", "usage", "_rows", "_priorities",
-                 "_noticed", "_ends")  # fmt: skip
+                 "_noticed", "_ends", "_stopping", "_grouped", "_candidate_priorities", "_lending")  # fmt: skip
 
     def __init__(self, tenancy: Tenancy, flavors: list[str]) -> None:
         self.tenancy, self.flavors = tenancy, list(flavors)
@@ -93,6 +128,11 @@ class HolderTable:
         self._priorities: dict[int, dict[int, int]] = {}  # queue -> priority of a preemptible run -> runs
         self._noticed = 0
         self._ends: list[list[tuple[float, int]]] = [[] for _ in range(self._nf)]  # per type: (expected end, GPUs)
+        # ``group_holders`` kept up to date: holders told to stop, and the candidates by queue
+        self._stopping: dict[Hashable, Holder] = {}
+        self._grouped: dict[int, dict[Hashable, Holder]] = {}
+        self._candidate_priorities: dict[int, dict[int, int]] = {}  # queue -> candidate priority -> runs
+        self._lending: dict[int, int] = {}  # queue -> best-effort candidates
 
     def __len__(self) -> int:
         return len(self._all)
@@ -103,31 +143,41 @@ class HolderTable:
 
     def put(self, key: Hashable, run: RunningJob) -> None:
         """Add a run, or replace the one under ``key`` (it keeps its place)."""
-        if key in self._all:
-            self._count(*self._all[key], -1)
+        entry = self._all.get(key)
+        if entry is not None:
+            old, holding, holder = entry
+            if holder is not None and _counted_alike(old, run):  # a new checkpoint, say: no sum changes
+                holder = Holder(run, holder.queue, holding)
+                self._all[key] = (run, holding, holder)
+                if run.notice_at is not None:
+                    self._stopping[key] = holder
+                elif run.preemptible:
+                    self._grouped[holder.queue][key] = holder
+                return
+            self._count(key, *entry, -1)
         holding = self.demands(run.gpus_by_type) or []
         q = self.index.queue_by_pair.get((run.tenant, run.queue))
         holder = None if q is None else Holder(run, q, holding)
         self._all[key] = (run, holding, holder)
-        self._count(run, holding, holder, 1)
+        self._count(key, run, holding, holder, 1)
 
     def drop(self, key: Hashable) -> None:
         """Forget the run under ``key`` (nothing when there is none)."""
         entry = self._all.pop(key, None)
         if entry is not None:
-            self._count(*entry, -1)
+            self._count(key, *entry, -1)
 
-    def _count(self, run: RunningJob, holding: Demand, holder: Holder | None, sign: int) -> None:
+    def _count(self, key: Hashable, run: RunningJob, holding: Demand, holder: Holder | None, sign: int) -> None:
         held = self.held
         for i, d in holding:
             held[i] += sign * d
         if holder is None:
             return
         q = holder.queue
-        key = (q, run.may_only_borrow)
-        row = self.usage.get(key)
+        row_key = (q, run.may_only_borrow)
+        row = self.usage.get(row_key)
         if row is None:
-            row = self.usage[key] = [0] * self._nf
+            row = self.usage[row_key] = [0] * self._nf
         end = math.inf if run.expected_end is None else run.expected_end
         for i, d in holding:
             row[i] += sign * d
@@ -136,18 +186,46 @@ class HolderTable:
                 insort(ends, (end, d))
             else:
                 del ends[bisect_left(ends, (end, d))]
-        left = self._rows[key] = self._rows.get(key, 0) + sign
+        left = self._rows[row_key] = self._rows.get(row_key, 0) + sign
         if not left:  # no run counted in it: gone, as load_holders would not make it
-            del self._rows[key], self.usage[key]
+            del self._rows[row_key], self.usage[row_key]
         if run.preemptible:
-            counts = self._priorities.setdefault(q, {})
-            n = counts[run.priority] = counts.get(run.priority, 0) + sign
-            if not n:
-                del counts[run.priority]
-                if not counts:
-                    del self._priorities[q]
+            _count_priority(self._priorities, q, run.priority, sign)
         if run.notice_at is not None:
             self._noticed += sign
+        self._group(key, holder, sign)
+
+    def _group(self, key: Hashable, holder: Holder, sign: int) -> None:
+        run, q = holder.job, holder.queue
+        if run.notice_at is not None:
+            if sign > 0:
+                self._stopping[key] = holder
+            else:
+                del self._stopping[key]
+            return
+        if not run.preemptible:
+            return
+        if sign > 0:
+            self._grouped.setdefault(q, {})[key] = holder
+        else:
+            group = self._grouped[q]
+            del group[key]
+            if not group:
+                del self._grouped[q]
+        _count_priority(self._candidate_priorities, q, run.priority, sign)
+        if run.may_only_borrow:
+            left = self._lending[q] = self._lending.get(q, 0) + sign
+            if not left:
+                del self._lending[q]
+
+    def groups(self) -> HolderGroups:
+        """What :func:`group_holders` would make of ``holdings().holders`` (the order within a queue may differ)."""
+        return HolderGroups(
+            list(self._stopping.values()),
+            {q: list(group.values()) for q, group in self._grouped.items()},
+            {q: min(counts) for q, counts in self._candidate_priorities.items()},
+            set(self._lending),
+        )
 
     def holdings(self) -> Holdings:
         """What :func:`load_holders` would read from the runs held now (shared lists: read them only)."""
@@ -158,6 +236,30 @@ class HolderTable:
     def releases(self) -> list[list[tuple[float, int]]]:
         """Per type, when the holders' GPUs come back, earliest first (``Shadows.releases``; shared: read only)."""
         return self._ends
+
+
+def _count_priority(counts: dict[int, dict[int, int]], q: int, priority: int, sign: int) -> None:
+    """One more (sign 1) or one fewer (-1) run of ``priority`` in queue ``q``; empty entries are dropped."""
+    of_queue = counts.setdefault(q, {})
+    n = of_queue[priority] = of_queue.get(priority, 0) + sign
+    if not n:
+        del of_queue[priority]
+        if not of_queue:
+            del counts[q]
+
+
+def _counted_alike(old: RunningJob, new: RunningJob) -> bool:
+    """Do the two runs add the same to every sum and group of a :class:`HolderTable`?"""
+    return (
+        old.tenant == new.tenant
+        and old.queue == new.queue
+        and old.gpus_by_type == new.gpus_by_type
+        and old.may_only_borrow == new.may_only_borrow
+        and old.preemptible == new.preemptible
+        and old.priority == new.priority
+        and (old.notice_at is None) == (new.notice_at is None)
+        and old.expected_end == new.expected_end
+    )
 
 
 class Blocked(NamedTuple):

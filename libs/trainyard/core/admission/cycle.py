@@ -23,7 +23,7 @@ from __future__ import annotations
 from heapq import heapify, heappop, heappush
 
 from trainyard.core.admission.backfill import Shadows
-from trainyard.core.admission.candidates import Blocked, HolderTable, load_holders
+from trainyard.core.admission.candidates import Blocked, HolderTable, group_holders, load_holders
 from trainyard.core.admission.fairshare import FairShare
 from trainyard.core.admission.ordering import (
     BORROW_ONLY,
@@ -305,8 +305,9 @@ def _admit_with_tenancy(
         ]
     if blocked:
         books = (tenancy.preemption, state, shares, free)
+        groups = table.groups() if table is not None and kept else group_holders(holders)
         preemptions, preemptors = preempt_or_screen(
-            snapshot, now, blocked[:most_preemptors], holders, books, levels, topology, lazy_cluster
+            snapshot, now, blocked[:most_preemptors], groups, books, levels, topology, lazy_cluster
         )
         for at in preemptors:
             old = waiting[at]

@@ -48,6 +48,7 @@ from trainyard.core.admission.candidates import (
     Blocked,
     Candidate,
     Holder,
+    HolderGroups,
     choose,
     fits,
     over_nominal,
@@ -58,7 +59,7 @@ from trainyard.core.admission.candidates import (
 from trainyard.core.admission.fairshare import FairShare
 from trainyard.core.admission.ordering import WITHIN_NOMINAL, service_level
 from trainyard.core.admission.quota import Demand, QuotaState
-from trainyard.core.admission.snapshot import AdmissionSnapshot, Preemption, RunningJob
+from trainyard.core.admission.snapshot import AdmissionSnapshot, Preemption
 from trainyard.core.admission.tree import PreemptionSettings
 from trainyard.core.admission.victims import VictimSearch
 from trainyard.core.placement.snapshot import ClusterSnapshot
@@ -76,7 +77,7 @@ def preempt(
     state: QuotaState,
     shares: FairShare,
     free: list[int],
-    holders: list[Holder],
+    groups: HolderGroups,
     blocked: list[Blocked],
     recent: list[float],
     now: float,
@@ -98,27 +99,11 @@ def preempt(
     """
     where = VictimSearch(cluster, specs or {}, now, settings.restart_cost_s, topology) if cluster is not None else None
     # 1. Jobs already told to stop are as good as gone; the others are candidates, by queue, made when needed.
-    grouped: dict[int, list[Holder]] = {}
-    lowest: dict[int, int] = {}  # queue -> lowest priority of its candidates
-    lenders: set[int] = set()  # queues with best-effort candidates (reclaimable wherever they run)
-    for h in holders:
-        job = h.job
-        if job.notice_at is not None:
-            release(state, shares, free, h, -1)
-            if where is not None:
-                where.stop(job.job_id)
-        elif job.preemptible:
-            q = h.queue
-            group = grouped.get(q)
-            if group is None:
-                grouped[q] = [h]
-                lowest[q] = job.priority
-            else:
-                group.append(h)
-                if job.priority < lowest[q]:
-                    lowest[q] = job.priority
-            if job.may_only_borrow:
-                lenders.add(q)
+    grouped, lowest, lenders = groups.grouped, groups.lowest, groups.lenders
+    for h in groups.noticed:
+        release(state, shares, free, h, -1)
+        if where is not None:
+            where.stop(h.job.job_id)
     built: dict[int, list[Candidate]] = {}
     restart_cost_s = settings.restart_cost_s
 
@@ -147,16 +132,25 @@ def preempt(
             built[q] = cs
         return cs
 
-    def served_of(q: int, level: int, keep: Callable[[RunningJob], bool]) -> list[Candidate]:
-        """``pool_of(q)`` filtered to runs of at least the minimum run time above ``level`` that ``keep``
-        accepts; the holders are filtered before their candidates are made (most are not wanted)."""
-        least = settings.attained_service_min_runtime_s
-        cs = built.get(q)
+    least = settings.attained_service_min_runtime_s
+    served: dict[tuple[int, int | None, bool], list[Candidate]] = {}
+
+    def served_of(q: int, level: int, top: int | None = None, best_effort: bool = False) -> list[Candidate]:
+        """Queue ``q``'s candidates above service ``level`` whose run lasted the minimum run time, of priority
+        at most ``top`` (if given), best-effort ones only if ``best_effort``; in no particular order.  Those
+        that ran long enough are found once per pass (the holders are filtered before their candidates are
+        made: most are not wanted)."""
+        key = (q, top, best_effort)
+        cs = served.get(key)
         if cs is None:
-            cs = [candidate(h) for h in grouped.get(q, ()) if now - h.job.started_at >= least and keep(h.job)]
-            cs.sort(key=_cheapest)  # stable, as pool_of's: the same order as filtering pool_of(q)
-            return [c for c in cs if c.level > level]
-        return [c for c in cs if c.level > level and c.ran >= least and keep(c.holder.job)]
+            cs = served[key] = [
+                candidate(h)
+                for h in grouped.get(q, ())
+                if now - h.job.started_at >= least
+                and (top is None or h.job.priority <= top)
+                and (not best_effort or h.job.may_only_borrow)
+            ]
+        return [c for c in cs if c.level > level]
 
     # least attained service: the candidates of (queue, level, priority, inside nominal), the most served first
     service_pools: dict[tuple[int, int, int, bool], list[Candidate]] = {}
@@ -187,15 +181,11 @@ def preempt(
             if cached is not None:
                 pool = cached
             else:
-                top = b.job.priority
-                pool = served_of(b.queue, level, lambda job: job.priority <= top)  # noqa: B023 - called at once
+                pool = served_of(b.queue, level, top=b.job.priority)
                 if b.cls == WITHIN_NOMINAL:
                     for q in grouped:
                         if q != b.queue and (q in lenders or over_nominal(state, q)):
-                            if over_nominal(state, q):
-                                pool += served_of(q, level, _anyone)
-                            else:
-                                pool += served_of(q, level, _best_effort)
+                            pool += served_of(q, level, best_effort=not over_nominal(state, q))
                 pool.sort(key=lambda c: (-c.level, c.lost_per_gpu, c.holder.job.job_id))
                 service_pools[key] = pool
             if any(not c.taken for c in pool):
@@ -270,7 +260,7 @@ def preempt_or_screen(
     snapshot: AdmissionSnapshot,
     now: float,
     blocked: list[Blocked],
-    holders: list[Holder],
+    groups: HolderGroups,
     books: tuple[PreemptionSettings, QuotaState, FairShare, list[int]],
     levels: Sequence[float] | None,
     topology: Topology | None,
@@ -293,7 +283,7 @@ def preempt_or_screen(
             trial_state,
             trial_shares,
             list(free),
-            holders,
+            groups,
             blocked,
             recent,
             now,
@@ -307,7 +297,7 @@ def preempt_or_screen(
     if tree is not None:
         tree.record()  # the pass writes its commitments into the caller's tree: undone below
     try:
-        return preempt(settings, state, shares, free, holders, blocked, recent, now, cluster, specs, levels, tree)
+        return preempt(settings, state, shares, free, groups, blocked, recent, now, cluster, specs, levels, tree)
     finally:
         if tree is not None:
             tree.restore()
@@ -317,14 +307,6 @@ def _cheapest(c: Candidate) -> tuple[float, int, str]:
     """A queue's candidates in order: least work lost, then lowest priority, then job id."""
     job = c.holder.job
     return (c.lost_per_gpu, job.priority, job.job_id)
-
-
-def _anyone(job: RunningJob) -> bool:
-    return True
-
-
-def _best_effort(job: RunningJob) -> bool:
-    return job.may_only_borrow
 
 
 def _pick(

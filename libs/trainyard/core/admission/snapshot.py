@@ -7,6 +7,8 @@ exactly as in ``JobSpec.tenant`` and ``JobSpec.queue``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import msgspec
 
 from trainyard.core.admission.tree import Tenancy
@@ -61,7 +63,7 @@ class AdmissionSnapshot(msgspec.Struct, frozen=True):
     # Where the GPUs are: with it, a job preempts only runs that free one domain it can then be placed in
     # (placement's select_victims); None: victims are chosen by GPU counts alone.
     cluster: ClusterSnapshot | None = None
-    specs: dict[str, JobSpec] = {}  # job id -> spec of pending jobs that may preempt (needed with ``cluster``)
+    specs: Mapping[str, JobSpec] = {}  # job id -> spec of pending jobs that may preempt (needed with ``cluster``)
 
 
 class AdmissionPolicy(msgspec.Struct, frozen=True):

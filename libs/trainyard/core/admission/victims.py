@@ -92,6 +92,8 @@ class VictimSearch:
         """
         needed = {t for t, _ in b.demand}
         usable = [c for c in pool if not c.taken and c.types & needed and still_valid(c)]
+        if not _enough(free, b, usable):
+            return None, None  # the gang must fit the free GPUs once its victims stop: these could never do
         by_run: dict[str, tuple[RunningAlloc, Candidate]] = {}
         for c in usable:
             alloc = self.allocs.get(c.holder.job.job_id)
@@ -129,3 +131,23 @@ class VictimSearch:
                 release(state, shares, free, c.holder, +1)
             return None, None
         return core + extra, found.replicas
+
+
+def _enough(free: list[int], b: Blocked, usable: list[Candidate]) -> bool:
+    """Could the gang fit the free GPUs by count if every usable candidate stopped?  Whatever the search
+    chooses is some of them, and the gang must then fit by count (``fits``): when even all of them are too
+    few, it would find nothing."""
+    short = {t: d - free[t] for t, d in b.demand if d > free[t]}
+    if not short:
+        return True
+    for c in usable:
+        for t, d in c.holder.demand:
+            left = short.get(t)
+            if left is not None:
+                if left <= d:
+                    del short[t]
+                    if not short:
+                        return True
+                else:
+                    short[t] = left - d
+    return False
