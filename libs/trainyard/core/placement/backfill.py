@@ -22,7 +22,7 @@ from trainyard.core.placement.topology import Node, Topology
 from trainyard.domain.job import JobSpec
 from trainyard.events.jobs import ReplicaPlacement
 
-Given = list[tuple[Node, list[int]]]  # GPUs handed back to the tree, to take again on undo
+Given = list[tuple[Node, list[int]]]  # nodes that got GPUs back, with their free GPUs before: restored on undo
 Release = tuple[float, list[ReplicaPlacement]]  # a holder's (latest end, replicas)
 
 
@@ -99,8 +99,8 @@ class Backfill:
             while len(applied) < k:
                 applied.append(self._apply(groups[len(applied)][1]))
             while len(applied) > k:
-                for node, gpus in applied.pop():
-                    self.topo.take(node, gpus)
+                for node, before in reversed(applied.pop()):
+                    self.topo.reset(node, before)
 
         def fits_at(k: int) -> bool:  # for gangs the aggregates cannot answer: pack to know
             goto(k)
@@ -195,7 +195,7 @@ class Backfill:
             if node is None:
                 continue
             gpus = [g for g in r.gpus if (r.node_id, g) not in reserved] if reserved else r.gpus
-            back = self.topo.give(node, gpus)
-            if back:
-                given.append((node, back))
+            before = node.free_gpus
+            if self.topo.give(node, gpus):
+                given.append((node, before))
         return given

@@ -227,27 +227,35 @@ class Topology:
 
     def take(self, node: Node, gpus: Iterable[int]) -> list[int]:
         """Mark ``gpus`` on ``node`` as used; returns the ones that were free."""
+        free = node.free_gpus
         wanted = set(gpus)
-        taken = [g for g in node.free_gpus if g in wanted]
+        taken = [g for g in free if g in wanted]
         if taken:
-            old = len(node.free_gpus)
             if self.journal is not None:
-                self.journal.append((node, node.free_gpus))
-            node.free_gpus = [g for g in node.free_gpus if g not in wanted]
-            self._update(node, old, len(node.free_gpus))
+                self.journal.append((node, free))
+            left = node.free_gpus = [g for g in free if g not in wanted] if len(taken) < len(free) else []
+            self._update(node, len(free), len(left))
         return taken
 
     def give(self, node: Node, gpus: Iterable[int]) -> list[int]:
         """Mark ``gpus`` on ``node`` as free; returns the ones that were used."""
-        have = set(node.free_gpus)
-        given = sorted({g for g in gpus if g not in have and 0 <= g < node.gpus})
+        free = node.free_gpus
+        n = node.gpus
+        given = sorted({g for g in gpus if 0 <= g < n}.difference(free))
         if given:
-            old = len(node.free_gpus)
             if self.journal is not None:
-                self.journal.append((node, node.free_gpus))
-            node.free_gpus = sorted(have.union(given))
-            self._update(node, old, len(node.free_gpus))
+                self.journal.append((node, free))
+            now = node.free_gpus = sorted(free + given) if free else list(given)
+            self._update(node, len(free), len(now))
         return given
+
+    def reset(self, node: Node, free_gpus: list[int]) -> None:
+        """Put ``node``'s free GPUs back to ``free_gpus``, what they were before the changes being undone."""
+        free = node.free_gpus
+        if self.journal is not None:
+            self.journal.append((node, free))
+        node.free_gpus = free_gpus
+        self._update(node, len(free), len(free_gpus))
 
     def record(self) -> None:
         """Keep every take and give from now on, so that :meth:`restore` can undo them."""
