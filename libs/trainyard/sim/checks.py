@@ -10,14 +10,18 @@
 - the GPUs counted in use are exactly those admitted jobs hold;
 - the lifecycle fold over the emitted events (the live projection's rules)
   puts every job in the state the simulator has it in, and saw no GPU given
-  to two runs.
+  to two runs;
+- the pending jobs handed to admission are, queue by queue, in the order the
+  core would sort them into (admission takes them as given).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainyard.core.admission import check_quota
+from trainyard.core.admission import AdmissionSnapshot, check_quota
+from trainyard.core.admission.ordering import group_in_order, group_pending, service_order
+from trainyard.core.admission.tree import Scheduling
 
 if TYPE_CHECKING:
     from trainyard.sim.engine import Simulator
@@ -72,3 +76,16 @@ FOLDED_AS = {
     "failed": "failed",
     "rejected": "rejected",
 }
+
+
+def check_order(snapshot: AdmissionSnapshot, scheduling: Scheduling, now: float) -> list[str]:
+    """Queues whose pending jobs, as handed to admission, are not in the order the core would sort them."""
+    if not snapshot.pending_in_order:
+        return []
+    given = group_in_order(snapshot.pending)
+    core = group_pending(snapshot.pending, service_order(scheduling, now))
+    return [
+        f"t={now:.0f}: queue {tenant}/{queue}'s pending jobs are not in admission order"
+        for (tenant, queue), jobs in given.items()
+        if [j.job_id for j in jobs] != [j.job_id for j in core[(tenant, queue)]]
+    ]

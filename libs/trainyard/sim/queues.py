@@ -2,7 +2,9 @@
 
 The core sorts a queue by priority, then (least-attained-service order) the
 service level of the job's earlier runs, then its order key; a job that has
-waited ``starvation_s`` moves ahead of every level.  Keeping each queue sorted
+waited longer than ``starvation_s`` moves ahead of every level (the same rank,
+-1, whatever its level, as ``ordering.group_pending`` gives it), so admission
+takes each queue as given (``AdmissionSnapshot.pending_in_order``).  Keeping each queue sorted
 by that key here lets a cycle hand admission only the jobs that could matter
 (:meth:`PendingQueues.candidates`) instead of every pending job.
 """
@@ -31,7 +33,7 @@ class PendingQueues:
         self.las = scheduling.order == "las"
         self.levels = level_bounds(scheduling)
         self.starvation_s = scheduling.starvation_s
-        self.starving: list[tuple[float, int]] = []  # (when it starves, job index) of jobs below the first level
+        self.starving: list[tuple[float, int]] = []  # (submitted, job index) of jobs not starved yet
 
     def __len__(self) -> int:
         return len(self.where)
@@ -43,10 +45,11 @@ class PendingQueues:
         self, queue: str, i: int, priority: int, order: int, attained_gpu_s: float, submitted: float, now: float
     ) -> None:
         level = self.level(attained_gpu_s)
-        if level and submitted + self.starvation_s <= now:
-            level = -1
-        elif level:
-            heappush(self.starving, (submitted + self.starvation_s, i))
+        if self.las:
+            if submitted < now - self.starvation_s:  # starved: as the core ranks it (ordering.group_pending)
+                level = -1
+            else:
+                heappush(self.starving, (submitted, i))
         key = (-priority, level, order, i)
         pend = self.lists[queue]
         if not pend or pend[-1] < key:
@@ -61,11 +64,12 @@ class PendingQueues:
         del pend[bisect_left(pend, key)]
 
     def promote(self, now: float) -> None:
-        """Jobs that have waited ``starvation_s`` go ahead of every service level."""
-        while self.starving and self.starving[0][0] <= now:
+        """Jobs that have waited longer than ``starvation_s`` go ahead of every service level."""
+        starved_before = now - self.starvation_s
+        while self.starving and self.starving[0][0] < starved_before:
             _, i = heappop(self.starving)
             found = self.where.get(i)
-            if found is None or found[1][1] <= 0:
+            if found is None or found[1][1] < 0:
                 continue
             queue, (neg, _, order, _) = found
             self.remove(i)

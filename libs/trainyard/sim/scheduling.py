@@ -18,7 +18,7 @@ from trainyard.core.placement import ClusterSnapshot, PlacementRequest, RunningA
 from trainyard.core.placement.backfill import Release
 from trainyard.domain.job import JobSpec
 from trainyard.events.jobs import JobAdmitted, JobPlaced, RunStarted
-from trainyard.sim.checks import check_state
+from trainyard.sim.checks import check_order, check_state
 from trainyard.sim.placing import place_live
 from trainyard.sim.state import FINISH, STOP
 
@@ -32,6 +32,10 @@ class SchedulingCycle:
         self._decay_history()
         # 1. Admission: the jobs that could fit, the holders, the capacity in service.
         snapshot = self._admission_snapshot()
+        every = self.scenario.check_every
+        checking = bool(every) and self.cycles % every == 0
+        if checking and self.admission.tenancy is not None:
+            self.violations.extend(check_order(snapshot, self.admission.tenancy.scheduling, now))
         # the preemption pass searches the live tree (and restores it) rather than building one, while it is the
         # tree a snapshot would give: a failed node is in the live tree, with no GPU free, but in no snapshot's
         topology = None if self.cluster.down else self.cluster.topo
@@ -83,8 +87,7 @@ class SchedulingCycle:
             for p in placed.placements:
                 self._placed(int(p.job_id[1:]), p)
         # 3. Invariants.
-        every = self.scenario.check_every
-        if every and self.cycles % every == 0:
+        if checking:
             self.violations.extend(check_state(self))
 
     def _with_cluster(self, snapshot: AdmissionSnapshot, live_tree: bool) -> AdmissionSnapshot:

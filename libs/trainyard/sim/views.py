@@ -63,6 +63,7 @@ class AdmissionView:
             running=list(self.admitted_running.values()),
             usage_history=self.history,
             recent_preemptions=self.recent_preemptions,
+            pending_in_order=True,  # each queue's list is kept in the core's order (queues.py)
         )
 
     def _reprioritise(self, qkey: str, queue: list) -> None:

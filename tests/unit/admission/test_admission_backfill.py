@@ -6,6 +6,7 @@ import msgspec
 import pytest
 from admission_builders import NOW, admitted_ids, cohort, cycle, job, queue, reasons, running, tenancy
 
+from trainyard.core.admission import AdmissionPolicy, AdmissionSnapshot, admit
 from trainyard.core.admission.tree import Scheduling
 from trainyard.core.reasons import PendingReason as R
 
@@ -129,6 +130,23 @@ def test_a_job_that_waited_past_the_starvation_limit_goes_ahead_of_every_service
     assert admitted_ids(cycle(tree, pending, capacity={"H100": 8})) == ["old-heavy"]
     pending[0] = job("old-heavy", 8, order=1, attained=2000 * HOUR, submitted=NOW - 23 * HOUR)
     assert admitted_ids(cycle(tree, pending, capacity={"H100": 8})) == ["fresh"]
+
+
+def test_pending_jobs_handed_over_in_admission_order_are_taken_as_given():
+    tree = tenancy(queue("a", H100=8), **NO_PREEMPTION)
+    tree = msgspec.structs.replace(tree, scheduling=Scheduling(backfill=False, starvation_s=24 * HOUR))
+    old = job("old-heavy", 8, order=1, attained=2000 * HOUR, submitted=NOW - 25 * HOUR)
+    fresh = job("fresh", 8, order=2, submitted=NOW)
+    policy = AdmissionPolicy(tenancy=tree)
+
+    def decide(pending: list, in_order: bool) -> list[str]:
+        snapshot = AdmissionSnapshot(pending, {"H100": 8}, {}, pending_in_order=in_order)
+        return admitted_ids(admit(snapshot, policy, NOW))
+
+    # the core's own order puts the starved job first: handed over in that order, the same decision
+    assert decide([fresh, old], in_order=False) == decide([old, fresh], in_order=True) == ["old-heavy"]
+    # the flag is the caller's promise: the order given is the one used
+    assert decide([fresh, old], in_order=True) == ["fresh"]
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ from trainyard.core.admission.ordering import (
     BORROWING,
     WITHIN_NOMINAL,
     DemandCache,
+    group_in_order,
     group_pending,
     level_bounds,
     never_fits,
@@ -137,7 +138,11 @@ def _admit_with_tenancy(
     # 2. Queues in priority, then service (or submission) order.
     waiting: list[Waiting] = []
     queue_jobs: dict[int, list[PendingJob]] = {}
-    for (tenant, name), jobs in group_pending(snapshot.pending, service_order(scheduling, now)).items():
+    if snapshot.pending_in_order:
+        grouped = group_in_order(snapshot.pending)
+    else:
+        grouped = group_pending(snapshot.pending, service_order(scheduling, now))
+    for (tenant, name), jobs in grouped.items():
         q = index.queue_by_pair.get((tenant, name))
         if q is None:
             waiting.extend(Waiting(job.job_id, PendingReason.UNKNOWN_QUEUE, p) for p, job in enumerate(jobs, 1))

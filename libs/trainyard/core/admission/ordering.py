@@ -83,6 +83,12 @@ def group_pending(
         if rank and min(rank) != max(rank):
             jobs = [jobs[k] for k in sorted(range(len(jobs)), key=rank.__getitem__)]  # stable: by rank, then as above
     jobs.sort(key=attrgetter("priority"), reverse=True)  # stable: equal priorities keep the order above
+    return group_in_order(jobs)
+
+
+def group_in_order(jobs: Iterable[PendingJob]) -> dict[tuple[str, str], list[PendingJob]]:
+    """Pending jobs by ``(tenant, queue)``, each list in the order given (a caller that keeps every queue in
+    :func:`group_pending`'s order already)."""
     groups: dict[tuple[str, str], list[PendingJob]] = {}
     for job in jobs:
         pair = (job.tenant, job.queue)

@@ -64,6 +64,9 @@ class AdmissionSnapshot(msgspec.Struct, frozen=True):
     # (placement's select_victims); None: victims are chosen by GPU counts alone.
     cluster: ClusterSnapshot | None = None
     specs: Mapping[str, JobSpec] = {}  # job id -> spec of pending jobs that may preempt (needed with ``cluster``)
+    # ``pending`` lists each queue's jobs in admission order already (``ordering.group_pending``'s: priority, then
+    # service rank, then submission order): they are taken as given instead of sorted again
+    pending_in_order: bool = False
 
 
 class AdmissionPolicy(msgspec.Struct, frozen=True):
