@@ -86,6 +86,8 @@ class Simulator(AdmissionView, Samples, SchedulingCycle):
             classes[j.priority_class].may_only_borrow if j.priority_class in classes else False for j in workload.jobs
         ]  # best effort: runs only on capacity others lend
         self.demand_of = [(j.gpu_type, j.gpus) for j in workload.jobs]  # (GPU type, GPUs) of each job
+        requests: dict[tuple[str, int], dict[str, int]] = {}  # one dict per distinct request, shared, never changed
+        self.request_of = [requests.setdefault(d, {d[0]: d[1]}) for d in self.demand_of]  # each job's GPUs by type
         self.qkey = [queue_key(j.tenant, j.queue) for j in workload.jobs]  # "tenant/queue" of each job
         self.admission = AdmissionPolicy(tenancy=self.tenancy)
         index = TreeIndex(self.tenancy, list(types))

@@ -121,7 +121,7 @@ class SchedulingCycle:
                 job_id=job.job_id,
                 tenant=job.tenant,
                 queue=job.queue,
-                gpus_by_type={job.gpu_type: job.gpus},
+                gpus_by_type=self.request_of[i],
                 started_at=self.now,
                 priority=self.priority[i],
                 preemptible=self.preemptible[i],

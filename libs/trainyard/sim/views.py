@@ -46,7 +46,7 @@ class AdmissionView:
                         tenant=job.tenant,
                         queue=job.queue,
                         order=order,
-                        gpus_by_type={job.gpu_type: job.gpus},
+                        gpus_by_type=self.request_of[i],
                         priority=-neg_priority,
                         not_before=st.not_before,
                         may_only_borrow=self.only_borrow[i],

@@ -114,7 +114,7 @@ class HolderTable:
     """
 
     __slots__ = ("tenancy", "flavors", "index", "demands", "_nf", "_all", "held", "usage", "_rows", "_priorities",
-                 "_noticed", "_ends", "_stopping", "_grouped", "_candidate_priorities", "_lending")  # fmt: skip
+                 "_noticed", "_ends", "_holders", "_stopping", "_grouped", "_candidate_priorities", "_lending")  # fmt: skip
 
     def __init__(self, tenancy: Tenancy, flavors: list[str]) -> None:
         self.tenancy, self.flavors = tenancy, list(flavors)
@@ -128,6 +128,7 @@ class HolderTable:
         self._priorities: dict[int, dict[int, int]] = {}  # queue -> priority of a preemptible run -> runs
         self._noticed = 0
         self._ends: list[list[tuple[float, int]]] = [[] for _ in range(self._nf)]  # per type: (expected end, GPUs)
+        self._holders: dict[Hashable, Holder] = {}  # the runs of known queues, in ``_all``'s order
         # ``group_holders`` kept up to date: holders told to stop, and the candidates by queue
         self._stopping: dict[Hashable, Holder] = {}
         self._grouped: dict[int, dict[Hashable, Holder]] = {}
@@ -147,7 +148,7 @@ class HolderTable:
         if entry is not None:
             old, holding, holder = entry
             if holder is not None and _counted_alike(old, run):  # a new checkpoint, say: no sum changes
-                holder = Holder(run, holder.queue, holding)
+                holder = self._holders[key] = Holder(run, holder.queue, holding)
                 self._all[key] = (run, holding, holder)
                 if run.notice_at is not None:
                     self._stopping[key] = holder
@@ -159,12 +160,19 @@ class HolderTable:
         q = self.index.queue_by_pair.get((run.tenant, run.queue))
         holder = None if q is None else Holder(run, q, holding)
         self._all[key] = (run, holding, holder)
+        if holder is None:
+            self._holders.pop(key, None)
+        elif entry is None or key in self._holders:
+            self._holders[key] = holder  # a new run goes last; a run put again keeps its place
+        else:  # put again, now in a known queue: its place among the others
+            self._holders = {k: h for k, (_, _, h) in self._all.items() if h is not None}
         self._count(key, run, holding, holder, 1)
 
     def drop(self, key: Hashable) -> None:
         """Forget the run under ``key`` (nothing when there is none)."""
         entry = self._all.pop(key, None)
         if entry is not None:
+            self._holders.pop(key, None)
             self._count(key, *entry, -1)
 
     def _count(self, key: Hashable, run: RunningJob, holding: Demand, holder: Holder | None, sign: int) -> None:
@@ -230,7 +238,7 @@ class HolderTable:
     def holdings(self) -> Holdings:
         """What :func:`load_holders` would read from the runs held now (shared lists: read them only)."""
         lowest = {q: min(counts) for q, counts in self._priorities.items()}
-        holders = [h for _, _, h in self._all.values() if h is not None]
+        holders = list(self._holders.values())
         return Holdings(holders, self.held, self.usage, lowest, self._noticed > 0)
 
     def releases(self) -> list[list[tuple[float, int]]]:

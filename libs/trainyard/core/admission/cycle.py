@@ -71,6 +71,7 @@ INSUFFICIENT_GPUS = PendingReason.INSUFFICIENT_GPUS
 RESERVED = PendingReason.RESERVED_FOR_LARGER_JOB
 COHORT_EXHAUSTED = PendingReason.COHORT_EXHAUSTED
 NOBODY = 3  # reservation level that blocks no class
+UNKNOWN: Demand = []  # a request not converted yet (compared by identity)
 inf = float("inf")
 
 
@@ -168,6 +169,9 @@ def _admit_with_tenancy(
     room = policy.max_admissions_per_cycle
     most_preemptors = policy.max_preemptors_per_cycle
     add_waiting = waiting.append
+    # each pending job's demand by the id of its request (the snapshot keeps every request alive): a caller whose
+    # equal requests share one dict has each converted once
+    by_request: dict[int, Demand | None] = {}
     checked: dict[tuple[int, int, bool], tuple[PendingReason, int] | None] = {}  # quota answers since the last take
     while heap:
         popped_class, _, q = heappop(heap)
@@ -182,7 +186,10 @@ def _admit_with_tenancy(
             if job.not_before is not None and job.not_before > now:
                 add_waiting(Waiting(job.job_id, BACKOFF, i))
                 continue
-            demand = demands(job.gpus_by_type)
+            asked = job.gpus_by_type
+            demand = by_request.get(id(asked), UNKNOWN)
+            if demand is UNKNOWN:
+                demand = by_request[id(asked)] = demands(asked)
             if demand is None:
                 add_waiting(Waiting(job.job_id, PendingReason.NO_CAPACITY_OF_TYPE, i))
                 continue

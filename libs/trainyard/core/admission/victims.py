@@ -21,7 +21,7 @@ class VictimSearch:
     """The GPUs' whereabouts for one preemption pass: a topology that every
     commitment is written into (victims' GPUs back, the gang's plan taken)."""
 
-    __slots__ = ("snapshot", "_topo", "_stopping", "specs", "allocs", "now", "restart_cost_s")
+    __slots__ = ("snapshot", "_topo", "_stopping", "specs", "_allocs", "now", "restart_cost_s")
 
     def __init__(
         self,
@@ -36,9 +36,16 @@ class VictimSearch:
         self._topo: Topology | None = topology
         self._stopping: list[str] = []  # jobs told to stop before the topology was built
         self.specs = specs
-        self.allocs = {a.job_id: a for a in snapshot.running}  # a job's current run: its whole gang
+        self._allocs: dict[str, RunningAlloc] | None = None  # made on first use (many passes stop no one)
         self.now = now
         self.restart_cost_s = restart_cost_s
+
+    @property
+    def allocs(self) -> dict[str, RunningAlloc]:
+        """A job's current run by job id: its whole gang."""
+        if self._allocs is None:
+            self._allocs = {a.job_id: a for a in self.snapshot.running}
+        return self._allocs
 
     @property
     def topo(self) -> Topology:
