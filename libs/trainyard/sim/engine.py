@@ -99,7 +99,8 @@ class Simulator(AdmissionView, Samples, SchedulingCycle):
         for q in index.queue_nodes:
             self.entitled[index.names[q].split("/")[0]] += index.entitlement[q]
         self.jobs = [JobState(j, first_order(policy, j.index, j.duration)) for j in workload.jobs]
-        self.pending = PendingQueues(sorted(set(self.qkey) | set(index.queue_of)), policy.scheduling)
+        queues = sorted(set(self.qkey) | set(index.queue_of))
+        self.pending = PendingQueues(queues, policy.scheduling, {t for t, _ in self.demand_of})
         self.to_place: dict[int, int] = {}  # admitted, not yet placed: job -> admission sequence
         self.admitted_running: dict[int, RunningJob] = {}  # admission's view of holders
         self.holder_table = HolderTable(self.tenancy, list(types))  # the same holders, summed as they change

@@ -12,7 +12,7 @@ by that key here lets a cycle hand admission only the jobs that could matter
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from heapq import heappop, heappush
 
 from trainyard.core.admission.ordering import level_bounds, service_level
@@ -27,8 +27,9 @@ BACKFILL_SCAN = 256
 class PendingQueues:
     """Sorted pending lists per queue; mutated by the simulator only."""
 
-    def __init__(self, queues: list[str], scheduling: Scheduling) -> None:
+    def __init__(self, queues: list[str], scheduling: Scheduling, types: Iterable[str] = ()) -> None:
         self.lists: dict[str, list[Key]] = {q: [] for q in queues}
+        self.types = set(types)  # every GPU type a job may ask for (empty: not known, never stop a scan early)
         self.where: dict[int, tuple[str, Key]] = {}  # job index -> its queue and key
         self.las = scheduling.order == "las"
         self.levels = level_bounds(scheduling)
@@ -111,3 +112,5 @@ class PendingQueues:
             want[t] = want.get(t, 0) + gpus
             if want[t] > free.get(t, 0):
                 blocked.add(t)
+                if self.types and blocked >= self.types and not (backfill and any(free.get(b, 0) > 0 for b in blocked)):
+                    return  # every type is blocked with no GPU free to backfill: the rest would yield nothing

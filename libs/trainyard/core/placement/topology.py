@@ -275,12 +275,16 @@ class Topology:
     def _update(node: Node, old: int, new: int) -> None:
         delta = new - old
         full = node.gpus
-        whole = (new == full) - (old == full)
-        for d in node.chain:
+        chain = node.chain
+        for d in chain:
             d.free += delta
-            d.hist[old] -= 1
-            d.hist[new] += 1
-            d.whole += whole
+            hist = d.hist
+            hist[old] -= 1
+            hist[new] += 1
+        whole = (new == full) - (old == full)
+        if whole:
+            for d in chain:
+                d.whole += whole
 
 
 def _roll_up(domain: Domain) -> None:
