@@ -12,7 +12,7 @@ by that key here lets a cycle hand admission only the jobs that could matter
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from heapq import heappop, heappush
 
 from trainyard.core.admission.ordering import level_bounds, service_level
@@ -86,7 +86,7 @@ class PendingQueues:
 
     def candidates(
         self, queue: str, demand_of: list[tuple[str, int]], free: dict[str, int], backfill: bool
-    ) -> Iterator[Key]:
+    ) -> list[Key]:
         """The jobs of ``queue`` admission could act on now, in order.
 
         ``demand_of[i]`` is job i's (GPU type, GPUs).  Every job up to the
@@ -95,22 +95,29 @@ class PendingQueues:
         later jobs that fit in the free GPUs on their own, up to
         :data:`BACKFILL_SCAN` of them.
         """
+        keys = self.lists[queue]
+        out: list[Key] = []
         want: dict[str, int] = {}
         blocked: set[str] = set()  # types whose cumulative demand passed the free GPUs
         scanned = 0  # jobs looked at since the first type blocked
-        for key in self.lists[queue]:
+        for n, key in enumerate(keys):
             if blocked:
                 scanned += 1
                 if scanned > BACKFILL_SCAN:
-                    return
+                    break
             t, gpus = demand_of[key[3]]
             if t in blocked:
                 if backfill and gpus <= free.get(t, 0):
-                    yield key
+                    out.append(key)
                 continue
-            yield key
+            out.append(key)
             want[t] = want.get(t, 0) + gpus
             if want[t] > free.get(t, 0):
                 blocked.add(t)
-                if self.types and blocked >= self.types and not (backfill and any(free.get(b, 0) > 0 for b in blocked)):
-                    return  # every type is blocked with no GPU free to backfill: the rest would yield nothing
+                if self.types and blocked >= self.types:
+                    # every type is blocked: the rest of the scan keeps only the jobs that fit the free GPUs
+                    if backfill:
+                        rest = keys[n + 1 : n + 1 + BACKFILL_SCAN - scanned]
+                        out += [k for k in rest if (d := demand_of[k[3]])[1] <= free.get(d[0], 0)]
+                    break
+        return out

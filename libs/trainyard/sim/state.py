@@ -76,4 +76,6 @@ class JobState:
         self.overhead = 0.0  # restart overhead of the current run
         self.attained = 0.0  # GPU-seconds its ended runs held (least-attained-service order; from the fold)
         self.not_before: float | None = None  # retry backoff after its own failure (from the lifecycle fold)
-        self.shown: PendingJob | None = None  # what admission was last shown of it while pending
+        # what admission was last shown of it while pending, and under which queue key: a job gets a new key
+        # whenever its order, priority, backoff or history moves (requeued, promoted, reprioritised)
+        self.shown: tuple[tuple[int, int, int, int], PendingJob] | None = None

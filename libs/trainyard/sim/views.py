@@ -30,31 +30,29 @@ class AdmissionView:
                 continue
             if multi:
                 self._reprioritise(qkey, queue)
-            for neg_priority, _, order, i in queues.candidates(qkey, self.demand_of, free, backfill):
-                st = jobs[i]
-                shown = st.shown  # the same job as last cycle unless its order, priority or history moved
-                if (
-                    shown is None
-                    or shown.order != order
-                    or shown.priority != -neg_priority
-                    or shown.not_before != st.not_before
-                    or shown.attained_gpu_s != st.attained
-                ):
+            for key in queues.candidates(qkey, self.demand_of, free, backfill):
+                st = jobs[key[3]]
+                shown = st.shown  # the same job as last cycle unless it has another key
+                if shown is None or shown[0] is not key:
+                    i = key[3]
                     job = st.job
-                    shown = st.shown = PendingJob(
-                        job_id=job.job_id,
-                        tenant=job.tenant,
-                        queue=job.queue,
-                        order=order,
-                        gpus_by_type=self.request_of[i],
-                        priority=-neg_priority,
-                        not_before=st.not_before,
-                        may_only_borrow=self.only_borrow[i],
-                        runtime_limit_s=job.limit_s,
-                        attained_gpu_s=st.attained,
-                        submitted_at=job.submit,
+                    shown = st.shown = (
+                        key,
+                        PendingJob(
+                            job_id=job.job_id,
+                            tenant=job.tenant,
+                            queue=job.queue,
+                            order=key[2],
+                            gpus_by_type=self.request_of[i],
+                            priority=-key[0],
+                            not_before=st.not_before,
+                            may_only_borrow=self.only_borrow[i],
+                            runtime_limit_s=job.limit_s,
+                            attained_gpu_s=st.attained,
+                            submitted_at=job.submit,
+                        ),
                     )
-                pending.append(shown)
+                pending.append(shown[1])
         self.recent_preemptions = [t for t in self.recent_preemptions if self.now - t < 3600.0]
         return AdmissionSnapshot(
             pending=pending,
@@ -70,22 +68,15 @@ class AdmissionView:
         share = self._share(qkey.split("/")[0])
         cap = self.cluster.capacity
         jobs = self.jobs
-        self.pending.replace(
-            qkey,
-            sorted(
-                (
-                    -(
-                        multifactor(self.policy, self.now - jobs[i].job.submit, share, jobs[i].job.gpus, cap)
-                        if order >= 0
-                        else 10**9
-                    ),
-                    0,
-                    order,
-                    i,
-                )
-                for _, _, order, i in queue
-            ),
-        )
+        keys = []
+        for old in queue:
+            _, _, order, i = old
+            job = jobs[i].job
+            score = multifactor(self.policy, self.now - job.submit, share, job.gpus, cap) if order >= 0 else 10**9
+            key = (-score, 0, order, i)
+            keys.append(old if key == old else key)  # an unchanged key stays the same object (views check it)
+        keys.sort()
+        self.pending.replace(qkey, keys)
 
     def _share(self, tenant: str) -> float:
         prefix = tenant + "/"
