@@ -79,7 +79,9 @@ class Backfill:
 
     # --- reservations ---
 
-    def reserve(self, job_id: str, run_id: str, spec: JobSpec, limit: int) -> Reservation | None:
+    def reserve(
+        self, job_id: str, run_id: str, spec: JobSpec, limit: int, probe: Probe | None = None
+    ) -> Reservation | None:
         """Find when and where the gang first fits as running jobs end; ``None`` if never.
 
         Holders are released in order of their ends.  Whether the gang fits after
@@ -89,7 +91,8 @@ class Backfill:
         domains above the nodes it frees; otherwise the search gallops (1, 2,
         4, ... releases) and then bisects, packing the gang to try.  The
         reservation starts when the last released holder ends, by which time
-        every released GPU is free.
+        every released GPU is free.  ``probe``: the gang's ``Probe`` on this
+        tree, if the caller has it.
         """
         self.set_mask(list(range(len(self.reservations))))
         groups = self._releases()  # earliest first
@@ -110,7 +113,8 @@ class Backfill:
             return got is not None
 
         n = len(groups)
-        probe = Probe(self.topo, spec)
+        if probe is None:
+            probe = Probe(self.topo, spec)
         if probe.exact:
             # The aggregates answer exactly: hand the releases back one at a time and look only at the
             # domains above the nodes each one frees, instead of galloping back and forth over the tree.

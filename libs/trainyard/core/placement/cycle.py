@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from trainyard.core.placement.backfill import Backfill, Release
 from trainyard.core.placement.gang import fit_gang, undo, why_not
-from trainyard.core.placement.probe import fits_somewhere
+from trainyard.core.placement.probe import Probe
 from trainyard.core.placement.snapshot import (
     ClusterSnapshot,
     NodeView,
@@ -26,6 +26,7 @@ from trainyard.core.placement.snapshot import (
 )
 from trainyard.core.placement.topology import Topology
 from trainyard.core.reasons import PendingReason
+from trainyard.domain.job import JobSpec
 
 __all__ = [
     "ClusterSnapshot",
@@ -82,6 +83,14 @@ class Cycle:
         self.backfill = Backfill(self.topo, now, snapshot.running, releases)
         self.placements: list[Placement] = []
         self.unplaced: list[Unplaced] = []
+        self._probes: dict[int, tuple[JobSpec, Probe]] = {}  # id of a request's spec -> its probe, this cycle
+
+    def _probe(self, spec: JobSpec) -> Probe:
+        """The gang's aggregate check on this cycle's tree, built once per spec (a request holds its spec)."""
+        found = self._probes.get(id(spec))
+        if found is None or found[0] is not spec:
+            found = self._probes[id(spec)] = (spec, Probe(self.topo, spec))
+        return found[1]
 
     def place_one(self, req: PlacementRequest) -> Placement | Unplaced:
         spec = req.spec
@@ -91,7 +100,7 @@ class Cycle:
         if self.backfill.reservations:
             self.backfill.mask_for(end)
         # (aggregates first: a gang that fits no domain at all is not searched for)
-        replicas = None if fits_somewhere(self.topo, spec) is False else fit_gang(self.topo, spec, limit)
+        replicas = None if self._probe(spec).now() is False else fit_gang(self.topo, spec, limit)
         if replicas is not None:
             placed = Placement(req.job_id, req.run_id, replicas, backfilled=bool(self.backfill.reservations))
             self.placements.append(placed)
@@ -107,7 +116,7 @@ class Cycle:
             and spec.total_gpus >= self.policy.reserve_min_gpus
         ):
             # 5. Reserve the GPUs it will get when running jobs end.
-            reservation = self.backfill.reserve(req.job_id, req.run_id, spec, limit)
+            reservation = self.backfill.reserve(req.job_id, req.run_id, spec, limit, self._probe(spec))
             if reservation is not None:
                 expected_start = reservation.start_at
         waiting = Unplaced(req.job_id, req.run_id, reason, expected_start)
@@ -120,7 +129,7 @@ class Cycle:
         masked = self.backfill.mask_set
         self.backfill.unmask()
         try:
-            quick = fits_somewhere(self.topo, req.spec)
+            quick = self._probe(req.spec).now()
             replicas = None if quick is False else fit_gang(self.topo, req.spec, self.policy.candidates_per_level)
             if replicas is not None:
                 undo(self.topo, [(0, "", self.topo.nodes[r.node_id], r.gpus) for r in replicas])
