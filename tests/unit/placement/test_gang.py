@@ -8,7 +8,7 @@ from placement_builders import busy, infos, job, nodes, placed_nodes, racks, req
 from trainyard.core.placement import place
 from trainyard.core.placement.cycle import build_topology
 from trainyard.core.placement.gang import fit_gang
-from trainyard.core.placement.probe import fits_somewhere
+from trainyard.core.placement.probe import Probe
 from trainyard.core.placement.topology import Level
 from trainyard.core.reasons import PendingReason
 
@@ -241,5 +241,5 @@ def test_within_a_block_the_aggregate_check_keeps_the_gangs_own_rack_constraint(
     (block,) = topo.trees["H100"].levels[Level.BLOCK]
     for level, expected in (("rack", False), ("block", True)):
         spec = job(replicas=2, gpus=4, level=level)
-        assert fits_somewhere(topo, spec, (Level.BLOCK, block)) is expected
+        assert Probe(topo, spec, (Level.BLOCK, block)).now() is expected
         assert (fit_gang(topo, spec, within=(Level.BLOCK, block)) is not None) is expected

@@ -27,7 +27,7 @@ from trainyard.core.placement import (
 from trainyard.core.placement.backfill import Backfill
 from trainyard.core.placement.cycle import build_topology
 from trainyard.core.placement.gang import fit_gang, undo
-from trainyard.core.placement.probe import Probe, fits_somewhere
+from trainyard.core.placement.probe import Probe
 from trainyard.core.placement.topology import LEVEL_OF, Level, domain_key
 from trainyard.domain.job import JobSpec, Role, TopologyConstraint, TopologyLevel
 from trainyard.domain.node import NodeInfo
@@ -180,7 +180,7 @@ def test_victims_are_candidates_and_make_room_in_one_domain(snap, spec):
 @given(snap=clusters(), spec=specs())
 def test_the_aggregate_check_agrees_with_packing_where_it_claims_to_be_exact(snap, spec):
     topo = build_topology(snap)
-    quick = fits_somewhere(topo, spec)
+    quick = Probe(topo, spec).now()
     placed = fit_gang(topo, spec, snap.policy.candidates_per_level)
     if quick is not None:
         assert quick == (placed is not None)
@@ -206,7 +206,7 @@ def test_the_aggregate_check_within_a_domain_agrees_with_packing_there(snap, spe
     topo = build_topology(snap)
     domains = {(level, key) for tree in topo.trees.values() for level, index in tree.levels.items() for key in index}
     for within in sorted(domains) + [(Level.RACK, "no such rack")]:
-        quick = fits_somewhere(topo, spec, within)
+        quick = Probe(topo, spec, within).now()
         placed = fit_gang(topo, spec, snap.policy.candidates_per_level, within=within)
         if placed is not None:
             undo(topo, [(0, "", topo.nodes[r.node_id], r.gpus) for r in placed])
@@ -220,16 +220,16 @@ def test_the_probe_agrees_with_the_aggregate_check_as_gpus_come_back(snap, spec)
     topo = build_topology(snap)
     probe = Probe(topo, spec)
     if not probe.exact:
-        assert fits_somewhere(topo, spec) is None
+        assert Probe(topo, spec).now() is None
         return
-    before = bool(fits_somewhere(topo, spec))
+    before = bool(Probe(topo, spec).now())
     for alloc in sorted(snap.running, key=lambda a: a.expected_end):
         changed = []
         for r in alloc.replicas:
             node = topo.nodes.get(r.node_id)
             if node is not None and topo.give(node, r.gpus):
                 changed.append(node)
-        now = bool(fits_somewhere(topo, spec))
+        now = bool(Probe(topo, spec).now())
         if not before:
             assert probe.after(changed) == now
         assert now or not before  # GPUs only came back: what fitted still fits

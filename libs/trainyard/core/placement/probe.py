@@ -80,9 +80,3 @@ class Probe:
                         return True
                     break
         return False
-
-
-def fits_somewhere(topo: Topology, spec: JobSpec, within: tuple[Level, str] | None = None) -> bool | None:
-    """Whether ``fit_gang`` (with the same ``within``) would succeed, from aggregates alone; ``None`` when
-    only trying tells."""
-    return Probe(topo, spec, within).now()
