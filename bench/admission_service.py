@@ -9,10 +9,11 @@ of the admitted jobs finish.
 
     python bench/admission_service.py [--pending 20000] [--cycles 8] [--profile [N]] [--cold] [--window N]
 
-Before the first cycle the bench does what a standby does while another
-process leads (``AdmissionCycle.warm``: read every pending and active job,
-without deciding), and prints how long that took; ``--cold`` leaves it out,
-so the first cycle reads everything itself (a process that leads at once).
+Before the first cycle the bench does what the service does before it
+contends for the lease, and a standby while another process leads
+(``AdmissionCycle.warm``: read every pending and active job, without
+deciding), and prints how long that took; ``--cold`` leaves it out, so the
+first cycle reads everything itself (as a cycle does after a Redis wipe).
 
 Each cycle's line gives its wall time and the CPU seconds of this process
 (``time.process_time``: the cycle and the projectors it waits for; NATS and
@@ -173,7 +174,7 @@ async def main(pending: int, cycles: int, profile: int = 0, cold: bool = False, 
                 f"cycle p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms; {admitted_total:,} admissions published"
             )
             print(
-                f"cold cycle {times[0] * 1000:.0f} ms (CPU {cpu[0] * 1000:.0f} ms); later cycles: wall max "
+                f"{'cold' if cold else 'first'} cycle {times[0] * 1000:.0f} ms (CPU {cpu[0] * 1000:.0f} ms); later cycles: wall max "
                 f"{max(times[1:], default=0) * 1000:.0f} ms, CPU p50 {statistics.median(cpu[1:] or [0]) * 1000:.0f} ms, "
                 f"CPU max {max(cpu[1:], default=0) * 1000:.0f} ms"
             )

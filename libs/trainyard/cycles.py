@@ -22,6 +22,7 @@ async def decision_loop(
     name: str,
     metrics: DeciderMetrics | None = None,
     standby: Callable[[], Awaitable[None]] | None = None,
+    ready: asyncio.Event | None = None,
 ) -> None:
     """Run a cycle whenever a projection changes (or every cycle interval) while we lead.
 
@@ -30,8 +31,14 @@ async def decision_loop(
     like any other change), so a busy decider runs one cycle per
     ``cycle_coalesce_s`` and not two.  While another process leads, ``standby``
     (if given) runs at the same moments instead: a decider keeps what it reads
-    current there, so that it is hot when it takes over.
+    current there, so that it is hot when it takes over.  ``ready`` (if given)
+    is set once ``standby`` has run without error (at once without one): the
+    event to pass :meth:`Lease.keep` as ``after``, so that a process that has
+    just started reads its state before it contends for the lease and its
+    first cycle as leader is as fast as any later one.
     """
+    if ready is not None and standby is None:
+        ready.set()
     stopped = asyncio.ensure_future(rt.stop.wait())
     leading = False
     try:
@@ -55,6 +62,9 @@ async def decision_loop(
                 if standby is not None:
                     try:
                         await standby()
+                        if ready is not None and not ready.is_set():
+                            ready.set()
+                            log.info("%s: state read, contending for the lease", name)
                     except Exception as err:  # noqa: BLE001 - infrastructure; tried again on the next wake-up
                         log.warning("%s standby read failed: %r", name, err)
                 continue

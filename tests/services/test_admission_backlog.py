@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from nats.js.errors import KeyNotFoundError
 from test_admission_cycle import Clock, admission, cancel, spec
 from test_placement_cycle import NOW, Harness, harness
 
@@ -26,6 +27,15 @@ async def seen(cycle: AdmissionCycle) -> tuple[dict[str, tuple[int, float, float
     snapshot, _ = await cycle.snapshot()
     pending = {p.job_id: (p.order, p.attained_gpu_s, p.not_before) for p in snapshot.pending}
     return pending, {r.job_id for r in snapshot.running}
+
+
+async def taken(lease: Lease) -> bool:
+    """Whether anyone holds ``lease``'s key now."""
+    try:
+        await lease.kv.get(lease.key)
+    except KeyNotFoundError:
+        return False
+    return True
 
 
 async def seeded(h: Harness) -> None:
@@ -143,3 +153,56 @@ async def test_the_decision_loop_keeps_a_standby_warm_and_decides_nothing_while_
             await leader.release()
     assert warmed == {"a", "b"} and warmed_again == {"a", "b", "c"}
     assert decided == [] and reasons == []  # a standby neither decides nor says why jobs wait
+
+
+async def test_a_process_that_has_just_started_reads_the_backlog_before_it_contends_for_the_lease(
+    bus: Bus, store: Store
+) -> None:
+    """Nobody leads: the new process still reads every job first, so its first cycle as leader re-reads none."""
+    stop = asyncio.Event()
+    lease = await Lease.open(bus, "admission.fresh", holder="fresh", ttl_s=2.0)
+    async with harness(bus, store) as h:
+        await seeded(h)
+        cycle = admission(h, Clock(NOW))
+        key_during_read: list[bool] = []
+        touched_in_cycles: list[set[str]] = []
+
+        async def standby() -> None:
+            key_during_read.append(await taken(lease))
+            await cycle.warm()
+
+        async def run_once() -> int:
+            await cycle.run_once()
+            touched_in_cycles.append(set(cycle.backlog.touched))
+            return 0
+
+        ready = asyncio.Event()
+        rt = Runtime("fresh", Settings(cycle_interval_s=0.05, cycle_coalesce_s=0.01), bus, store, stop)
+        tasks = [
+            asyncio.create_task(lease.keep(stop, after=ready)),
+            asyncio.create_task(
+                decision_loop(rt, run_once, lease, [h.jobs, h.nodes], "admission", standby=standby, ready=ready)
+            ),
+        ]
+        try:
+            deadline = time.monotonic() + 10
+            while not touched_in_cycles and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)
+            await lease.release()
+        reasons = sorted(await store.redis.hkeys(store.key("why", "pending")))
+    assert key_during_read and not any(key_during_read)  # nobody held the lease while the backlog was read
+    assert touched_in_cycles and touched_in_cycles[0] == set()  # the first cycle as leader re-read no job
+    assert reasons == ["a", "b"]  # and said why each waiting job waits
+
+
+async def test_a_lease_that_waits_to_be_ready_stops_when_asked_without_taking_the_key(bus: Bus) -> None:
+    stop, ready = asyncio.Event(), asyncio.Event()
+    lease = await Lease.open(bus, "admission.never-ready", holder="waiting", ttl_s=2.0)
+    keeper = asyncio.create_task(lease.keep(stop, after=ready))
+    await asyncio.sleep(0)  # the keeper is waiting for ``ready``
+    stop.set()
+    await asyncio.wait_for(keeper, 5)  # returns although ``ready`` never came
+    assert not lease.held and not await taken(lease)

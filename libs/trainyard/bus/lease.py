@@ -54,8 +54,20 @@ class Lease:
         self._valid_until = started + self.ttl_s * 0.6
         return True
 
-    async def keep(self, stop: asyncio.Event) -> None:
-        """Acquire and renew until ``stop``; callers check :attr:`held`."""
+    async def keep(self, stop: asyncio.Event, after: asyncio.Event | None = None) -> None:
+        """Acquire and renew until ``stop``; callers check :attr:`held`.
+
+        With ``after``, the lease is not contended for until that event is set:
+        a process that must read its state before it can decide (admission's
+        backlog) reads it first, so it never holds the lease, keeping a ready
+        standby out, while it cannot decide yet."""
+        if after is not None and not after.is_set():
+            ready, stopped = asyncio.ensure_future(after.wait()), asyncio.ensure_future(stop.wait())
+            try:
+                await asyncio.wait([ready, stopped], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                ready.cancel()
+                stopped.cancel()
         while not stop.is_set():
             try:
                 await self.try_acquire()

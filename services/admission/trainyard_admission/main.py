@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -44,16 +45,20 @@ async def main(rt: Runtime) -> None:
     lease = await Lease.open(
         rt.bus, f"admission.{rt.settings.cluster}", holder=f"{os.getpid()}", replicas=rt.settings.stream_replicas
     )
+    # the backlog is read before the lease is contended for: a first cycle as leader re-reads only what changed
+    ready = asyncio.Event()
     spec = ConsumerSpec(stream="INTAKE", durable="admission-intake", filter_subject=subjects.INTAKE_ALL)
     try:
         await run_tasks(
             rt.stop,
             jobs.run(rt.stop),
             nodes.run(rt.stop),
-            lease.keep(rt.stop),
+            lease.keep(rt.stop, after=ready),
             config.follow(tenancy.use, rt.stop),
             run_consumer(rt.bus, spec, intake, rt.stop),
-            decision_loop(rt, cycle.run_once, lease, [jobs, nodes], "admission", metrics, standby=cycle.warm),
+            decision_loop(
+                rt, cycle.run_once, lease, [jobs, nodes], "admission", metrics, standby=cycle.warm, ready=ready
+            ),
             refresh_every(rt.stop, lambda: projections.refresh(rt.bus)),
         )
     finally:
