@@ -271,7 +271,7 @@ JSON = typer.Option(False, "--json", help='print the summaries as JSON (errors a
 
 @sim_app.command("run", cls=JsonErrors)
 def run(
-    policy: str = typer.Option("trainyard", help="trainyard, fifo, sjf or slurm"),
+    policy: str = typer.Option("trainyard", help="trainyard, fifo, sjf, sjf-backfill, slurm or tiresias"),
     workload: str = WORKLOAD,
     traces: str = TRACES,
     trace: str = TRACE,
