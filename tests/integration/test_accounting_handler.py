@@ -4,7 +4,9 @@ dead-lettered and never billed; the rest of the batch is."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 from test_projection import lifecycle
 
@@ -22,7 +24,11 @@ async def test_an_event_on_another_writers_subject_is_dead_lettered_and_not_bill
     elsewhere = RunSucceeded(at=9.0, job_id="j1", tenant="acme", run_id="j1-r1")
     await bus.publish(subjects.job("beta", "j1", "agent"), elsewhere, msg_id="other-tenant")
     spec = ConsumerSpec(stream="JOBS", durable="test-accounting", filter_subject=subjects.JOBS_ALL)
-    msgs = await (await bus.pull(spec)).fetch(6, timeout=10)
+    sub = await bus.pull(spec)
+    msgs: list[Any] = []
+    async with asyncio.timeout(10):
+        while len(msgs) < 6:  # a fetch returns what has arrived so far: ask until all six are in hand
+            msgs += await sub.fetch(6 - len(msgs), timeout=10)
     with LedgerWriter(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
         ledger.create_schema()
 
