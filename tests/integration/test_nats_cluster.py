@@ -60,7 +60,10 @@ class Reader:
         self.stop = asyncio.Event()
 
     async def run(self) -> None:
-        await self.bus.js.add_consumer("JOBS", ConsumerConfig(durable_name="reader", ack_policy=AckPolicy.EXPLICIT))
+        # A message delivered while its node is killed never reaches us and is sent again only once its ack
+        # wait expires: 5 s rather than the default 30 s, so redelivery comes well within the test's wait.
+        config = ConsumerConfig(durable_name="reader", ack_policy=AckPolicy.EXPLICIT, ack_wait=5.0)
+        await self.bus.js.add_consumer("JOBS", config)
         sub = await self.bus.js.pull_subscribe_bind("reader", "JOBS")
         while not self.stop.is_set():
             try:
