@@ -19,6 +19,7 @@ from trainyard.runtime import Runtime
 from trainyard.settings import Settings
 from trainyard.store import Store, views
 from trainyard.testing.publish import publish_event
+from trainyard.testing.waiting import eventually
 from trainyard_admission.cycle import AdmissionCycle
 
 
@@ -184,10 +185,12 @@ async def test_a_process_that_has_just_started_reads_the_backlog_before_it_conte
                 decision_loop(rt, run_once, lease, [h.jobs, h.nodes], "admission", standby=standby, ready=ready)
             ),
         ]
+
+        async def led() -> bool:
+            return bool(touched_in_cycles)
+
         try:
-            deadline = time.monotonic() + 10
-            while not touched_in_cycles and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
+            await eventually(led, timeout=10, what="a first cycle as leader")
         finally:
             stop.set()
             await asyncio.gather(*tasks)
