@@ -57,6 +57,7 @@ class Reader:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
         self.seen: set[str] = set()
+        self.errors: list[str] = []  # fetches that failed other than by timing out, for the failure message
         self.stop = asyncio.Event()
 
     async def run(self) -> None:
@@ -68,12 +69,30 @@ class Reader:
         while not self.stop.is_set():
             try:
                 batch = await sub.fetch(100, timeout=1.0)
-            except (TimeoutError, nats.errors.Error):
+            except TimeoutError:
+                continue
+            except nats.errors.Error as err:
+                self.errors.append(repr(err))
                 continue
             for msg in batch:
                 self.seen.add(msg.headers["Nats-Msg-Id"])
                 with contextlib.suppress(nats.errors.Error):
                     await msg.ack()
+
+
+async def reader_state(reader: Reader, task: asyncio.Task[None], publisher: Publisher) -> str:
+    """What the reader missed and where its consumer stands: the failure message of a read that never completed."""
+    missing = sorted(set(publisher.acked) - reader.seen, key=lambda m: int(m.rsplit("-", 1)[1]))
+    died = repr(task.exception()) if task.done() and not task.cancelled() else "no"
+    try:
+        consumer = repr(await reader.bus.js.consumer_info("JOBS", "reader"))
+    except (TimeoutError, nats.errors.Error) as err:
+        consumer = f"not answered: {err!r}"
+    return (
+        f"the consumer did not read {len(missing)} acknowledged events (first: {missing[:10]}, stream sequences "
+        f"{[publisher.acked[m] for m in missing[:10]]}); reader task died: {died}; last fetch errors: "
+        f"{reader.errors[-5:]}; consumer: {consumer}"
+    )
 
 
 async def leader(bus: Bus, stream: str = "JOBS") -> str:
@@ -158,7 +177,10 @@ async def test_killing_any_node_loses_nothing_acknowledged_and_the_node_catches_
         async def everything_read() -> bool:
             return reader.seen >= set(publisher.acked)
 
-        await eventually(everything_read, what="the consumer read every acknowledged event")
+        try:
+            await eventually(everything_read, what="the consumer read every acknowledged event")
+        except AssertionError as err:
+            raise AssertionError(await reader_state(reader, tasks[1], publisher)) from err
         for seq in (1, len(publisher.acked) // 2, len(publisher.acked)):
             msg = await answered(lambda seq=seq: bus.js.get_msg("JOBS", seq), f"message {seq}")
             assert msg.headers and msg.headers["Nats-Msg-Id"] in publisher.acked
