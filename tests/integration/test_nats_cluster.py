@@ -106,9 +106,10 @@ async def leader(bus: Bus, stream: str = "JOBS") -> str:
     return await eventually(elected, timeout=30, what=f"{stream} has a leader")
 
 
-async def all_current(bus: Bus, stream: str = "JOBS") -> bool:
+async def all_current(bus: Bus, stream: str = "JOBS", consumer: str | None = None) -> bool:
+    """Whether both followers of the stream (or of its ``consumer``) are current, neither offline nor behind."""
     try:
-        info = await bus.js.stream_info(stream)
+        info = await (bus.js.consumer_info(stream, consumer) if consumer else bus.js.stream_info(stream))
     except (TimeoutError, nats.errors.Error):
         return False
     peers = info.cluster.replicas or [] if info.cluster else []
@@ -160,6 +161,9 @@ async def test_killing_any_node_loses_nothing_acknowledged_and_the_node_catches_
         # 2. The node comes back (as the supervisor restarts it) and catches up.
         restart_server(killed)
         await eventually(lambda: all_current(bus), what="the restarted node has caught up")
+        # the consumer is a Raft group of its own: its delivered and acknowledged state must have caught up
+        # too before its leader may be the next node killed
+        await eventually(lambda: all_current(bus, consumer="reader"), what="the reader's consumer has caught up")
 
         # 3. Kill the new leader too: the stream now stands on the node that came back.
         second = await leader(bus)
