@@ -210,6 +210,12 @@ def _run(policies: list[str], o: dict[str, Any], as_json: bool, single: bool = F
     console.print(table)
     if plan.partitioned:
         _partition_table(console, summaries)
+    rejected = max(s.get("rejected", 0) for s in summaries)
+    if rejected:
+        console.print(
+            f"[yellow]{rejected:,} job{'s' if rejected != 1 else ''} rejected on arrival[/yellow]: more GPUs of "
+            "its type than its queue may ever hold or the cluster has; --out lists them in jobs_<policy>.csv"
+        )
     checked = all(s.get("invariants_checked", True) for s in summaries)
     console.print(
         f"invariants: checked every {o['check_every']} cycles, {bad} broken"

@@ -235,6 +235,7 @@ COLUMNS = [
     ("lost_gpu_hours", "lost GPU·h", None),
     ("large_goodput", "large goodput", None),
     ("unfinished", "unfinished", None),
+    ("rejected", "rejected", None),
 ]
 
 

@@ -67,6 +67,18 @@ def test_a_trace_without_a_node_list_runs_on_generated_nodes_and_reports_its_loa
     assert "offered load: " in result.stdout and "-> 0.500" in result.stdout
 
 
+def test_a_gang_larger_than_the_cluster_is_counted_and_named_as_rejected(files, tmp_path):
+    (tmp_path / "big.csv").write_text(TRACE + "400,600,32,,team-a,,,,\n")
+    result = sim("run", "--trace", str(tmp_path / "big.csv"), "--nodes-file", str(files / "nodes.csv"))
+    assert result.exit_code == 0, result.output
+    assert "1 job rejected on arrival" in result.stdout
+    header = next(line for line in result.stdout.splitlines() if "unfinished" in line)
+    assert "rejected" in header
+    ok = sim("run", "--trace", str(files / "trace.csv"), "--nodes-file", str(files / "nodes.csv"))
+    assert ok.exit_code == 0, ok.output
+    assert "rejected on arrival" not in ok.stdout
+
+
 def test_a_trace_asking_for_a_gpu_type_the_cluster_lacks_is_refused(files):
     result = sim("run", "--trace", str(files / "trace.csv"), "--nodes", "2")
     assert result.exit_code == 2
