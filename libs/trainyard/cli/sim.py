@@ -210,7 +210,7 @@ def _run(policies: list[str], o: dict[str, Any], as_json: bool, single: bool = F
     console.print(table)
     if plan.partitioned:
         _partition_table(console, summaries)
-    rejected = max(s.get("rejected", 0) for s in summaries)
+    rejected = max(s["rejected"] for s in summaries)  # the same for every policy: decided on arrival
     if rejected:
         console.print(
             f"[yellow]{rejected:,} job{'s' if rejected != 1 else ''} rejected on arrival[/yellow]: more GPUs of "
