@@ -131,13 +131,19 @@ def _rows(path: Path, required: tuple[str, ...], optional: tuple[str, ...]) -> I
         raise TraceError(f"{path}: no such file")
     with contextlib.ExitStack() as closing:
         if kind == "parquet":
-            _, pq = parquet_modules()
-            table = pq.read_table(path)
+            pa, pq = parquet_modules()
+            try:
+                table = pq.read_table(path)
+            except (pa.ArrowException, OSError) as e:
+                raise TraceError(
+                    f"{path.name}: not a readable Parquet file ({e}); write it again or use a .csv"
+                ) from None
             header = list(table.column_names)
             records: Iterator[dict] = iter(table.to_pylist())
         else:
             reader = csv.DictReader(closing.enter_context(open(path, newline="", encoding="utf-8-sig")))
-            header = [h.strip() for h in reader.fieldnames or []]
+            with _csv_problems(path, 0):
+                header = [h.strip() for h in reader.fieldnames or []]
             reader.fieldnames = header
             records = reader
         missing = [c for c in required if c not in header]
@@ -147,8 +153,37 @@ def _rows(path: Path, required: tuple[str, ...], optional: tuple[str, ...]) -> I
                 f"needs {', '.join(required)} (optional: {', '.join(optional)}); has "
                 f"{', '.join(header) or 'no header'}"
             )
-        for rec in records:
+        row = 0
+        while True:
+            with _csv_problems(path, row + 1):
+                rec = next(records, None)
+            if rec is None:
+                return
+            row += 1
             yield {k: _cell(rec.get(k)) for k in (*required, *optional)}
+
+
+def _not_utf8(path: Path) -> str:
+    """Where the first byte that is not UTF-8 sits (text is decoded in blocks, so the reader cannot say)."""
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        return f"{path.name} line {line}: byte 0x{data[e.start]:02x} is not UTF-8 text; save the file as UTF-8 CSV"
+    return f"{path.name}: not UTF-8 text; save the file as UTF-8 CSV"
+
+
+@contextlib.contextmanager
+def _csv_problems(path: Path, row: int) -> Iterator[None]:
+    """A CSV file that cannot be read as text fails with its name and row (0: the header) and what to do."""
+    where = f"{path.name} row {row}" if row else f"{path.name} header"
+    try:
+        yield
+    except UnicodeDecodeError:
+        raise TraceError(_not_utf8(path)) from None
+    except csv.Error as e:
+        raise TraceError(f"{where}: not readable as CSV ({e}); is this a comma-separated trace?") from None
 
 
 def _number(p: _Problems, row: int, col: str, raw: str, positive: bool = True) -> float | None:

@@ -154,6 +154,43 @@ def test_an_unknown_file_type_or_a_missing_file_says_so(tmp_path):
         load_trace(tmp_path / "absent.csv")
 
 
+@pytest.mark.parametrize(
+    "data, says",
+    [
+        pytest.param(b"\xc0\x80garbage\n", r"trace.csv line 1: byte 0xc0 is not UTF-8 text", id="not text"),
+        pytest.param(
+            HEADER.encode() + b"1,60,1,,a,,,,\n2,60,1,,\xff\xfe,,,,\n",
+            r"trace.csv line 3: byte 0xff is not UTF-8 text; save the file as UTF-8 CSV",
+            id="a bad byte on a later line",
+        ),
+        pytest.param(
+            HEADER.encode() + b"1,60,1,,a,,,,\n2,60,1,," + b"x" * 200_000 + b",,,,\n",
+            r"trace.csv row 2: not readable as CSV \(field larger than field limit",
+            id="a cell too large for a CSV reader",
+        ),
+    ],
+)
+def test_a_file_that_is_not_a_csv_trace_names_the_file_and_where(tmp_path, data, says):
+    path = tmp_path / "trace.csv"
+    path.write_bytes(data)
+    with pytest.raises(TraceError, match=says):
+        load_trace(path)
+
+
+def test_a_node_list_that_is_not_text_names_the_file_and_line(tmp_path):
+    path = tmp_path / "nodes.csv"
+    path.write_bytes(NODES.encode() + b"n3,8,H\xe4100,r1,b1,,\n")
+    with pytest.raises(TraceError, match="nodes.csv line 4: byte 0xe4 is not UTF-8 text"):
+        load_nodes(path)
+
+
+def test_a_file_that_is_not_parquet_says_so(tmp_path):
+    path = tmp_path / "trace.parquet"
+    path.write_bytes(b"PAR1 but not really a Parquet file")
+    with pytest.raises(TraceError, match=r"trace.parquet: not a readable Parquet file .*use a .csv"):
+        load_trace(path)
+
+
 @pytest.mark.parametrize("name", [pytest.param("nodes.csv", id="CSV"), pytest.param("nodes.parquet", id="Parquet")])
 def test_node_list_round_trip(tmp_path, name):
     nodes = load_nodes(write(tmp_path, NODES, "nodes.csv"))
