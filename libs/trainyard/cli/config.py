@@ -32,9 +32,24 @@ def nats_url(data_dir: str) -> str:
     return state.nats_url if state else settings.nats_url
 
 
+def read_file(path: Path, what: str) -> str:
+    """A text file given on the command line; one that cannot be read, or is not UTF-8, exits 1 saying so."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        err_console.print(
+            f"[red]error:[/red] {what} {path} is not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset "
+            f"{err.start}); save it as UTF-8"
+        )
+        raise typer.Exit(1) from None
+    except OSError as err:
+        err_console.print(f"[red]error:[/red] cannot read {what} {path}: {err.strerror or err}")
+        raise typer.Exit(1) from None
+
+
 def _validated(path: Path):  # type: ignore[no-untyped-def]
     try:
-        return parse_and_validate(path.read_text())
+        return parse_and_validate(read_file(path, "the tenancy file"))
     except TenancyConfigError as err:
         err_console.print(f"[red]{path}: {len(err.errors)} problem(s)[/red]")
         for e in err.errors:
@@ -93,10 +108,11 @@ def apply(
 ) -> None:
     """Validate FILE, store it as the next revision (services pick it up live) and audit it."""
     _validated(file)
+    text = read_file(file, "the tenancy file")
     who = f"operator:{actor or getpass.getuser()}"
 
     async def run(store: ConfigStore) -> None:
-        revision, changes = await store.apply(file.read_text(), who, reason)
+        revision, changes = await store.apply(text, who, reason)
         if not changes:
             console.print(f"no changes; revision {revision} stays in force")
             return

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from trainyard.cli.auth import auth_app
 from trainyard.cli.client import ApiError, Client, use_token
-from trainyard.cli.config import config_app
+from trainyard.cli.config import config_app, read_file
 from trainyard.cli.dlq import dlq_app
 from trainyard.cli.finance import export_app, report_app
 from trainyard.cli.nodes import agent_command, emulate_inject, node_app
@@ -110,12 +110,15 @@ def submit(
 ) -> None:
     """Submit a job; prints its id, or the reasons it was rejected (and exits 1)."""
     if file is not None:
+        text = read_file(file, "the job spec")
         try:
-            text = file.read_text()
             body = msgspec.yaml.decode(text) if file.suffix in (".yaml", ".yml") else json.loads(text)
-        except (OSError, ValueError, msgspec.DecodeError) as err:
+        except (ValueError, msgspec.DecodeError) as err:
             err_console.print(f"[red]error:[/red] cannot read the job spec {file}: {err}")
             raise typer.Exit(1) from err
+        except RecursionError:
+            err_console.print(f"[red]error:[/red] the job spec {file} is nested too deeply to be a job spec")
+            raise typer.Exit(1) from None
         if not isinstance(body, dict):
             err_console.print(f"[red]error:[/red] {file} must hold one job spec (a mapping)")
             raise typer.Exit(1)
