@@ -91,6 +91,11 @@ def test_a_signal_stops_the_whole_stack_and_a_second_start_is_refused_meanwhile(
         assert lock.pid == up.pid and lock.ports == read_ports(data_dir)
         # the addresses are printed just after "Trainyard is up"
         wait_until(lambda: f"127.0.0.1:{lock.ports['http']}" in log.read_text(), 60, "the API address to be printed")
+        wait_until(lambda: "bus users" in log.read_text(), 60, "the credentials file to be named")
+        # No password of any bus user, admin's included, reaches the terminal (or a log of it).
+        credentials = msgspec.json.decode((data_dir / "bus" / "credentials.json").read_bytes())
+        passwords = [user["password"] for users in credentials.values() for user in users]
+        assert passwords and not [p for p in passwords if p in log.read_text()]
         # The admin token is made, kept private, and found by the CLI by itself.
         wait_until(lambda: "admin token" in log.read_text(), 60, "the admin token to be printed")
         assert (data_dir / "admin-token").stat().st_mode & 0o777 == 0o600

@@ -101,14 +101,15 @@ def _print_banner(stack, nodes: int, gpus: int, racks: int) -> None:  # type: ig
     _say(f"  console          {stack.api_url}/  (log in with the admin token below)")
     _say(f"  REST API + docs  {stack.api_url}  ({stack.api_url}/docs)")
     _say(f"  gRPC             127.0.0.1:{stack.grpc_port}")
-    _say(f"  NATS JetStream   {stack.nats_admin_url}")
+    _say(f"  NATS JetStream   {stack.nats_url}")
     size = len(stack.nats_nodes)
     shape = "one node" if size == 1 else f"a cluster of {size} nodes, {stack.nats_replicas} replicas of every stream"
     _say(f"  NATS durability  {shape}; sync_interval {stack.nats_sync}")
-    _say(f"  Redis            {stack.redis.admin_url}")
-    if stack.credentials is not None:
+    _say(f"  Redis            {stack.redis.url}")
+    if stack.credentials is not None:  # passwords stay in the 0600 file, never on the terminal or in a log
         _say(
-            f"  bus users        {stack.data_dir / 'bus' / 'credentials.json'}  (one per service; see docs/security.md)"
+            f"  bus users        {stack.data_dir / 'bus' / 'credentials.json'}  (one per service and admin's, "
+            "for NATS and Redis; see docs/security.md)"
         )
     _say(f"  ledger           {stack.ledger_url}")
     _say(f"  logs             {stack.data_dir / 'logs'}")
