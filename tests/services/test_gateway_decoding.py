@@ -110,6 +110,21 @@ def test_a_body_that_is_not_json_names_the_body(raw: bytes, says: str) -> None:
     assert error.field == "body" and says in error.message
 
 
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        pytest.param(json.dumps(spec())[:-1].encode() + b', "max_runtime_s": 1e400}', "max_runtime_s", id="a field"),
+        pytest.param(
+            b'{"tenant": "acme", "queue": "q", "roles": [{"name": "t", "replicas": 1e999}]}',
+            "roles[0].replicas",
+            id="a role's field",
+        ),
+    ],
+)
+def test_a_number_too_large_for_a_float_is_refused_where_it_is(raw: bytes, field: str) -> None:
+    assert refusal(raw) == [ValidationError(field, "Number out of range")]
+
+
 def test_a_body_that_fits_is_decoded_unknown_fields_and_all() -> None:
     body = decode_submission(json.dumps(spec(job_id="run-1", unknown={"x": 1})).encode())
 

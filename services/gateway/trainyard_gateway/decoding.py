@@ -35,8 +35,19 @@ def decode_submission(raw: bytes) -> SubmitJobBody:
     bad field (``body`` when it is not JSON)."""
     try:
         return _json(_submission, raw)
-    except msgspec.ValidationError:  # JSON that does not fit: find where
-        return convert(_json(_untyped, raw), SubmitJobBody, root="body")
+    except msgspec.ValidationError as typed:  # JSON that does not fit: find where
+        try:
+            value = _json(_untyped, raw)
+        except msgspec.ValidationError:  # not even plain JSON values (a number out of range): msgspec's place
+            raise InvalidRequest([located(typed)]) from None
+        return convert(value, SubmitJobBody, root="body")
+
+
+def located(err: msgspec.ValidationError, root: str = "body") -> ValidationError:
+    """msgspec's ``... - at `$.roles[0].replicas``` as a field error on ``roles[0].replicas`` (``root``: ``$``)."""
+    message, _, where = str(err).partition(" - at `$")
+    field = where.rstrip("`").lstrip(".")
+    return ValidationError(field or root, message)
 
 
 def convert(value: Any, shape: type[T], root: str) -> T:
