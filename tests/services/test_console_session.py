@@ -129,6 +129,23 @@ async def test_a_researcher_cannot_submit_for_another_tenant_from_yaml(
     assert answer.status_code == 403 and "acts only for tenant" in answer.text
 
 
+async def test_a_yaml_spec_whose_aliases_expand_without_bound_is_refused_on_the_form(
+    browser: httpx.AsyncClient, callers: Callers, bus: Bus
+) -> None:
+    await log_in(browser, callers.tokens["acme"])
+    csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', (await browser.get("/jobs/new")).text)
+    assert csrf
+    lines = ['l0: &l0 ["x","x","x","x","x","x","x","x","x","x"]']
+    lines += [f"l{i}: &l{i} [" + ",".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    spec = "tenant: acme\nqueue: default\n" + "\n".join(lines) + "\nlabels: *l8\n"  # 10**9 strings
+    before = (await bus.js.stream_info("INTAKE")).state.messages
+
+    answer = await browser.post("/jobs/new", data={"mode": "yaml", "yaml": spec, "csrf": csrf.group(1)})
+
+    assert answer.status_code == 422 and "expands to more than 100,000 values" in answer.text
+    assert (await bus.js.stream_info("INTAKE")).state.messages == before
+
+
 @pytest.mark.parametrize(
     ("caller", "allowed", "refused"),
     [

@@ -21,6 +21,7 @@ from trainyard.cli.finance import export_app, report_app
 from trainyard.cli.nodes import agent_command, emulate_inject, node_app
 from trainyard.cli.sim import sim_app
 from trainyard.cli.up import up
+from trainyard.yaml_input import check_yaml
 
 app = typer.Typer(help="Trainyard: the operating system for large GPU training clusters.", no_args_is_help=True)
 events_app = typer.Typer(help="The event vocabulary.", no_args_is_help=True)
@@ -112,7 +113,11 @@ def submit(
     if file is not None:
         text = read_file(file, "the job spec")
         try:
-            body = msgspec.yaml.decode(text) if file.suffix in (".yaml", ".yml") else json.loads(text)
+            if file.suffix in (".yaml", ".yml"):
+                check_yaml(text, "it")
+                body = msgspec.yaml.decode(text)
+            else:
+                body = json.loads(text)
         except (ValueError, msgspec.DecodeError) as err:
             err_console.print(f"[red]error:[/red] cannot read the job spec {file}: {err}")
             raise typer.Exit(1) from err

@@ -40,6 +40,7 @@ from trainyard.core.admission.tree import (
     Tenancy,
 )
 from trainyard.domain.job import JobSpec, ValidationError
+from trainyard.yaml_input import YamlTooLarge, check_yaml
 
 
 class _Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -155,7 +156,10 @@ class TenancyConfigError(ValueError):
 def load_tenancy(text: str) -> TenancyConfig:
     """Decode YAML text; raise :class:`TenancyConfigError` naming the bad spot."""
     try:
+        check_yaml(text, "the tenancy file")
         data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except YamlTooLarge as exc:
+        raise TenancyConfigError([ConfigError("", str(exc))]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

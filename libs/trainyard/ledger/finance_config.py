@@ -22,6 +22,7 @@ import msgspec
 from trainyard.core.accounting.costcentres import load_cost_centres
 from trainyard.core.accounting.pricing import RateCard, RateCardError, load_rate_card
 from trainyard.settings import Settings, load_settings, variable
+from trainyard.yaml_input import YamlTooLarge, check_yaml
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"  # <checkout>/examples
 
@@ -33,8 +34,11 @@ def _parse(path: Path) -> Any:
         raise RateCardError(f"cannot read {path}: {exc.strerror}") from exc
     try:
         if path.suffix in (".yaml", ".yml"):
+            check_yaml(text, str(path))
             return msgspec.yaml.decode(text)
         return json.loads(text)
+    except YamlTooLarge as exc:
+        raise RateCardError(str(exc)) from None
     except (msgspec.DecodeError, ValueError) as exc:
         raise RateCardError(f"{path} is not valid {path.suffix.lstrip('.') or 'JSON'}: {exc}") from exc
 

@@ -23,6 +23,7 @@ from trainyard.ledger import Ledger
 from trainyard.ledger.records import LedgerRun
 from trainyard.store import views
 from trainyard.store.views import TERMINAL
+from trainyard.yaml_input import YamlTooLarge, check_yaml
 from trainyard_gateway.console.live import Baselines, Events, stream
 from trainyard_gateway.console.render import fragment, page
 from trainyard_gateway.console.session import Forbidden, principal, read_form
@@ -279,7 +280,11 @@ def _body_from_form(who: Principal, fields: dict[str, str]) -> dict[str, Any]:
     (which is then refused, as the API refuses it)."""
     if fields.get("mode") == "yaml":
         try:
-            body = msgspec.yaml.decode(fields.get("yaml", "").encode())
+            text = fields.get("yaml", "").encode()
+            check_yaml(text, "the job spec")
+            body = msgspec.yaml.decode(text)
+        except YamlTooLarge as err:
+            raise InvalidRequest([ValidationError("yaml", str(err))]) from None
         except msgspec.DecodeError as err:
             raise InvalidRequest([ValidationError("yaml", f"not valid YAML: {err}")]) from None
         if not isinstance(body, dict):
