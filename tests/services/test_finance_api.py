@@ -421,6 +421,10 @@ async def test_the_capacity_report_endpoint_returns_the_report_the_cli_computes(
         pytest.param({"bucket": "week"}, "bucket", id="a bucket other than day or hour"),
         pytest.param({"capacity": "H100=lots"}, "capacity", id="a capacity that is not GPUs per type"),
         pytest.param({"from": "November"}, "from", id="a start that is not a date"),
+        pytest.param({"to": "9999-12-31"}, "to", id="an end past the last date that can be read"),
+        pytest.param({"from": "nan"}, "from", id="a start that is not a number of seconds"),
+        pytest.param({"from": "0001-01-01", "to": "9999-12-30"}, "to", id="ten thousand years of day buckets"),
+        pytest.param({"from": "2024-01-01", "bucket": "hour"}, "to", id="three years of hour buckets"),
     ],
 )
 async def test_bad_capacity_report_parameters_are_422(

@@ -211,7 +211,7 @@ def report_capacity(
 ) -> None:
     """Allocation vs capacity per GPU type, pending demand, queue waits, lost work and a demand forecast."""
     from trainyard.ledger import Ledger
-    from trainyard.reports import capacity_report, parse_instant, report_files
+    from trainyard.reports import capacity_report, parse_instant, report_files, window_problem
 
     if period is not None:
         if start or end:
@@ -232,8 +232,10 @@ def report_capacity(
         raise _fail(f"--to: {err}") from err
     if lo is None or hi is None or hi <= lo or lo % 86_400 or hi % 86_400:
         raise _fail("--from and --to must be dates (YYYY-MM-DD), --to on or after --from")
-    if bucket not in ("day", "hour") or horizon < 0:
-        raise _fail("--bucket must be day or hour and --horizon 0 or more")
+    if bucket not in ("day", "hour"):
+        raise _fail("--bucket must be day or hour")
+    if problem := window_problem(lo, hi, 86_400.0 if bucket == "day" else 3_600.0, horizon):
+        raise _fail(f"--from/--to/--horizon: {problem}")
     gpus, source = _capacity(capacity, data_dir)
     ledger = Ledger(_ledger_url(ledger_url, data_dir))
     try:

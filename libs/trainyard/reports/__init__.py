@@ -15,6 +15,7 @@ from trainyard.reports.capacity import (
     capacity_from_nodes,
     capacity_report,
     parse_capacity,
+    window_problem,
 )
 from trainyard.reports.forecast import Trend, fit_trend
 from trainyard.reports.queue_wait import PendingSpan, WaitStats, pending_spans, percentile, wait_stats
@@ -35,6 +36,7 @@ __all__ = [
     "capacity_report",
     "fit_trend",
     "parse_capacity",
+    "window_problem",
     "parse_instant",
     "pending_spans",
     "percentile",

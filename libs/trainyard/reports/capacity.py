@@ -31,6 +31,23 @@ from trainyard.reports.forecast import extend, first_day_over, fit_trend
 from trainyard.reports.queue_wait import PendingSpan, WaitStats, pending_spans, wait_stats
 
 DAY = 86_400.0
+MAX_BUCKETS = 20_000  # per GPU type in one report: 54 years of days, 833 days of hours
+MAX_HORIZON_DAYS = 365
+
+
+def window_problem(start: float, end: float, bucket_s: float, horizon_days: int = 0) -> str | None:
+    """What is wrong with a report window too long for its buckets, or a forecast too far out; None if fine.
+    The report is built in memory and returned whole, so its size is bounded before it is built."""
+    buckets = math.ceil((end - start) / bucket_s)
+    if buckets > MAX_BUCKETS:
+        unit = "day" if bucket_s == DAY else "hour"
+        other = "; or use day buckets" if unit == "hour" else ""
+        return f"the window holds {buckets:,} {unit} buckets; a report holds at most {MAX_BUCKETS:,}: shorten it{other}"
+    if not 0 <= horizon_days <= MAX_HORIZON_DAYS:
+        return f"the forecast horizon must be 0 to {MAX_HORIZON_DAYS} days, not {horizon_days}"
+    return None
+
+
 HOUR = 3_600.0
 FORECAST_METHOD = (
     "ordinary least-squares linear trend over daily demand (allocated + pending GPU-hours) "
@@ -254,8 +271,9 @@ def capacity_report(
     5. lost work per tenant and GPU type;
     6. the demand trend and forecast per GPU type.
     """
-    if horizon_days < 0:
-        raise ValueError("the forecast horizon must be 0 days or more")
+    problem = window_problem(start, end, bucket_s, horizon_days)
+    if problem is not None:
+        raise ValueError(problem)
     spans = pending_spans(jobs, runs, now)
     rows = timeline(runs, spans, capacity, start, end, now, bucket_s)
     daily = rows if bucket_s == DAY else timeline(runs, spans, capacity, start, end, now, DAY)

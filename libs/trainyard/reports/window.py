@@ -6,6 +6,7 @@ parameter each in its own way."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 
 def parse_instant(value: str | None, *, end_of_day: bool = False) -> float | None:
@@ -15,15 +16,22 @@ def parse_instant(value: str | None, *, end_of_day: bool = False) -> float | Non
     nothing given.  Raises ``ValueError`` saying what it accepts."""
     if value is None or value == "":
         return None
+    wrong = ValueError(f"{value!r} is not a date (2026-11-01), an ISO 8601 time or Unix seconds")
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):
+            raise wrong
+        return seconds
     try:
         if len(value) == 10:
             day = dt.date.fromisoformat(value) + dt.timedelta(days=1 if end_of_day else 0)
             return dt.datetime.combine(day, dt.time(), dt.UTC).timestamp()
         at = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"{value!r} is not a date (2026-11-01), an ISO 8601 time or Unix seconds") from None
+        raise wrong from None
+    except OverflowError:  # 9999-12-31 to the end of its day
+        raise ValueError(f"{value!r} is past the last date this can read (9999-12-30)") from None
     return (at if at.tzinfo else at.replace(tzinfo=dt.UTC)).timestamp()

@@ -22,7 +22,14 @@ from trainyard.bus import Bus
 from trainyard.domain.job import ValidationError
 from trainyard.ledger import Ledger, RateCardError, chargeback_rows, encode_rows, period_bounds
 from trainyard.ledger.finance_config import read_cost_centres, read_rate_card
-from trainyard.reports import CapacityReport, capacity_from_nodes, capacity_report, parse_capacity, parse_instant
+from trainyard.reports import (
+    CapacityReport,
+    capacity_from_nodes,
+    capacity_report,
+    parse_capacity,
+    parse_instant,
+    window_problem,
+)
 from trainyard.settings import Settings
 from trainyard.store import Store, views
 from trainyard_gateway.errors import error_response, json_response
@@ -184,6 +191,8 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
             problems.append(ValidationError("to", "from and to must be dates (YYYY-MM-DD), to on or after from"))
         if bucket not in ("day", "hour"):
             problems.append(ValidationError("bucket", f"{bucket!r} is not day or hour"))
+        elif not problems and (too_long := window_problem(lo, hi, 86_400.0 if bucket == "day" else 3_600.0)):
+            problems.append(ValidationError("to", too_long))
         gpus: dict[str, int] = {}
         if capacity is not None:
             try:

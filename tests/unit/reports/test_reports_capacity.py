@@ -3,11 +3,21 @@ capacity report, from ledger records."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from reports_builders import DAY, HOUR, T0, at, job, run
 
-from trainyard.reports.capacity import capacity_from_nodes, capacity_report, lost_work, parse_capacity, timeline
+from trainyard.reports.capacity import (
+    capacity_from_nodes,
+    capacity_report,
+    lost_work,
+    parse_capacity,
+    timeline,
+    window_problem,
+)
 from trainyard.reports.queue_wait import pending_spans
+from trainyard.reports.window import parse_instant
 
 
 @pytest.mark.parametrize(
@@ -165,3 +175,39 @@ def test_a_window_with_nothing_in_it_still_reports_capacity_and_no_forecast_befo
         ("H100", 192.0, 0.0)
     ]
     assert report.trends == [] and report.forecast == [] and report.waits == [] and report.lost == []
+
+
+@pytest.mark.parametrize(
+    ("span_days", "bucket_s", "horizon", "says"),
+    [
+        pytest.param(20_000 / 24, HOUR, 14, None, id="20,000 hour buckets: the most"),
+        pytest.param(20_000 / 24 + 1, HOUR, 14, "at most 20,000: shorten it; or use day buckets", id="more hours"),
+        pytest.param(20_000, DAY, 0, None, id="20,000 day buckets"),
+        pytest.param(20_001, DAY, 0, "holds 20,001 day buckets", id="more days"),
+        pytest.param(30, DAY, 366, "horizon must be 0 to 365 days, not 366", id="a forecast past a year"),
+        pytest.param(30, DAY, -1, "not -1", id="a negative horizon"),
+    ],
+)
+def test_a_report_too_large_to_build_is_refused_before_it_is_built(span_days, bucket_s, horizon, says):
+    start, end = T0, T0 + span_days * DAY
+    problem = window_problem(start, end, bucket_s, horizon)
+    if says is None:
+        assert problem is None
+        return
+    assert problem is not None and says in problem
+    with pytest.raises(ValueError, match=re.escape(says)):
+        capacity_report([], [], {"H100": 8}, start, end, end, bucket_s=bucket_s, horizon_days=horizon)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        pytest.param("9999-12-31", "past the last date", id="the day after the last one Python can read"),
+        pytest.param("inf", "is not a date", id="infinite seconds"),
+        pytest.param("nan", "is not a date", id="not a number"),
+        pytest.param("1e400", "is not a date", id="seconds too large for a float"),
+    ],
+)
+def test_window_bounds_past_what_can_be_read_say_so(text, says):
+    with pytest.raises(ValueError, match=says):
+        parse_instant(text, end_of_day=True)

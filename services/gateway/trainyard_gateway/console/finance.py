@@ -17,7 +17,7 @@ from fastapi.responses import Response
 from trainyard.auth import Action, PermissionDenied, tenant_filter
 from trainyard.ledger import Ledger, RateCardError, period_bounds
 from trainyard.ledger.records import LedgerRun
-from trainyard.reports import capacity_from_nodes
+from trainyard.reports import capacity_from_nodes, window_problem
 from trainyard.store import Store, views
 from trainyard_gateway.console.render import page, tenant_colour
 from trainyard_gateway.console.session import principal, refusal
@@ -160,6 +160,8 @@ def build_router(store: Store, ledger: Callable[[], Ledger] | None) -> APIRouter
             return page(
                 request, "error.html", who, status_code=422, message="from and to must be dates, to on or after from"
             )
+        if too_long := window_problem(lo, hi, DAY_S):
+            return page(request, "error.html", who, status_code=422, message=too_long)
         if ledger is None:
             return no_ledger(request, who)
         gpus = capacity_from_nodes((info.gpu_type, info.gpus) for info, _, _ in await views.node_views(store))
