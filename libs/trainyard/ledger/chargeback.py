@@ -91,6 +91,8 @@ def period_bounds(period: str) -> tuple[float, float]:
     if not match or not 1 <= int(match.group(2)) <= 12:
         raise ValueError(f"billing period {period!r} must be a month written YYYY-MM, e.g. '2026-11'")
     year, month = int(match.group(1)), int(match.group(2))
+    if not (1, 1) <= (year, month) <= (9999, 11):
+        raise ValueError(f"billing period {period!r} is out of range: use a month from 0001-01 to 9999-11")
     start = dt.datetime(year, month, 1, tzinfo=dt.UTC)
     end = dt.datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=dt.UTC)
     return start.timestamp(), end.timestamp()

@@ -212,6 +212,12 @@ def test_a_bad_period_is_refused(ledger: LedgerWriter, period):
         chargeback(ledger, period, CARD)
 
 
+@pytest.mark.parametrize("period", ["0000-01", "9999-12"])
+def test_a_month_outside_the_calendar_that_can_be_read_is_refused(period):
+    with pytest.raises(ValueError, match=f"billing period '{period}' is out of range: use a month from 0001-01"):
+        period_bounds(period)
+
+
 def test_an_unknown_format_is_refused(ledger: LedgerWriter):
     with pytest.raises(ValueError, match="'csv' or 'parquet'"):
         chargeback(ledger, "2026-11", CARD, "xlsx")  # type: ignore[arg-type]
