@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from trainyard.bus import Bus
+from trainyard.config.store import ConfigStore
 from trainyard.settings import Settings
 from trainyard.store import Store
 from trainyard.testing.auth import Callers
@@ -178,6 +179,17 @@ async def test_each_role_sees_only_the_pages_its_role_may_use(
         assert (await browser.get(path)).status_code == 200, path
     for path in refused:
         assert (await browser.get(path)).status_code == 403, path
+
+
+async def test_the_tenancy_page_of_a_stack_with_no_tenancy_applied_says_so(
+    browser: httpx.AsyncClient, callers: Callers, bus: Bus
+) -> None:
+    await ConfigStore.open(bus)  # what every service does at start: the bucket, with no revision in it yet
+    await log_in(browser, callers.tokens["admin"])
+
+    answer = await browser.get("/admin/tenancy")
+
+    assert answer.status_code == 200 and "No tenancy configuration has been applied" in answer.text
 
 
 async def test_logging_out_needs_the_csrf_token_and_clears_the_cookie(

@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from nats.js.errors import BadRequestError, KeyNotFoundError, NotFoundError
+from nats.js.errors import BadRequestError, KeyNotFoundError, NoKeysError, NotFoundError
 
 from trainyard.auth import Action
 from trainyard.bus import Bus
@@ -102,7 +102,7 @@ async def revisions(bus: Bus) -> list[dict[str, Any]]:
     try:
         kv = await bus.js.key_value(BUCKET)
         entries = await kv.history(TENANCY_KEY)
-    except (NotFoundError, BadRequestError, KeyNotFoundError):
+    except (NotFoundError, BadRequestError, KeyNotFoundError, NoKeysError):  # NoKeysError: the bucket, no tenancy yet
         return []
     out, before = [], None
     for entry in entries:
