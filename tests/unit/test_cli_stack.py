@@ -124,6 +124,7 @@ def test_relative_periods(period: str, now: float, month: str) -> None:
     [
         pytest.param("2024-02", ("2024-02-01", "2024-02-29"), id="February of a leap year has 29 days"),
         pytest.param("2026-12", ("2026-12-01", "2026-12-31"), id="December ends on the 31st"),
+        pytest.param("9999-12", ("9999-12-01", "9999-12-31"), id="the last month of the calendar"),
     ],
 )
 def test_a_period_covers_its_whole_month(month: str, days: tuple[str, str]) -> None:

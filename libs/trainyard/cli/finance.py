@@ -9,6 +9,7 @@ gateway instead, with the caller's token (finance or admin).
 from __future__ import annotations
 
 import asyncio
+import calendar
 import csv
 import datetime as dt
 import io
@@ -74,8 +75,8 @@ def resolve_period(period: str, now: float | None = None) -> str:
 def period_days(period: str) -> tuple[str, str]:
     """First and last day (``YYYY-MM-DD``) of a month ``YYYY-MM``."""
     first = dt.date.fromisoformat(f"{period}-01")
-    following = (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
-    return first.isoformat(), (following - dt.timedelta(days=1)).isoformat()
+    last = first.replace(day=calendar.monthrange(first.year, first.month)[1])  # December 9999 included
+    return first.isoformat(), last.isoformat()
 
 
 def _get(api_url: str | None, data_dir: str, path: str, params: dict) -> httpx.Response:
