@@ -246,13 +246,13 @@ WORKLOAD = typer.Option("philly", help="philly (the trace) or synthetic (today's
 TRACES = typer.Option(None, help="traces folder (default: $TRAINYARD_TRACES or ../shared/traces)")
 TRACE = typer.Option(None, "--trace", help="a trace file (.csv or .parquet, docs/traces.md) instead of --workload")
 NODES_FILE = typer.Option(None, "--nodes-file", help="a node list (.csv or .parquet): the cluster, exactly")
-JOBS = typer.Option(10_000, min=1, help="synthetic: number of jobs")
-NODES = typer.Option(512, min=1, help="synthetic or --trace without --nodes-file: 8-GPU nodes")
+JOBS = typer.Option(10_000, min=1, max=10_000_000, help="synthetic: number of jobs")
+NODES = typer.Option(512, min=1, max=65_536, help="synthetic or --trace without --nodes-file: 8-GPU nodes")
 SEED = typer.Option(0, min=0, help="random seed (synthetic mix, failures)")
 LOAD = typer.Option(0.8, callback=_positive, help="synthetic: offered load")
 START = typer.Option(None, help="philly: first submission day YYYY-mm-dd")
 END = typer.Option(None, help="philly: day after the last")
-ADD_NODES = typer.Option(0, min=0, help="what-if: extra 8-GPU nodes")
+ADD_NODES = typer.Option(0, min=0, max=65_536, help="what-if: extra 8-GPU nodes")
 QUOTA = typer.Option([], help="what-if: TENANT=GPUS nominal quota, repeatable")
 ARRIVAL_SCALE = typer.Option(1.0, callback=_positive, help="what-if: arrivals this many times as fast")
 TARGET_LOAD = typer.Option(
@@ -264,7 +264,9 @@ TARGET_LOAD = typer.Option(
 PARTITION = typer.Option(
     False, "--partition-by-tenant", help="each tenant alone on dedicated nodes of its quota's size, no borrowing"
 )
-TICK = typer.Option(60.0, min=0.0, help="scheduling cycle at most every N virtual seconds (0: every change)")
+TICK = typer.Option(
+    60.0, min=0.0, max=86_400.0, help="scheduling cycle at most every N virtual seconds (0: every change)"
+)
 FAILURES = typer.Option(False, help="node failures at Llama 3 rates")
 LEMONS = typer.Option(0.0, min=0.0, max=1.0, help="share of lemon nodes (10x failure rate), 0..1")
 CHECKPOINT = typer.Option(3600.0, min=0.0, help="checkpoint interval (s); 0: no work lost")

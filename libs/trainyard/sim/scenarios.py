@@ -83,6 +83,10 @@ class Plan(NamedTuple):
         return sum(n.gpus for n in self.nodes)
 
 
+YEAR_S = 365.25 * 86_400.0
+MAX_SPAN_S = 100 * YEAR_S  # arrivals spread wider than this are a mistake (a load of 1e-9), not a study
+
+
 def prepare(
     workload: str = "philly",
     traces: str | None = None,
@@ -143,6 +147,11 @@ def prepare(
         w = w.at_load(target_load, gpus)
     elif arrival_scale != 1.0:
         w = w.scaled(arrival_scale)
+    if w.span_s() > MAX_SPAN_S:
+        raise ValueError(
+            f"the jobs would arrive over {w.span_s() / YEAR_S:,.3g} years; a simulation spans at most "
+            f"{MAX_SPAN_S / YEAR_S:.0f} years of arrivals: raise the load or the arrival scale"
+        )
     return Plan(w, node_list, before, w.offered_load(gpus), partition)
 
 

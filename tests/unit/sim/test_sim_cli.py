@@ -103,6 +103,10 @@ def test_a_trace_asking_for_a_gpu_type_the_cluster_lacks_is_refused(files):
         pytest.param(["--check-every", "-1"], "--check-every", id="a negative check interval"),
         pytest.param(["--seed", "-1"], "--seed", id="a negative seed"),
         pytest.param(["--jobs", "many"], "--jobs", id="a number of jobs that is no number"),
+        pytest.param(["--jobs", "20000000"], "--jobs", id="more jobs than one run holds"),
+        pytest.param(["--nodes", "99999999"], "--nodes", id="more nodes than one run builds"),
+        pytest.param(["--add-nodes", "70000"], "--add-nodes", id="more nodes added than one run builds"),
+        pytest.param(["--tick", "1e300"], "--tick", id="a tick past a day"),
     ],
 )
 def test_bad_numbers_exit_2_naming_the_option(args, says):
@@ -124,6 +128,8 @@ def test_bad_numbers_exit_2_naming_the_option(args, says):
         pytest.param(["--policies", "fifo,lottery"], "unknown policy 'lottery'", id="an unknown policy"),
         pytest.param(["--policies", ","], "no policy named", id="no policy at all"),
         pytest.param(["--quota", "team00:8"], "TENANT=GPUS", id="a quota without '='"),
+        pytest.param(["--load", "1e-300"], "a simulation spans at most 100 years", id="arrivals over eons"),
+        pytest.param(["--arrival-scale", "1e-12"], "raise the load or the arrival scale", id="arrivals slowed to eons"),
     ],
 )
 def test_impossible_choices_exit_2_with_what_to_fix(args, says):
