@@ -129,3 +129,27 @@ def test_relative_periods(period: str, now: float, month: str) -> None:
 )
 def test_a_period_covers_its_whole_month(month: str, days: tuple[str, str]) -> None:
     assert period_days(month) == days
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        pytest.param(["--nodes", "0"], "--nodes", id="no nodes (the emulator would exit and restart for ever)"),
+        pytest.param(["--nodes", "1000000"], "--nodes", id="more nodes than one machine emulates"),
+        pytest.param(["--gpus", "0"], "--gpus", id="nodes without GPUs"),
+        pytest.param(["--http-port", "70000"], "--http-port", id="a port past 65535"),
+        pytest.param(["--redis-port", "-1"], "--redis-port", id="a negative port"),
+    ],
+)
+def test_up_refuses_a_stack_it_cannot_run_before_starting_anything(
+    tmp_path: Path, args: list[str], option: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from trainyard.cli.main import app
+
+    data_dir = tmp_path / "data"
+    result = CliRunner().invoke(app, ["up", "--data-dir", str(data_dir), *args])
+
+    assert result.exit_code == 2 and option in result.output and "Invalid value" in result.output
+    assert not data_dir.exists()

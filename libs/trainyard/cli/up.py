@@ -13,15 +13,26 @@ err_console = Console(stderr=True)
 DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR", help="Where `up` keeps its state.")
 
 
+MAX_NODES = 1024  # emulated nodes one machine runs (each heartbeats and reports telemetry)
+
+
 def up(
     data_dir: str = DataDir,
-    nodes: int = typer.Option(16, help="Emulated GPU nodes."),
-    gpus: int = typer.Option(8, help="GPUs per emulated node."),
-    racks: int = typer.Option(2, help="Racks the nodes are spread over."),
-    http_port: int = typer.Option(0, help="REST port (default: the one kept from the last start, else a free one)."),
-    grpc_port: int = typer.Option(0, help="gRPC port (default: kept from the last start, else free)."),
-    nats_port: int = typer.Option(0, help="NATS port (default: kept from the last start, else free)."),
-    redis_port: int = typer.Option(0, help="Redis port (default: kept from the last start, else free)."),
+    nodes: int = typer.Option(16, min=1, max=MAX_NODES, help="Emulated GPU nodes."),
+    gpus: int = typer.Option(8, min=1, max=72, help="GPUs per emulated node."),
+    racks: int = typer.Option(2, min=1, max=MAX_NODES, help="Racks the nodes are spread over (at most one per node)."),
+    http_port: int = typer.Option(
+        0, min=0, max=65_535, help="REST port (default: the one kept from the last start, else a free one)."
+    ),
+    grpc_port: int = typer.Option(
+        0, min=0, max=65_535, help="gRPC port (default: kept from the last start, else free)."
+    ),
+    nats_port: int = typer.Option(
+        0, min=0, max=65_535, help="NATS port (default: kept from the last start, else free)."
+    ),
+    redis_port: int = typer.Option(
+        0, min=0, max=65_535, help="Redis port (default: kept from the last start, else free)."
+    ),
     portal: list[str] = typer.Option(
         [], "--portal", help="A tenant whose submission portal gets a NATS user (may repeat)."
     ),
@@ -42,6 +53,7 @@ def up(
     from trainyard.local.servers import ServerError
     from trainyard.local.supervisor import Supervisor
 
+    racks = min(racks, nodes)  # every rack holds a node: `--nodes 1` runs in one rack
     config = StackConfig(
         data_dir=data_dir,
         nodes=nodes,
