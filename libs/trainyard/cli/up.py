@@ -126,7 +126,10 @@ def _print_banner(stack, nodes: int, gpus: int, racks: int) -> None:  # type: ig
     _say(f"  ledger           {stack.ledger_url}")
     _say(f"  logs             {stack.data_dir / 'logs'}")
     _say(f"  ports kept in    {stack.data_dir / 'ports.json'}")
-    _say(f"  cluster          {nodes} emulated nodes x {gpus} GPUs in {racks} racks")
+    _say(
+        f"  cluster          {nodes} emulated node{'s' if nodes != 1 else ''} x {gpus} GPU{'s' if gpus != 1 else ''}"
+        f" in {racks} rack{'s' if racks != 1 else ''}"
+    )
     token_file = stack.data_dir / "admin-token"
     kept = "created now" if stack.admin_token_created else "kept from the last start"
     _say(f"  admin token      {token_file}  ({kept}; the CLI reads it by itself)")
