@@ -175,6 +175,10 @@ async def test_a_truncated_copy_and_a_jobs_event_are_not_replayed_and_say_why(
         pytest.param("POST", "/v1/deadletters/1/replay", "acme-admin", 403, id="a tenant-admin may not replay"),
         pytest.param("GET", "/v1/deadletters/99", "operator", 404, id="an unknown sequence is not found"),
         pytest.param("POST", "/v1/deadletters/99/replay", "admin", 404, id="nor can it be replayed"),
+        pytest.param(
+            "GET", "/v1/deadletters/999999999999999999999", "operator", 404, id="a sequence past any stream's"
+        ),
+        pytest.param("POST", f"/v1/deadletters/{2**64}/replay", "admin", 404, id="nor replayed"),
         pytest.param("GET", "/v1/deadletters?stream=QUEUE", "operator", 422, id="an unknown stream is named"),
         pytest.param("GET", "/v1/deadletters?limit=0", "operator", 422, id="a limit below 1"),
     ],

@@ -109,6 +109,8 @@ def _record(raw: nats.js.api.RawStreamMsg, with_data: bool) -> DeadLetter:
 
 
 async def _get(bus: Bus, seq: int) -> nats.js.api.RawStreamMsg | None:
+    if not 0 < seq < 2**64:  # no stream sequence: the server would answer "bad request", not "no such message"
+        return None
     try:
         return await bus.js.get_msg(STREAM, seq)
     except nats.js.errors.NotFoundError:
@@ -116,7 +118,7 @@ async def _get(bus: Bus, seq: int) -> nats.js.api.RawStreamMsg | None:
 
 
 async def read(bus: Bus, seq: int) -> DeadLetter:
-    raw = await _get(bus, seq) if seq > 0 else None
+    raw = await _get(bus, seq)
     if raw is None:
         raise DeadLetterNotFound(f"no dead letter {seq} (it may have aged out of the {STREAM} stream)")
     return _record(raw, with_data=True)
