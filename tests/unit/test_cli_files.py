@@ -51,3 +51,26 @@ def test_a_tenancy_file_that_is_not_utf8_is_named_with_the_byte(tmp_path: Path) 
     assert result.exit_code == 1
     assert "the tenancy file" in result.output
     assert "is not UTF-8 text (byte 0xe6 at offset 25)" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["config", "show"], id="config show"),
+        pytest.param(["admin", "rebuild"], id="admin rebuild (which would flush the projections)"),
+        pytest.param(["emulate", "inject", "--node", "n00", "--xid", "79"], id="emulate inject"),
+    ],
+)
+def test_with_no_stack_and_no_address_a_command_says_so_rather_than_using_the_standard_ports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    """Port 4222 and 6379 may be some other NATS and Redis on this machine: nothing is written there."""
+    for variable in ("TRAINYARD_NATS_URL", "TRAINYARD_REDIS_URL", "TRAINYARD_DATA_DIR"):
+        monkeypatch.delenv(variable, raising=False)
+
+    result = run(*args, "--data-dir", str(tmp_path))
+
+    assert result.exit_code == 1
+    said = " ".join(result.output.split())
+    assert "no Trainyard here: no `trainyard up` is running with data dir" in said
+    assert "TRAINYARD_NATS_URL" in said

@@ -21,15 +21,30 @@ DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR")
 
 
 def nats_url(data_dir: str) -> str:
-    """TRAINYARD_NATS_URL, else the running `trainyard up`, else the default."""
+    """TRAINYARD_NATS_URL, else the running `trainyard up` of ``data_dir``; with neither, exit 1 saying so."""
     from trainyard.cli.settings import cli_settings
-    from trainyard.local.state import read_state
 
     settings = cli_settings()
     if settings.given("nats_url"):
         return settings.nats_url
+    return stack_state(data_dir, "TRAINYARD_NATS_URL").nats_url
+
+
+def stack_state(data_dir: str, variables: str):  # type: ignore[no-untyped-def]
+    """The running `trainyard up` of ``data_dir``; with none, exit 1 naming ``variables`` to set instead.
+    A command never falls back to the standard ports: on a machine that runs some other NATS or Redis
+    there, it would write Trainyard's streams and keys into that server."""
+    from trainyard.local.state import read_state
+
     state = read_state(data_dir)
-    return state.nats_url if state else settings.nats_url
+    if state is None:
+        err_console.print(
+            f"[red]error:[/red] no Trainyard here: no `trainyard up` is running with data dir {data_dir} "
+            f"and {variables} {'are' if ' and ' in variables else 'is'} not set; start `trainyard up`, pass "
+            f"--data-dir, or set {variables} to your installation's"
+        )
+        raise typer.Exit(1)
+    return state
 
 
 def read_file(path: Path, what: str) -> str:

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from trainyard.cli.auth import auth_app
 from trainyard.cli.client import ApiError, Client, use_token
-from trainyard.cli.config import config_app, read_file
+from trainyard.cli.config import config_app, read_file, stack_state
 from trainyard.cli.dlq import dlq_app
 from trainyard.cli.finance import export_app, report_app
 from trainyard.cli.nodes import agent_command, emulate_inject, node_app
@@ -361,14 +361,20 @@ def emulate_run(
 
 
 @admin_app.command("rebuild")
-def admin_rebuild() -> None:
-    """Throw away the Redis projections and rebuild them by replaying the streams."""
+def admin_rebuild(data_dir: str = DataDir) -> None:
+    """Throw away the Redis projections and rebuild them by replaying the streams: those of the installation
+    TRAINYARD_NATS_URL and TRAINYARD_REDIS_URL name, else of the running `trainyard up`."""
+    from trainyard.cli.settings import cli_settings
     from trainyard.runtime import close_runtime, open_runtime
-    from trainyard.settings import load_settings
     from trainyard.store import Projector
 
+    settings = cli_settings()
+    if not (settings.given("nats_url") and settings.given("redis_url")):
+        state = stack_state(data_dir, "TRAINYARD_NATS_URL and TRAINYARD_REDIS_URL")
+        settings = msgspec.structs.replace(settings, nats_url=state.nats_url, redis_url=state.redis_url)
+
     async def rebuild() -> None:
-        rt = await open_runtime("admin", load_settings())
+        rt = await open_runtime("admin", settings)
         try:
             await rt.store.flush()
             for stream in ("NODES", "JOBS"):

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainyard.cli.client import ApiError, Client
+from trainyard.cli.config import stack_state
 from trainyard.cli.settings import cli_settings
 
 node_app = typer.Typer(help="Cordon, drain, uncordon and inspect GPU nodes.", no_args_is_help=True)
@@ -209,12 +210,7 @@ def emulate_inject(
         by=f"operator:{_operator(None)}",
     )
     cluster = cluster or cli_settings().cluster
-    url = nats_url
-    if url is None:
-        from trainyard.local.state import read_state
-
-        state = read_state(data_dir)
-        url = state.nats_url if state else "nats://127.0.0.1:4222"
+    url = nats_url if nats_url is not None else stack_state(data_dir, "TRAINYARD_NATS_URL (or --nats-url)").nats_url
 
     async def send() -> bytes:
         import nats
