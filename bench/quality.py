@@ -1,7 +1,7 @@
 """Scheduling quality: every policy on Philly at three offered loads and on the synthetic mix with failures.
 
     .venv/bin/python bench/quality.py                 # the full table (tens of minutes on 2 cores)
-    .venv/bin/python bench/quality.py --quick         # a small version of the same table (a minute or two)
+    .venv/bin/python bench/quality.py --quick         # a smoke test of the same table (a minute or two)
     .venv/bin/python bench/quality.py --out bench/results/quality.json
 
 Workloads (docs/simulator.md):
@@ -137,7 +137,12 @@ def goals(case: dict) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="a small version: 6,000 Philly jobs, 4,000 synthetic")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke test: 6,000 Philly jobs (on Philly's whole cluster nobody waits, so every policy ties "
+        "there) and 4,000 synthetic jobs on 64 nodes",
+    )
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--synthetic-jobs", type=int, default=20_000)
     ap.add_argument("--synthetic-nodes", type=int, default=256)
