@@ -51,6 +51,13 @@ def test_ordinary_documents_pass(text: str) -> None:
     check_yaml(text)
 
 
+def test_a_long_document_without_aliases_is_not_mistaken_for_one_that_expands() -> None:
+    written_out = "labels: [" + ", ".join(["x"] * 1_500) + "]\n"  # 1,502 values, no alias
+    check_yaml(written_out, limit=1_000)
+    with pytest.raises(YamlTooLarge):
+        check_yaml("a: &a [" + ", ".join(["x"] * 500) + "]\nb: [*a, *a, *a]\n", limit=1_000)
+
+
 def test_the_bound_counts_every_expanded_value_once_per_use() -> None:
     # the mapping, its 5 keys, l0..l3 (11 + 111 + 1,111 + 11,111 values) and labels, l3 again (11,111)
     whole = 1 + 5 + 11 + 111 + 1_111 + 11_111 + 11_111
