@@ -10,8 +10,10 @@ While policies run, a progress line per policy goes to stderr.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -94,6 +96,19 @@ def _fail(message: str, as_json: bool, console: Console) -> None:
     raise typer.Exit(2)
 
 
+def _check_out(out: str, as_json: bool, console: Console) -> None:
+    """``--out`` as a folder the results can be written to, made if missing; else exit 2 saying why."""
+    folder = Path(out)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        _fail(f"--out {out} is a file; give a folder for the results", as_json, console)
+    except OSError as e:
+        _fail(f"--out {out}: cannot make a folder there ({e.strerror or e})", as_json, console)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        _fail(f"--out {out}: the folder is not writable", as_json, console)
+
+
 def _load(value: float) -> str:
     return "n/a (every job arrives at once)" if value == float("inf") else f"{value:.3f}"
 
@@ -136,6 +151,8 @@ def _run(policies: list[str], o: dict[str, Any], as_json: bool, single: bool = F
         )
     except (TraceError, ValueError, OSError) as e:
         _fail(str(e), as_json, console)
+    if o["out"]:
+        _check_out(o["out"], as_json, console)  # before the run, not after it: a run is minutes of work
     w = plan.workload
     model = (
         FailureModel(lemon_fraction=o["lemons"], checkpoint_interval_s=o["checkpoint"])
@@ -182,13 +199,13 @@ def _run(policies: list[str], o: dict[str, Any], as_json: bool, single: bool = F
         _fail(str(e), as_json, console)
     elapsed = time.perf_counter() - t0
     if o["out"]:
-        if sims:
-            summaries = write_outputs(sims, o["out"])["summaries"]
-        else:
-            from pathlib import Path
-
-            Path(o["out"]).mkdir(parents=True, exist_ok=True)
-            (Path(o["out"]) / "summary.json").write_text(json.dumps(summaries, indent=2))
+        try:
+            if sims:
+                summaries = write_outputs(sims, o["out"])["summaries"]
+            else:
+                (Path(o["out"]) / "summary.json").write_text(json.dumps(summaries, indent=2))
+        except OSError as e:
+            _fail(f"--out {o['out']}: cannot write the results there ({e.strerror or e})", as_json, console)
     for s in summaries:
         s.update(
             offered_load_before=plan.load_before if plan.load_before != float("inf") else None,

@@ -138,6 +138,19 @@ def test_impossible_choices_exit_2_with_what_to_fix(args, says):
     assert says in result.stdout
 
 
+def test_an_out_folder_that_cannot_be_written_is_refused_before_the_run(tmp_path):
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("not a folder")
+
+    on_a_file = sim("run", *SMALL, "--out", str(a_file))
+    under_a_file = sim("run", *SMALL, "--out", str(a_file / "inside"), "--json")
+
+    assert on_a_file.exit_code == 2 and "is a file; give a folder for the results" in on_a_file.output
+    assert "started" not in on_a_file.output  # refused before the simulation ran
+    assert under_a_file.exit_code == 2
+    assert json.loads(under_a_file.stdout)["error"].startswith(f"--out {a_file / 'inside'}: cannot make a folder")
+
+
 def test_partition_mode_refuses_a_node_list(files):
     result = sim(
         "compare",
