@@ -64,7 +64,14 @@ class Reader:
         # A message delivered while its node is killed never reaches us and is sent again only once its ack
         # wait expires: 5 s rather than the default 30 s, so redelivery comes well within the test's wait.
         config = ConsumerConfig(durable_name="reader", ack_policy=AckPolicy.EXPLICIT, ack_wait=5.0)
-        await self.bus.js.add_consumer("JOBS", config)
+        # On a busy machine the cluster may create the consumer and still answer too late: asking again with
+        # the same config is idempotent (a reader that died here once read nothing, failing the test).
+        while True:
+            try:
+                await self.bus.js.add_consumer("JOBS", config)
+                break
+            except TimeoutError as err:
+                self.errors.append(f"add_consumer: {err!r}")
         sub = await self.bus.js.pull_subscribe_bind("reader", "JOBS")
         while not self.stop.is_set():
             try:
