@@ -39,7 +39,7 @@ from trainyard.core.admission.tree import (
     Scheduling,
     Tenancy,
 )
-from trainyard.domain.job import JobSpec, ValidationError
+from trainyard.domain.job import JobSpec, ValidationError, error_location
 from trainyard.yaml_input import YamlTooLarge, check_yaml
 
 
@@ -169,11 +169,7 @@ def load_tenancy(text: str) -> TenancyConfig:
     try:
         return msgspec.convert(data, TenancyConfig, strict=True)
     except msgspec.ValidationError as exc:
-        message = str(exc)
-        path = ""
-        if " - at `$" in message:
-            message, _, at = message.rpartition(" - at `$")
-            path = at.rstrip("`").lstrip(".")
+        message, path = error_location(exc)
         raise TenancyConfigError([ConfigError(path, message)]) from exc
 
 

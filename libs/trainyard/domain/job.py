@@ -131,6 +131,13 @@ class ValidationError(msgspec.Struct, frozen=True):
 _encoder = msgspec.json.Encoder()
 
 
+def error_location(err: Exception) -> tuple[str, str]:
+    """msgspec's ``"Expected `int`, got `str` - at `$.roles[0].replicas`"`` as its message and the path
+    ``roles[0].replicas`` ("" where it names no place, or the whole document)."""
+    message, found, where = str(err).rpartition(" - at `$")
+    return (message, where.rstrip("`").lstrip(".")) if found else (str(err), "")
+
+
 def _check_name(value: str, field: str, errors: list[ValidationError]) -> None:
     problem = name_problem(value)
     if problem is not None:

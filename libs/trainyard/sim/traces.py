@@ -142,8 +142,10 @@ def _rows(path: Path, required: tuple[str, ...], optional: tuple[str, ...]) -> I
             records: Iterator[dict] = iter(table.to_pylist())
         else:
             reader = csv.DictReader(closing.enter_context(open(path, newline="", encoding="utf-8-sig")))
-            with _csv_problems(path, 0):
+            try:
                 header = [h.strip() for h in reader.fieldnames or []]
+            except (UnicodeDecodeError, csv.Error) as e:
+                raise _unreadable(path, 0, e) from None
             reader.fieldnames = header
             records = reader
         missing = [c for c in required if c not in header]
@@ -154,13 +156,12 @@ def _rows(path: Path, required: tuple[str, ...], optional: tuple[str, ...]) -> I
                 f"{', '.join(header) or 'no header'}"
             )
         row = 0
-        while True:
-            with _csv_problems(path, row + 1):
-                rec = next(records, None)
-            if rec is None:
-                return
-            row += 1
-            yield {k: _cell(rec.get(k)) for k in (*required, *optional)}
+        try:
+            for rec in records:
+                row += 1
+                yield {k: _cell(rec.get(k)) for k in (*required, *optional)}
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise _unreadable(path, row + 1, e) from None
 
 
 def _not_utf8(path: Path) -> str:
@@ -174,16 +175,12 @@ def _not_utf8(path: Path) -> str:
     return f"{path.name}: not UTF-8 text; save the file as UTF-8 CSV"
 
 
-@contextlib.contextmanager
-def _csv_problems(path: Path, row: int) -> Iterator[None]:
-    """A CSV file that cannot be read as text fails with its name and row (0: the header) and what to do."""
+def _unreadable(path: Path, row: int, err: UnicodeDecodeError | csv.Error) -> TraceError:
+    """A CSV file that cannot be read as text: its name and row (0: the header) and what to do."""
+    if isinstance(err, UnicodeDecodeError):
+        return TraceError(_not_utf8(path))
     where = f"{path.name} row {row}" if row else f"{path.name} header"
-    try:
-        yield
-    except UnicodeDecodeError:
-        raise TraceError(_not_utf8(path)) from None
-    except csv.Error as e:
-        raise TraceError(f"{where}: not readable as CSV ({e}); is this a comma-separated trace?") from None
+    return TraceError(f"{where}: not readable as CSV ({err}); is this a comma-separated trace?")
 
 
 def _number(p: _Problems, row: int, col: str, raw: str, positive: bool = True) -> float | None:

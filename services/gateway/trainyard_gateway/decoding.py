@@ -19,7 +19,7 @@ from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import msgspec
 
-from trainyard.domain.job import ValidationError
+from trainyard.domain.job import ValidationError, error_location
 from trainyard_gateway.jobs import InvalidRequest
 from trainyard_gateway.schema import SubmitJobBody
 
@@ -39,15 +39,9 @@ def decode_submission(raw: bytes) -> SubmitJobBody:
         try:
             value = _json(_untyped, raw)
         except msgspec.ValidationError:  # not even plain JSON values (a number out of range): msgspec's place
-            raise InvalidRequest([located(typed)]) from None
+            message, field = error_location(typed)
+            raise InvalidRequest([ValidationError(field or "body", message)]) from None
         return convert(value, SubmitJobBody, root="body")
-
-
-def located(err: msgspec.ValidationError, root: str = "body") -> ValidationError:
-    """msgspec's ``... - at `$.roles[0].replicas``` as a field error on ``roles[0].replicas`` (``root``: ``$``)."""
-    message, _, where = str(err).partition(" - at `$")
-    field = where.rstrip("`").lstrip(".")
-    return ValidationError(field or root, message)
 
 
 def convert(value: Any, shape: type[T], root: str) -> T:

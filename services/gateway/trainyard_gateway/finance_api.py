@@ -191,7 +191,8 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
             problems.append(ValidationError("to", "from and to must be dates (YYYY-MM-DD), to on or after from"))
         if bucket not in ("day", "hour"):
             problems.append(ValidationError("bucket", f"{bucket!r} is not day or hour"))
-        elif not problems and (too_long := window_problem(lo, hi, 86_400.0 if bucket == "day" else 3_600.0)):
+        bucket_s = 86_400.0 if bucket == "day" else 3_600.0
+        if not problems and (too_long := window_problem(lo, hi, bucket_s)):
             problems.append(ValidationError("to", too_long))
         gpus: dict[str, int] = {}
         if capacity is not None:
@@ -204,7 +205,6 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
         if not gpus:
             gpus = capacity_from_nodes((info.gpu_type, info.gpus) for info, _, _ in await views.node_views(store))
         now = time.time() if as_of is None else as_of
-        bucket_s = 86_400.0 if bucket == "day" else 3_600.0
 
         def build() -> CapacityReport:
             return build_capacity_report(ledger(), gpus, lo, hi, now, bucket_s, horizon)
