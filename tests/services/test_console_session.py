@@ -7,11 +7,13 @@ package."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from starlette.types import ASGIApp, Message
 
 from trainyard.bus import Bus
 from trainyard.config.store import ConfigStore
@@ -26,15 +28,19 @@ from trainyard_gateway.security import CONSOLE_PREFIXES, SESSION_COOKIE, is_cons
 
 
 @pytest.fixture
-async def browser(bus: Bus, store: Store, callers: Callers, tmp_path) -> AsyncIterator[httpx.AsyncClient]:  # type: ignore[no-untyped-def]
+def gateway_app(bus: Bus, store: Store, callers: Callers, tmp_path) -> ASGIApp:  # type: ignore[no-untyped-def]
     settings = Settings(ledger_url=f"sqlite:///{tmp_path}/ledger.db")
     ops = JobOperations(bus, store)
     routers = [
         *(module.build_router(bus, store, settings) for module in (nodes_api, finance_api)),
         console_app.build_router(ops, store, callers.authenticator, settings),
     ]
-    app = create_app(ops, store, callers.authenticator, routers=routers)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as c:
+    return create_app(ops, store, callers.authenticator, routers=routers)
+
+
+@pytest.fixture
+async def browser(gateway_app: ASGIApp) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway_app), base_url="http://gateway") as c:
         yield c
 
 
@@ -231,3 +237,61 @@ def test_every_console_route_is_a_page_the_session_cookie_may_open() -> None:
     assert {"/", "/jobs", "/cluster", "/usage", "/finance/chargeback", "/login", "/logout"} <= paths
     assert [p for p in paths if p != "/login" and not is_console_page(p.split("{")[0].rstrip("/") or "/")] == []
     assert not any(p.startswith("/v1") for p in CONSOLE_PREFIXES)
+
+
+@pytest.mark.parametrize("path", ["/jobs/stream", "/cluster/stream", "/jobs/j-1/stream"])
+async def test_a_live_stream_ends_once_the_sessions_token_is_revoked(
+    gateway_app: ASGIApp, callers: Callers, path: str
+) -> None:
+    # Driven as the server would drive it: httpx's ASGI transport waits for a response to end.
+    sent: asyncio.Queue[Message] = asyncio.Queue()
+    asked = False
+    gone = asyncio.Event()
+
+    async def receive() -> Message:
+        nonlocal asked
+        if not asked:
+            asked = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    headers = [
+        (b"host", b"gateway"),
+        (b"accept", b"text/event-stream"),
+        (b"cookie", f"{SESSION_COOKIE}={callers.tokens['operator']}".encode()),
+    ]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("gateway", 80),
+    }
+    serving = asyncio.create_task(gateway_app(scope, receive, sent.put))
+    try:
+        start = await asyncio.wait_for(sent.get(), 30)
+        assert start["type"] == "http.response.start" and start["status"] == 200
+        assert b"live" in (await asyncio.wait_for(sent.get(), 30))["body"]
+
+        await callers.store.revoke(callers.ids["operator"], revoked_by="test")
+
+        async def last_part() -> Message:
+            while True:
+                message = await sent.get()
+                if message["type"] == "http.response.body" and not message.get("more_body", False):
+                    return message
+
+        # It ends within a poll or two; left alone it would read on for STREAM_LIFETIME_S (5 minutes).
+        await asyncio.wait_for(last_part(), 30)
+        await asyncio.wait_for(serving, 30)
+    finally:
+        gone.set()
+        serving.cancel()

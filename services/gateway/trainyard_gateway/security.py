@@ -11,6 +11,7 @@ never grant anything: identity comes only from the verified credential.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 from typing import Any
@@ -87,7 +88,9 @@ class Authentication:
         except UNAVAILABLE as err:
             await unavailable_response(err)(scope, receive, send)
             return
-        scope.setdefault("state", {})["principal"] = who
+        state = scope.setdefault("state", {})
+        state["principal"] = who
+        state["reverify"] = functools.partial(self.auth.authenticate, authorization)
         await self.app(scope, receive, send)
 
 
@@ -106,6 +109,23 @@ def to_login(scope: Scope, expired: bool) -> Response:
     if expired:
         response.delete_cookie(SESSION_COOKIE, path="/")
     return response
+
+
+async def still_verified(request: Request) -> bool:
+    """Whether the credential this request came with verifies still: a response
+    that goes on for minutes (a console's live stream) asks before each part, so
+    a token revoked or expired meanwhile ends it.  The token store away for a
+    moment is not a refusal."""
+    reverify = getattr(request.state, "reverify", None)
+    if reverify is None:
+        return False
+    try:
+        await reverify()
+    except Unauthenticated:
+        return False
+    except UNAVAILABLE:
+        return True
+    return True
 
 
 def principal_of(request: Request) -> Principal:

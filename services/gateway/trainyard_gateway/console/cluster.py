@@ -170,7 +170,7 @@ def build_router(bus: Bus, store: Store) -> APIRouter:
                 ("cluster-summary", fragment("_cluster_summary.html", summary=summary(tiles)))
             ]
 
-        return stream(poll)
+        return stream(request, poll)
 
     @router.get("/nodes/{node_id}")
     async def node_page(request: Request, node_id: str, done: str = "", error: str = "") -> Response:

@@ -153,7 +153,7 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
             tenant_filter(who, Action.JOB_LIST, tenant or None)
         except PermissionDenied as err:
             return page(request, "error.html", who, status_code=403, message=str(err))
-        return stream(poll)
+        return stream(request, poll)
 
     @router.get("/new")
     async def new_job_page(request: Request) -> Response:
@@ -216,7 +216,7 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
                 )
             ]
 
-        return stream(poll)
+        return stream(request, poll)
 
     @router.post("/{job_id}/cancel")
     async def cancel(request: Request, job_id: str) -> Response:

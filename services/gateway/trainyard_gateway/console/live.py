@@ -15,9 +15,11 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from trainyard_gateway.errors import UNAVAILABLE
+from trainyard_gateway.security import still_verified
 
 log = logging.getLogger("trainyard_gateway.console")
 
@@ -54,13 +56,19 @@ def sse(event: str, html: str) -> str:
     return f"event: {event}\n" + "".join(f"data: {line}\n" for line in lines) + "\n"
 
 
-def stream(poll: Callable[[], Awaitable[Events]], interval_s: float = POLL_S) -> StreamingResponse:
-    """An event stream that calls ``poll`` every ``interval_s`` and sends what it returns."""
+def stream(request: Request, poll: Callable[[], Awaitable[Events]], interval_s: float = POLL_S) -> StreamingResponse:
+    """An event stream that calls ``poll`` every ``interval_s`` and sends what it
+    returns, while the caller's credential verifies: a session whose token is
+    revoked or expires is cut off within ``interval_s`` (the browser's reconnect
+    then gets 401), not left reading until the stream's lifetime ends."""
 
     async def body() -> AsyncIterator[str]:
         yield "retry: 2000\n: live\n\n"
         until = time.monotonic() + STREAM_LIFETIME_S
         while time.monotonic() < until:
+            if not await still_verified(request):
+                log.info("console live update ended: the session's credential no longer verifies")
+                return
             try:
                 events = await poll()
             except UNAVAILABLE as err:  # Redis or NATS away for a moment: keep the page, try again
