@@ -252,7 +252,7 @@ class Simulator(AdmissionView, Samples, SchedulingCycle):
     def _enqueue(self, i: int) -> None:
         st = self.jobs[i]
         st.status = "pending"
-        self.pending.add(self.qkey[i], i, self.priority[i], st.order, st.attained, st.job.submit, self.now)
+        self.pending.add(self.qkey[i], i, self._queue_priority(i), st.order, st.attained, st.job.submit, self.now)
 
     def _finish(self, what: tuple[int, str, bool]) -> None:
         i, run_id, timed_out = what

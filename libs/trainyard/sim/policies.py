@@ -11,7 +11,8 @@
   oracle no real scheduler has), strictly in order, no preemption;
   ``sjf-backfill``: the same oracle order with EASY backfill.
 - ``slurm``: Slurm-like multifactor priority (age, fair share, job size),
-  recomputed every cycle, with EASY backfill and no preemption.
+  scored when a job is queued and recomputed once per ``priority_calc_s`` (Slurm's
+  PriorityCalcPeriod, 5 minutes by default), with EASY backfill and no preemption.
 - ``tiresias``: Tiresias-like discretised least attained service,
   work-conserving (whatever fits starts), no reservations, no aging.
 
@@ -45,6 +46,7 @@ class Policy(msgspec.Struct, frozen=True):
     age_cap_s: float = 7 * 86400.0
     fairshare_weight: float = 1000.0  # multifactor: 2^(-usage / entitlement) of the tenant
     size_weight: float = 100.0  # multifactor: larger gangs a little ahead (Slurm's default favours them)
+    priority_calc_s: float = 300.0  # multifactor: priorities recomputed this often (Slurm's PriorityCalcPeriod)
     scheduling: Scheduling = Scheduling(backfill=False, order="fifo")  # admission order and backfill
 
 

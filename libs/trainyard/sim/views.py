@@ -25,11 +25,14 @@ class AdmissionView:
         queues = self.pending
         queues.promote(self.now)
         jobs = self.jobs
+        if multi and self.now >= self._priority_calc_at:
+            # Slurm recomputes every pending job's priority once per PriorityCalcPeriod, not every pass
+            self._priority_calc_at = self.now + self.policy.priority_calc_s
+            for qkey, queue in queues.lists.items():
+                self._reprioritise(qkey, queue)
         for qkey, queue in queues.lists.items():
             if not queue:
                 continue
-            if multi:
-                self._reprioritise(qkey, queue)
             for key in queues.candidates(qkey, self.demand_of, free, backfill):
                 st = jobs[key[3]]
                 shown = st.shown  # the same job as last cycle unless it has another key
@@ -64,7 +67,22 @@ class AdmissionView:
             pending_in_order=True,  # each queue's list is kept in the core's order (queues.py)
         )
 
+    _priority_calc_at = -math.inf  # when a multifactor policy next recomputes every pending job's priority
+
+    def _queue_priority(self, i: int) -> int:
+        """The priority a job (re)joins its queue with: its class's, or for a multifactor policy its score now
+        (Slurm scores a job when it is submitted, then once per PriorityCalcPeriod)."""
+        if self.policy.order_by != "multifactor":
+            return self.priority[i]
+        st = self.jobs[i]
+        if st.order < 0:
+            return 10**9  # moved to the head of its queue after a node failure
+        share = self._share(self.qkey[i].split("/")[0])
+        return multifactor(self.policy, self.now - st.job.submit, share, st.job.gpus, self.cluster.capacity)
+
     def _reprioritise(self, qkey: str, queue: list) -> None:
+        if not queue:
+            return
         share = self._share(qkey.split("/")[0])
         cap = self.cluster.capacity
         jobs = self.jobs

@@ -1,5 +1,6 @@
 """Tiny scenarios whose outcome is worked out by hand."""
 
+import msgspec
 import pytest
 
 from trainyard.core.invariants import check_job_log
@@ -104,3 +105,30 @@ def test_gang_larger_than_quota_is_rejected_not_stuck():
     assert [st.status for st in sim.jobs] == ["rejected", "done"]
     assert type(sim.events[0]).__name__ == "JobRejected"  # rejected instead of accepted, as admission does live
     assert check_job_log(sim.events).status["j0000000"] == "rejected"
+
+
+@pytest.mark.parametrize(
+    "calc_s, expected",
+    [
+        pytest.param(
+            300.0, [10_000, 10_010, 1_020], id="recomputed every 5 minutes: the older job's age puts it first"
+        ),
+        pytest.param(1e9, [10_000, 10_020, 1_010], id="never recomputed: each job keeps its score from submission"),
+    ],
+)
+def test_slurm_priorities_are_recomputed_once_per_period(calc_s, expected):
+    # Age (full after 10,000 s) and size only.  Job 1 (8 GPUs) waits from 0 s behind job 0 (both nodes until
+    # 10,000 s); job 2 (16 GPUs) comes at 9,000 s.  Fresh at 10,000 s: job 1 = 1,000 + 500, job 2 = 100 + 1,000.
+    # As scored on submission: job 1 = 0 + 500, job 2 = 0 + 1,000.
+    policy = msgspec.structs.replace(
+        policy_named("slurm"), age_cap_s=10_000.0, fairshare_weight=0.0, size_weight=1000.0, priority_calc_s=calc_s
+    )
+    jobs = [
+        SimJob(0, "a", 0.0, 10_000, gang_of(16)),
+        SimJob(1, "a", 0.0, 10, gang_of(8)),
+        SimJob(2, "a", 9_000.0, 10, gang_of(16)),
+    ]
+    w = Workload(jobs, {"a": 16}, "golden")
+    sim = Simulator(w, SimCluster(build_nodes(2)), policy, Scenario(tick_s=0, check_every=1)).run()
+    assert sim.violations == []
+    assert jcts(sim) == expected
