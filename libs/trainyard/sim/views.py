@@ -12,6 +12,9 @@ from trainyard.core.placement import fragmentation
 from trainyard.sim.fairness import FAIR_PERIOD_S, FairPeriod, jain, water_fill
 from trainyard.sim.policies import multifactor
 
+#: A multifactor score above any the factors give: a job moved to the head of its queue after a node failure.
+HEAD_OF_QUEUE_SCORE = 10**9
+
 
 class AdmissionView:
     """The admission snapshot a service would build, and the decayed usage behind fair share."""
@@ -74,24 +77,23 @@ class AdmissionView:
         (Slurm scores a job when it is submitted, then once per PriorityCalcPeriod)."""
         if self.policy.order_by != "multifactor":
             return self.priority[i]
-        st = self.jobs[i]
-        if st.order < 0:
-            return 10**9  # moved to the head of its queue after a node failure
-        share = self._share(self.qkey[i].split("/")[0])
-        return multifactor(self.policy, self.now - st.job.submit, share, st.job.gpus, self.cluster.capacity)
+        return self._score(i, self.jobs[i].order, self._share(self.qkey[i].split("/")[0]))
+
+    def _score(self, i: int, order: int, share: float) -> int:
+        """Job i's multifactor score, its tenant's fair share ``share``; first of all after a node failure."""
+        if order < 0:
+            return HEAD_OF_QUEUE_SCORE
+        job = self.jobs[i].job
+        return multifactor(self.policy, self.now - job.submit, share, job.gpus, self.cluster.capacity)
 
     def _reprioritise(self, qkey: str, queue: list) -> None:
         if not queue:
             return
         share = self._share(qkey.split("/")[0])
-        cap = self.cluster.capacity
-        jobs = self.jobs
         keys = []
         for old in queue:
             _, _, order, i = old
-            job = jobs[i].job
-            score = multifactor(self.policy, self.now - job.submit, share, job.gpus, cap) if order >= 0 else 10**9
-            key = (-score, 0, order, i)
+            key = (-self._score(i, order, share), 0, order, i)
             keys.append(old if key == old else key)  # an unchanged key stays the same object (views check it)
         keys.sort()
         self.pending.replace(qkey, keys)
