@@ -30,7 +30,7 @@ import msgspec
 from trainyard.events import subjects
 
 #: The streams every service declares at start (trainyard.bus.streams.STREAMS).
-STREAMS = ("INTAKE", "JOBS", "NODES", "TELEMETRY", "AUDIT", "DEADLETTER")
+STREAMS = ("INTAKE", "JOBS", "NODES", "TELEMETRY", "WORK", "AUDIT", "DEADLETTER")
 LEASES_BUCKET = "trainyard-leases"  # trainyard.bus.lease.BUCKET
 CONFIG_BUCKET = "trainyard-config"  # trainyard.config.store.BUCKET
 AUTH_BUCKET = "trainyard-auth"  # trainyard.auth.tokens.BUCKET: API tokens, hashed

@@ -43,6 +43,12 @@ STREAMS: tuple[StreamSpec, ...] = (
         duplicate_window_s=10.0,
         description="heartbeats and GPU samples; short-lived",
     ),
+    StreamSpec(
+        "WORK",
+        [subjects.WORK_ALL],
+        7 * DAY,
+        description="run orders to node agents and their reports on the processes they run",
+    ),
     StreamSpec("AUDIT", [subjects.AUDIT_ALL], 400 * DAY, description="every human or automatic state change"),
     StreamSpec("DEADLETTER", [subjects.DEADLETTER_ALL], 30 * DAY, description="poison messages with the reason"),
 )

@@ -70,6 +70,14 @@ class Role(msgspec.Struct, frozen=True):
     cpu_per_replica: float = 8.0
     memory_gib_per_replica: float = 64.0
     topology: TopologyConstraint | None = None
+    # What each replica runs (see docs/execution.md).  An empty command falls
+    # back to the job's ``command``.
+    command: list[str] = []
+    env: dict[str, str] = {}
+    working_dir: str | None = None
+    # "per_gpu": one process per GPU, each with RANK/LOCAL_RANK and one GPU;
+    # "per_replica": one launcher per replica with all its GPUs (torchrun --nnodes --node-rank).
+    launch: str = "per_gpu"
 
     @property
     def gpus(self) -> int:
@@ -92,6 +100,12 @@ class JobSpec(msgspec.Struct, frozen=True):
     workload_ref: str | None = None
     # Retries after failures that are the job's own (not node failures or preemption).
     max_retries: int = DEFAULT_MAX_RETRIES
+    # Execution: the signal every process gets on preemption, cancel and its
+    # time limit, the seconds it then has before it is killed, and where its
+    # checkpoints go (shared storage for a multi-node job; None: the node's own).
+    stop_signal: str = "SIGTERM"
+    stop_grace_s: float = 30.0
+    checkpoint_dir: str | None = None
     # Emulated clusters only: how long a run takes before it reports success,
     # and how often it writes a checkpoint.
     simulated_duration_s: Annotated[float, msgspec.Meta(ge=0)] | None = None

@@ -38,6 +38,11 @@ class NodeInfo(msgspec.Struct, frozen=True):
     rack: str = "r1"
     nvlink_domain: str | None = None
     labels: dict[str, str] = {}
+    # Where the node's processes are reached (MASTER_ADDR when it holds rank 0).
+    address: str | None = None
+    # True when a node agent runs the processes of runs placed here (the run
+    # dispatcher sends it orders); False for the emulator's nodes.
+    executes: bool = False
 
     @property
     def nvlink(self) -> str:

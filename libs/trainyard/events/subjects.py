@@ -71,6 +71,21 @@ def telemetry(cluster: str, node_id: str) -> str:
     return f"{PREFIX}.telemetry.{token(cluster)}.{token(node_id)}"
 
 
+def work_orders(cluster: str, node_id: str) -> str:
+    """What the run dispatcher orders one node's agent to do (StartRun, SignalRun, StopRun)."""
+    return f"{PREFIX}.work.{token(cluster)}.{token(node_id)}.orders"
+
+
+def work_reports(cluster: str, node_id: str) -> str:
+    """What one node's agent reports about the processes of its runs."""
+    return f"{PREFIX}.work.{token(cluster)}.{token(node_id)}.reports"
+
+
+def work_reports_of(cluster: str) -> str:
+    """Every node's reports in one cluster (the dispatcher's filter)."""
+    return f"{PREFIX}.work.{token(cluster)}.*.reports"
+
+
 def audit(kind: str) -> str:
     return f"{PREFIX}.audit.{token(kind)}"
 
@@ -83,5 +98,6 @@ INTAKE_ALL = f"{PREFIX}.intake.>"
 JOBS_ALL = f"{PREFIX}.jobs.>"
 NODES_ALL = f"{PREFIX}.nodes.>"
 TELEMETRY_ALL = f"{PREFIX}.telemetry.>"
+WORK_ALL = f"{PREFIX}.work.>"
 AUDIT_ALL = f"{PREFIX}.audit.>"
 DEADLETTER_ALL = f"{PREFIX}.deadletter.>"
