@@ -123,6 +123,8 @@ def _print_banner(stack, nodes: int, gpus: int, racks: int) -> None:  # type: ig
             f"  bus users        {stack.data_dir / 'bus' / 'credentials.json'}  (one per service and admin's, "
             "for NATS and Redis; see docs/security.md)"
         )
+    ports = ", ".join(f"{name} {port}" for name, port in stack.metrics_ports.items())
+    _say(f"  metrics          127.0.0.1 ports: {ports}; gateway {stack.api_url}/metrics (operator token)")
     _say(f"  ledger           {stack.ledger_url}")
     _say(f"  logs             {stack.data_dir / 'logs'}")
     _say(f"  ports kept in    {stack.data_dir / 'ports.json'}")

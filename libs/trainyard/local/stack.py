@@ -49,7 +49,7 @@ from trainyard.local.nats_nodes import check_nats, declare_streams, port_names, 
 from trainyard.local.servers import Server, ServerError, start_redis
 from trainyard.local.state import StackState, read_state, state_path, write_state
 
-__all__ = ["SERVICES", "LocalStack", "StackConfig", "StackState", "read_state", "state_path"]
+__all__ = ["METRICS_SERVICES", "SERVICES", "LocalStack", "StackConfig", "StackState", "read_state", "state_path"]
 
 #: Process name -> the command after ``python``.
 SERVICES: dict[str, list[str]] = {
@@ -60,6 +60,9 @@ SERVICES: dict[str, list[str]] = {
     "gateway": ["-m", "trainyard_gateway"],
     "emulator": ["-m", "trainyard.cli.main", "emulate", "run"],
 }
+#: The services that serve Prometheus metrics on a port of their own, one each (the
+#: gateway serves ``/metrics`` on its REST port; the emulator serves none).
+METRICS_SERVICES = ("admission", "placement", "health", "accounting")
 _CREDENTIAL_SETTINGS = (
     "TRAINYARD_NATS_USER",
     "TRAINYARD_NATS_PASSWORD",
@@ -102,6 +105,7 @@ class LocalStack:
         self.credentials: Credentials | None = None  # on a locked bus
         self.http_port = config.http_port
         self.grpc_port = config.grpc_port
+        self.metrics_ports: dict[str, int] = {}  # service -> its metrics port, chosen by claim()
         self.lock = StackLock(self.data_dir)
         self.progress = progress or (lambda line: None)  # told each process as it starts and is ready
         self.stopping = threading.Event()  # set by request_stop(); start() gives up at the next step
@@ -162,11 +166,14 @@ class LocalStack:
             "nats": self.config.nats_port,
             "redis": self.config.redis_port,
         }
-        ports, notes = choose_ports(self.data_dir, asked, [*PORT_NAMES, *port_names(self.config.nats_cluster)])
+        metrics = [f"{name}-metrics" for name in METRICS_SERVICES]
+        names = [*PORT_NAMES, *port_names(self.config.nats_cluster), *metrics]
+        ports, notes = choose_ports(self.data_dir, asked, names)
         for note in notes:
             self.progress(note)
         self.ports = ports
         self.http_port, self.grpc_port = ports["http"], ports["grpc"]
+        self.metrics_ports = {name: ports[f"{name}-metrics"] for name in METRICS_SERVICES}
         self.lock.update(ports=ports)
 
     def start_servers(self) -> None:
@@ -231,11 +238,17 @@ class LocalStack:
             ledger.close()
 
     def service_env(self, name: str) -> dict[str, str]:
-        """The environment of service ``name``: the stack's settings and, on a
-        locked bus, its own users."""
-        if self.credentials is None:
-            return self.env
-        return {**self.env, **service_env(self.credentials, name)}
+        """The environment of service ``name``: the stack's settings, its own
+        metrics port and, on a locked bus, its own users."""
+        env = self.env if self.credentials is None else {**self.env, **service_env(self.credentials, name)}
+        if name in self.metrics_ports:
+            env = {**env, f"TRAINYARD_{name.upper()}_METRICS_PORT": str(self.metrics_ports[name])}
+        return env
+
+    def metrics_urls(self) -> dict[str, str]:
+        """Where each service serves its metrics (the gateway's needs an operator token)."""
+        urls = {name: f"http://127.0.0.1:{port}/metrics" for name, port in self.metrics_ports.items()}
+        return {**urls, "gateway": f"{self.api_url}/metrics"}
 
     def start_service(self, name: str) -> subprocess.Popen:
         path = log_path(self.data_dir, name)
@@ -322,6 +335,7 @@ class LocalStack:
             ledger_url=self.ledger_url,
             pid=os.getpid(),
             locked_bus=self.credentials is not None,
+            metrics=self.metrics_urls(),
         )
         write_state(self.data_dir, state)
 

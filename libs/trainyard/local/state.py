@@ -22,6 +22,7 @@ class StackState(msgspec.Struct):
     ledger_url: str
     pid: int
     locked_bus: bool = False  # NATS and Redis have users: the admin credential is in <data dir>/bus/
+    metrics: dict[str, str] = {}  # service -> the URL of its Prometheus metrics
 
 
 def state_path(data_dir: str | Path) -> Path:
