@@ -97,20 +97,22 @@ async def job_specs(store: Store, job_ids: list[str]) -> dict[str, JobSpec]:
 async def list_jobs(
     store: Store, tenant: str | None = None, status: str | None = None, limit: int = 100, newest_first: bool = True
 ) -> list[JobRecord]:
-    index = store.key("tenant", tenant) if tenant else store.key("jobs")
-    if status in ("pending", "admitted"):
-        index = store.key(status)
-    fetch = limit if status is None else max(limit * 10, 1000)
-    if newest_first:
-        ids = await store.redis.zrevrange(index, 0, fetch - 1)
+    """Up to ``limit`` jobs, newest first (or oldest), of one tenant or all,
+    of one status or any.  A status is read from its own index (the fold keeps
+    ``bystatus:<status>`` and ``tbystatus:<tenant>:<status>``), so every job of
+    that status is found however many newer jobs came after it."""
+    if status is None:
+        index = store.key("tenant", tenant) if tenant else store.key("jobs")
     else:
-        ids = await store.redis.zrange(index, 0, fetch - 1)
+        index = store.key("tbystatus", tenant, status) if tenant else store.key("bystatus", status)
+    if newest_first:
+        ids = await store.redis.zrevrange(index, 0, limit - 1)
+    else:
+        ids = await store.redis.zrange(index, 0, limit - 1)
     jobs = await get_jobs(store, ids)
-    if tenant:
-        jobs = [j for j in jobs if j.tenant == tenant]
-    if status:
-        jobs = [j for j in jobs if j.status == status]
-    return jobs[:limit]
+    # an index moves in the same script as the hash, so these filters only
+    # guard against a job read between two folds
+    return [j for j in jobs if (not tenant or j.tenant == tenant) and (not status or j.status == status)]
 
 
 async def ids_in(store: Store, index: str, limit: int = -1) -> list[str]:

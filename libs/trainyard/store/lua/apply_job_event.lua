@@ -56,9 +56,21 @@ end
 
 -- A new status; why the job waited (admission's word on a pending job,
 -- placement's on an admitted one, kept beside the job hash) no longer holds.
+-- The status indexes keep the job under its status, overall (bystatus:<status>)
+-- and per tenant (tbystatus:<tenant>:<status>), scored like the jobs index, so
+-- a filtered list finds every match whatever its age.
 local function set_status(new)
-  if status then redis.call('HINCRBY', p .. 'counts', status, -1) end
+  local h = redis.call('HMGET', jk, 'tenant', 'order')
+  local score = redis.call('ZSCORE', p .. 'jobs', jid) or h[2]
+  local tenant = h[1] or ''
+  if status then
+    redis.call('HINCRBY', p .. 'counts', status, -1)
+    redis.call('ZREM', p .. 'bystatus:' .. status, jid)
+    redis.call('ZREM', p .. 'tbystatus:' .. tenant .. ':' .. status, jid)
+  end
   redis.call('HINCRBY', p .. 'counts', new, 1)
+  redis.call('ZADD', p .. 'bystatus:' .. new, score, jid)
+  redis.call('ZADD', p .. 'tbystatus:' .. tenant .. ':' .. new, score, jid)
   redis.call('HSET', jk, 'status', new)
   redis.call('HDEL', p .. 'why:pending', jid)
   redis.call('HDEL', p .. 'why:admitted', jid)
