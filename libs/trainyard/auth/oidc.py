@@ -141,6 +141,10 @@ class JwtVerifier:
             raise Unauthenticated("the JWT is not valid yet (nbf or iat is in the future)") from None
         except jwt.PyJWTError as err:
             raise Unauthenticated(f"the JWT is not valid: {err}") from None
+        except (TypeError, ValueError) as err:  # e.g. a header naming ES256 for an RSA key
+            raise Unauthenticated(
+                f"the JWT's algorithm {header.get('alg')!r} does not fit its signing key (kid {header.get('kid')!r}): {err}"
+            ) from None
         role = role_from_claim(_claim(claims, c.role_claim), c.role_claim)
         tenant = _claim(claims, c.tenant_claim) if role in TENANT_BOUND else None
         if role in TENANT_BOUND and not isinstance(tenant, str):

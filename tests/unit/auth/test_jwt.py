@@ -12,7 +12,7 @@ from typing import Any
 
 import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from trainyard.auth import JwtVerifier, Role, Unauthenticated, jwt_config
 from trainyard.settings import ConfigurationError, Settings
@@ -151,3 +151,14 @@ def test_bad_jwt_settings_stop_the_gateway_naming_the_variable(settings: dict[st
 
 def test_no_issuer_means_jwts_are_not_accepted() -> None:
     assert jwt_config(Settings()) is None
+
+
+async def test_a_token_whose_header_names_an_algorithm_its_key_cannot_use_is_refused_not_a_crash(
+    verifier: JwtVerifier,
+) -> None:
+    """ES256 in the header while the issuer's key is RSA: the library raises a
+    TypeError, which is the caller's fault (401), not the gateway's."""
+    forged = token(ec.generate_private_key(ec.SECP256R1()), algorithm="ES256")
+
+    with pytest.raises(Unauthenticated, match="'ES256' does not fit its signing key"):
+        await verifier.verify(forged)
