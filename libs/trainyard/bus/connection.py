@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,22 @@ MSG_ID = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 #: The subject filter that check covers (a job's whole history, see subjects.fence_of).
 EXPECTED_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+
+
+#: Between a message id and the tag that binds it to its subject and its writer.
+ID_TAG_SEPARATOR = "~"
+
+
+def id_key(user: str, password: str) -> bytes:
+    """The key that tags this bus user's message ids (see :meth:`Bus.message_id`):
+    derived from its password, which no other credential knows."""
+    seed = f"trainyard message ids\0{user}\0{password}".encode()
+    return hashlib.blake2b(seed, digest_size=32).digest()
+
+
+def logical_id(stored: str) -> str:
+    """The id a publisher passed, from a stored ``Nats-Msg-Id`` (tag removed)."""
+    return stored.rsplit(ID_TAG_SEPARATOR, 1)[0] if ID_TAG_SEPARATOR in stored else stored
 
 
 def server_urls(url: str) -> list[str]:
@@ -78,10 +95,14 @@ class PublishRequest(msgspec.Struct):
 class Bus:
     """A NATS connection with JetStream, shared by everything in a process."""
 
-    def __init__(self, nc: Client, js: JetStreamContext, publish_timeout: float = 10.0) -> None:
+    def __init__(
+        self, nc: Client, js: JetStreamContext, publish_timeout: float = 10.0, id_key: bytes | None = None
+    ) -> None:
         self.nc = nc
         self.js = js
         self.publish_timeout = publish_timeout
+        #: Tags every message id (see :meth:`message_id`); None: ids are sent as they are.
+        self.id_key = id_key
         #: Bumped each time the connection is opened again after it closed;
         #: subscriptions made before are gone and must be made again.
         self.generation = 0
@@ -99,7 +120,9 @@ class Bus:
         ``options`` go to the client as they are: ``user``, ``password``,
         ``inbox_prefix`` and ``tls`` (see ``trainyard.runtime.nats_options``)."""
         nc = ResilientClient()
-        bus = cls(nc, nc.jetstream(timeout=10.0, publish_async_max_pending=20_000))
+        password = options.get("password")
+        key = id_key(str(options.get("user") or ""), str(password)) if password else None
+        bus = cls(nc, nc.jetstream(timeout=10.0, publish_async_max_pending=20_000), id_key=key)
         bus._options = dict(
             options,
             servers=server_urls(url),
@@ -177,6 +200,24 @@ class Bus:
             log.warning("%s: could not update the consumer: %r", spec.durable, err)
         return await BatchPull(self.nc, spec.stream, spec.durable).start()
 
+    def message_id(self, subject: str, msg_id: str) -> str:
+        """The ``Nats-Msg-Id`` sent for ``msg_id`` on ``subject``.
+
+        JetStream drops a message whose id it stored in the duplicate window,
+        whoever sent the first and on whichever subject.  Ids are predictable
+        (``submit:<tenant>:<job_id>``), so on a locked bus each id carries a
+        tag: a keyed hash of the subject and the id under a key derived from
+        this user's password (:func:`id_key`).  Another credential cannot make
+        the tag, so it cannot take an id of ours first (a duplicate answer
+        means this user published the same id on the same subject); the
+        same user (every replica of a service) makes the same tag for a
+        retried publish.  Without a password (an unlocked bus, where every
+        client may publish anything anyway) the id goes as it is."""
+        if self.id_key is None:
+            return msg_id
+        tag = hashlib.blake2b(f"{subject}\n{msg_id}".encode(), key=self.id_key, digest_size=12).hexdigest()
+        return f"{msg_id}{ID_TAG_SEPARATOR}{tag}"
+
     @staticmethod
     def _headers(req: PublishRequest) -> dict[str, str]:
         headers = {MSG_ID: req.msg_id}
@@ -210,7 +251,10 @@ class Bus:
         """Publish bytes to JetStream.  A message larger than the server's
         ``max_payload`` (data and headers together) raises
         :class:`PayloadTooLarge` before anything is sent: the server would
-        answer it by closing the connection."""
+        answer it by closing the connection.  A ``Nats-Msg-Id`` is tagged
+        (see :meth:`message_id`)."""
+        if self.id_key is not None and (msg_id := headers.get(MSG_ID)) is not None:
+            headers = {**headers, MSG_ID: self.message_id(subject, msg_id)}
         check_publishable(self.nc, subject, data, headers)
         try:
             msg = await self.nc.request(subject, data, timeout=self.publish_timeout, headers=headers)
