@@ -13,11 +13,10 @@ from typing import Annotated
 
 import msgspec
 
+from trainyard.domain import launch as launch_rules
 from trainyard.domain.limits import (
     GPU_TYPE_RE,
     LABEL_KEY_RE,
-    MAX_COMMAND_CHARS,
-    MAX_COMMAND_ITEMS,
     MAX_CPU_PER_REPLICA,
     MAX_ERRORS_LISTED,
     MAX_IMAGE_CHARS,
@@ -247,9 +246,15 @@ def _spec_problems(spec: JobSpec) -> list[ValidationError]:
         problem = text_problem(value, MAX_LABEL_VALUE_CHARS, spaces=True)
         if problem is not None:
             errors.append(ValidationError(_label_field(key), f"label value: {problem}"))
-    # 5. What to run.
+    # 5. What to run, and how it is stopped.
     _check_payload(spec, errors)
+    _add(errors, launch_rules.stop_problems(spec.stop_signal, spec.stop_grace_s))
+    _add(errors, launch_rules.path_problems(spec.checkpoint_dir, "checkpoint_dir"))
     return errors
+
+
+def _add(errors: list[ValidationError], problems: launch_rules.Problems) -> None:
+    errors.extend(ValidationError(field, message) for field, message in problems)
 
 
 def _check_role(role: Role, where: str, seen: set[str], errors: list[ValidationError]) -> None:
@@ -285,12 +290,23 @@ def _check_role(role: Role, where: str, seen: set[str], errors: list[ValidationE
                 f"{where}.memory_gib_per_replica", f"must be greater than 0 and at most {MAX_MEMORY_GIB_PER_REPLICA:g}"
             )
         )
+    # What each replica runs.
+    _add(errors, launch_rules.command_problems(role.command, f"{where}.command"))
+    _add(errors, launch_rules.env_problems(role.env, f"{where}.env"))
+    _add(errors, launch_rules.path_problems(role.working_dir, f"{where}.working_dir"))
+    _add(errors, launch_rules.launch_problems(role.launch, f"{where}.launch"))
 
 
 def _check_payload(spec: JobSpec, errors: list[ValidationError]) -> None:
-    if spec.image is None and spec.workload_ref is None and spec.simulated_duration_s is None:
+    # A command runs as a plain process, or in the node's container runtime when an image is given.
+    commands = bool(spec.command) or any(role.command for role in spec.roles)
+    if spec.image is None and spec.workload_ref is None and spec.simulated_duration_s is None and not commands:
         errors.append(
-            ValidationError("image", "say what to run: an image (and command), a workload_ref, or simulated_duration_s")
+            ValidationError(
+                "image",
+                "say what to run: a command (the job's or each role's), an image, a workload_ref, "
+                "or simulated_duration_s",
+            )
         )
     if spec.image is not None:
         problem = text_problem(spec.image, MAX_IMAGE_CHARS, spaces=False) or (
@@ -304,19 +320,4 @@ def _check_payload(spec: JobSpec, errors: list[ValidationError]) -> None:
         )
         if problem is not None:
             errors.append(ValidationError("workload_ref", f"a workload reference {problem}"))
-    if spec.command and spec.image is None:
-        errors.append(ValidationError("command", "a command needs an image to run in"))
-    if len(spec.command) > MAX_COMMAND_ITEMS:
-        errors.append(ValidationError("command", f"at most {MAX_COMMAND_ITEMS} items, got {len(spec.command)}"))
-    total = sum(len(item) for item in spec.command)
-    if total > MAX_COMMAND_CHARS:
-        errors.append(ValidationError("command", f"at most {MAX_COMMAND_CHARS} characters in all, got {total}"))
-    for i, item in enumerate(spec.command[:MAX_COMMAND_ITEMS]):
-        # A process argument cannot hold NUL, and no encoder takes a lone
-        # surrogate; other control characters (a newline in a script) are fine.
-        bad = next((ch for ch in item if ch == "\x00" or "\ud800" <= ch <= "\udfff"), None)
-        if bad is not None:
-            errors.append(
-                ValidationError(f"command[{i}]", f"contains U+{ord(bad):04X}, which a process argument cannot hold")
-            )
-            break
+    _add(errors, launch_rules.command_problems(spec.command, "command"))

@@ -97,3 +97,36 @@ def text_problem(value: str, max_chars: int, *, spaces: bool) -> str | None:
     if not spaces and any(ch.isspace() for ch in value):
         return "must not contain white space"
     return None
+
+
+# --- what a run executes (roles' command, env and directories; see docs/execution.md) ---
+
+#: Environment variable names a role may set (POSIX portable names).
+ENV_KEY_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+MAX_ENV_ENTRIES = 128
+#: Variables of the environment contract, set by Trainyard for every process
+#: (and any ``TRAINYARD_*``): a role's env may not set them.
+RESERVED_ENV = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "NODE_RANK",
+        "NNODES",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+    }
+)
+RESERVED_ENV_PREFIX = "TRAINYARD_"
+#: A working or checkpoint directory (Linux's PATH_MAX).
+MAX_PATH_CHARS = 4096
+#: How a role's replicas become processes.
+LAUNCH_MODES = ("per_gpu", "per_replica")
+#: Signals a job may ask for before it is stopped (``trainyard.events.work.STOP_SIGNALS``,
+#: which a test holds equal: domain imports nothing from events).
+STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2", "SIGHUP", "SIGQUIT")
+#: Seconds a job may ask to have between its stop signal and the kill.
+MAX_STOP_GRACE_S = 3600.0

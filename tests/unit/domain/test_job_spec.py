@@ -62,12 +62,6 @@ def test_an_rl_job_with_trainer_and_rollout_roles_is_valid_and_counts_its_gang()
         pytest.param({"max_runtime_s": 0}, "max_runtime_s", "between 1", id="a zero max runtime is refused"),
         pytest.param({"image": None}, "image", "say what to run", id="a job that names nothing to run is refused"),
         pytest.param(
-            {"image": None, "workload_ref": None, "simulated_duration_s": 5.0, "command": ["python"]},
-            "command",
-            "needs an image",
-            id="a command without an image is refused",
-        ),
-        pytest.param(
             {"simulated_duration_s": 10.0, "max_runtime_s": 5},
             "simulated_duration_s",
             "max_runtime_s",
