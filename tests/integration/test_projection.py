@@ -292,12 +292,14 @@ def test_subject_checks_name_the_disagreement() -> None:
 
     ok = RunSucceeded(at=1.0, job_id="j1", tenant="acme", run_id="r1")
     assert subject_disagrees(subjects.job("acme", "j1", "agent"), ok) is None
-    assert "may not be written by 'placement'" in (subject_disagrees(subjects.job("acme", "j1", "placement"), ok) or "")
+    assert "may not be written by 'health'" in (subject_disagrees(subjects.job("acme", "j1", "health"), ok) or "")
+    assert subject_disagrees(subjects.job("acme", "j1", "placement"), ok) is None  # the run dispatcher
     assert "sent on" in (subject_disagrees(subjects.job("beta", "j1", "agent"), ok) or "")
     assert "not a job subject" in (subject_disagrees("trainyard.jobs.acme.j1", ok) or "")
     failed = RunFailed(at=1.0, job_id="j1", tenant="acme", run_id="r1", reason="node_failure")
     assert all(
-        subject_disagrees(subjects.job("acme", "j1", w), failed) is None for w in ("agent", "health", "admission")
+        subject_disagrees(subjects.job("acme", "j1", w), failed) is None
+        for w in ("agent", "placement", "health", "admission")
     )
 
 

@@ -184,17 +184,19 @@ WRITERS: dict[str, frozenset[str]] = {
     "PreemptionNotice": frozenset({"admission"}),
     "JobCancelled": frozenset({"admission"}),
     "JobPlaced": frozenset({"placement"}),
-    "RunStarted": frozenset({"agent"}),
-    "RunSucceeded": frozenset({"agent"}),
-    "CheckpointSaved": frozenset({"agent"}),
-    # A node agent reports its run's failure, health fails runs on lost nodes,
-    # admission stops runs past their time limit.
-    "RunFailed": frozenset({"agent", "health", "admission"}),
+    # The emulator ("agent") reports its own runs; the run dispatcher in the
+    # placement service reports runs that node agents execute, from their reports.
+    "RunStarted": frozenset({"agent", "placement"}),
+    "RunSucceeded": frozenset({"agent", "placement"}),
+    "CheckpointSaved": frozenset({"agent", "placement"}),
+    # The emulator or the run dispatcher reports a run's failure, health fails
+    # runs on lost nodes, admission stops runs past their time limit.
+    "RunFailed": frozenset({"agent", "placement", "health", "admission"}),
 }
 
 
 def writer_of(event: JobEvent) -> str:
-    """The usual writer of ``event`` (RunFailed: the node agent)."""
+    """The usual writer of ``event`` (a run's events: the emulator's "agent")."""
     writers = WRITERS[type(event).__name__]
     return "agent" if "agent" in writers else next(iter(writers))
 
