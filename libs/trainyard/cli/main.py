@@ -102,14 +102,26 @@ def submit(
         None, "--file", "-f", help="A full job spec as JSON or YAML (overrides the flags but --tenant and --queue)."
     ),
     job_id: str | None = typer.Option(None, help="Idempotency key / job id."),
+    env: list[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every process (may repeat)."),
+    workdir: str | None = typer.Option(
+        None, "--workdir", help="Directory the processes start in (default: the directory you submit from)."
+    ),
+    launch: str = typer.Option("per_gpu", help="per_gpu: a process per GPU; per_replica: one launcher (torchrun)."),
+    max_runtime: int | None = typer.Option(None, "--max-runtime", help="Time limit in seconds (default 24 h)."),
     wait: float = typer.Option(
         10.0, help="Seconds to wait for admission to accept or reject the job (0: do not wait)."
     ),
     as_json: bool = typer.Option(False, "--json"),
     api_url: str | None = ApiUrl,
     data_dir: str = DataDir,
+    command: list[str] = typer.Argument(None, help="The command every process runs, after `--`."),
 ) -> None:
-    """Submit a job; prints its id, or the reasons it was rejected (and exits 1)."""
+    """Submit a job; prints its id, or the reasons it was rejected (and exits 1).
+
+    A command after `--` runs for real on the nodes' agents, one process per GPU
+    with the torch.distributed environment (docs/execution.md):
+    `trainyard submit --tenant acme --gpus 2 -- python3 train.py`.  Without one,
+    `--duration` runs a simulated workload of that many seconds."""
     if file is not None:
         text = read_file(file, "the job spec")
         try:
@@ -128,6 +140,7 @@ def submit(
             err_console.print(f"[red]error:[/red] {file} must hold one job spec (a mapping)")
             raise typer.Exit(1)
         body.update({k: v for k, v in {"tenant": tenant, "queue": queue}.items() if v is not None})
+        _default_workdir(body, workdir)
         if not body.get("tenant"):
             err_console.print(f"[red]error:[/red] {file} names no tenant: add `tenant:` to it or pass --tenant")
             raise typer.Exit(1)
@@ -142,12 +155,21 @@ def submit(
             "priority_class": priority_class,
             "roles": [{"name": role, "replicas": replicas, "gpus_per_replica": gpus, "gpu_type": gpu_type}],
         }
+        role_body = body["roles"][0]
+        if command:
+            role_body["command"] = list(command)
+            role_body["launch"] = launch
+        if env:
+            role_body["env"] = _env_pairs(env)
         if duration is not None:
             body["simulated_duration_s"] = duration
         if image is not None:
             body["image"] = image
-        if duration is None and image is None:
+        if duration is None and image is None and not command:
             body["simulated_duration_s"] = 10.0
+        if max_runtime is not None:
+            body["max_runtime_s"] = max_runtime
+        _default_workdir(body, workdir)
     if job_id:
         body["job_id"] = job_id
     client = _client(api_url, data_dir)
@@ -159,11 +181,42 @@ def submit(
         console.print_json(data=result)
     else:
         console.print(result["job_id"])
+        if answered is None or answered["status"] != "rejected":
+            err_console.print(
+                f"next: trainyard job {result['job_id']}   trainyard logs {result['job_id']} --follow", highlight=False
+            )
     if answered is not None and answered["status"] == "rejected":
         err_console.print(f"[red]rejected:[/red] job {result['job_id']} was not accepted")
         for e in answered.get("errors") or []:
             err_console.print(f"  {e.get('field', '?')}: {e.get('message', '')}")
         raise typer.Exit(1)
+
+
+def _env_pairs(pairs: list[str]) -> dict[str, str]:
+    """``--env KEY=VALUE`` options as a mapping; a pair without ``=`` stops with what to fix."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            err_console.print(f"[red]error:[/red] --env takes KEY=VALUE, got {pair!r}")
+            raise typer.Exit(2)
+        out[key] = value
+    return out
+
+
+def _default_workdir(body: dict, workdir: str | None) -> None:  # type: ignore[type-arg]
+    """Roles with a command start where the job was submitted from (as srun does),
+    unless the role or ``--workdir`` names a directory."""
+    folder = str(Path(workdir).resolve()) if workdir else str(Path.cwd())
+    roles = body.get("roles")
+    if not isinstance(roles, list):
+        return
+    has_job_command = bool(body.get("command"))
+    for role_body in roles:
+        if not isinstance(role_body, dict) or role_body.get("working_dir"):
+            continue
+        if role_body.get("command") or has_job_command or workdir:
+            role_body["working_dir"] = folder
 
 
 def _answered(client: Client, job_id: str, wait: float) -> dict | None:
