@@ -304,10 +304,11 @@ async def test_a_consumer_whose_publish_is_refused_keeps_consuming(connect: Conn
 
 async def test_the_gateway_reads_and_replays_dead_letters_and_accounting_reads_its_lag(connect: Connect) -> None:
     admin = await connect(ADMIN)
+    original = await admin.publish_raw(subjects.intake("acme"), b"{}", {"Nats-Msg-Id": "s-1"})
     headers = {
         "Trainyard-Reason": "gave up",
         "Trainyard-Subject": subjects.intake("acme"),
-        "Trainyard-Stream-Seq": "1",
+        "Trainyard-Stream-Seq": str(original.seq),
         "Trainyard-Size": "2",
         "Nats-Msg-Id": "dl-1",
     }

@@ -6,8 +6,15 @@ in the DEADLETTER stream: the first :data:`DEAD_LETTER_KEEP_BYTES` of its
 data, with headers naming the reason, the original subject, the original
 stream sequence and size, and whether the copy was cut short.
 
-Replaying republishes a copy that was kept whole on its original subject,
-with a new message id, so the consumer that gave up sees it again.  Only
+Replaying republishes the original message on its original subject, with a
+new message id, so the consumer that gave up sees it again.  A dead letter's
+headers are written by whoever may publish dead letters, so they are not
+trusted: the stream comes from the dead letter's own subject (which only that
+stream's consumers may write), and the subject and data are those of the
+original message as the stream stored it, looked up by the sequence the dead
+letter names.  A dead letter whose subject or data is not the original's
+(forged, or pointing at another message) is refused with the reason, as is
+one whose original has left its stream.  Only
 commands are replayed: an intake command (admission decides idempotently by
 job id) or a node command or event (health's state machine refuses what no
 longer applies).  A JOBS event is a fact of the source of truth, still in the
@@ -147,9 +154,36 @@ async def listing(bus: Bus, limit: int = 50, stream: str | None = None, before: 
     return out
 
 
-async def replay(bus: Bus, seq: int) -> Replayed:
-    """Publish dead letter ``seq``'s message again on its original subject,
-    with a new message id; :class:`NotReplayable` when it may not be."""
+async def _original(bus: Bus, seq: int, letter: DeadLetter, data: bytes) -> nats.js.api.RawStreamMsg:
+    """The message dead letter ``seq`` is a copy of, as its stream stored it;
+    :class:`NotReplayable` unless the dead letter's subject and data are that
+    message's."""
+    if letter.stream_seq is None:
+        raise NotReplayable(f"dead letter {seq} does not name its message's sequence in {letter.stream}")
+    try:
+        original = await bus.js.get_msg(letter.stream, letter.stream_seq) if letter.stream_seq > 0 else None
+    except nats.js.errors.NotFoundError:
+        original = None
+    where = f"{letter.stream} seq {letter.stream_seq}"
+    if original is None:
+        raise NotReplayable(
+            f"dead letter {seq} names {where}, which is not in the stream (aged out, removed or never there); "
+            "only a message the stream still holds can be checked and replayed"
+        )
+    if original.subject != letter.subject:
+        raise NotReplayable(
+            f"dead letter {seq} says its message was on {letter.subject!r}, but {where} is on "
+            f"{original.subject!r}: not replayed"
+        )
+    if (original.data or b"") != data:
+        raise NotReplayable(f"dead letter {seq} does not hold the data of {where}: not replayed")
+    return original
+
+
+async def replay(bus: Bus, seq: int, actor: str = "") -> Replayed:
+    """Publish the message dead letter ``seq`` copies again on its original
+    subject, with a new message id, naming ``actor`` (who asked) in a header;
+    :class:`NotReplayable` when it may not be (see the module docstring)."""
     letter = await read(bus, seq)
     where = f"{letter.stream} seq {letter.stream_seq}" if letter.stream_seq is not None else letter.stream
     if letter.truncated:
@@ -164,10 +198,15 @@ async def replay(bus: Bus, seq: int) -> Replayed:
         raise NotReplayable(f"dead letter {seq} does not name a Trainyard subject to replay it on")
     raw = await _get(bus, seq)
     assert raw is not None  # read() found it a moment ago; retention works in days
+    original = await _original(bus, seq, letter, raw.data or b"")
+    subject = original.subject or letter.subject
     msg_id = f"replay:{seq}:{uuid.uuid4().hex}"
     headers = {"Nats-Msg-Id": msg_id, "Trainyard-Replay-Of": header_value(f"{STREAM}:{seq}")}
-    ack = await bus.publish_raw(letter.subject, raw.data or b"", headers)
-    return Replayed(seq=seq, stream=letter.stream, subject=letter.subject, replayed_seq=ack.seq, msg_id=msg_id)
+    if actor:
+        headers["Trainyard-Replayed-By"] = header_value(actor)
+    ack = await bus.publish_raw(subject, original.data or b"", headers)
+    sent = bus.message_id(subject, msg_id)
+    return Replayed(seq=seq, stream=letter.stream, subject=subject, replayed_seq=ack.seq, msg_id=sent)
 
 
 async def counts(bus: Bus) -> dict[str, int]:

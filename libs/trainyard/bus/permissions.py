@@ -1,6 +1,7 @@
 """Who may publish and subscribe to what on the bus: one NATS user per
 service, per submission portal (one tenant each) and one admin, each allowed
-only the subjects its role produces and the JetStream API calls it makes.
+only the subjects its role produces and the JetStream API calls it makes;
+and one per node agent (``agent-<node_id>``), allowed only its own node's subjects.
 
 :func:`permissions_for` is the whole table, as data; :func:`nats_config`
 writes it as the ``authorization`` block of a nats-server configuration file.
@@ -37,6 +38,8 @@ AUTH_BUCKET = "trainyard-auth"  # trainyard.auth.tokens.BUCKET: API tokens, hash
 
 SERVICES = ("admission", "placement", "health", "accounting", "gateway", "emulator")
 ROLES = (*SERVICES, "portal", "admin")
+#: A node agent's role: one user per node (``agent-<node_id>``), see :func:`permissions_for`.
+AGENT = "agent"
 
 _J = subjects.PREFIX
 
@@ -49,17 +52,20 @@ class Permissions(msgspec.Struct, frozen=True):
 
 
 class BusUser(msgspec.Struct, frozen=True):
-    """One NATS user: its name, password and role (a portal names its tenant)."""
+    """One NATS user: its name, password and role (a portal names its tenant, a node agent its node)."""
 
     name: str
     password: str
     role: str
     tenant: str | None = None
+    node: str | None = None
 
 
-def user_name(role: str, tenant: str | None = None) -> str:
-    """``portal-<tenant>`` for a portal, else the role itself."""
-    _check(role, tenant)
+def user_name(role: str, tenant: str | None = None, node: str | None = None) -> str:
+    """``portal-<tenant>`` for a portal, ``agent-<node>`` for a node agent, else the role itself."""
+    _check(role, tenant, node)
+    if role == AGENT:
+        return f"agent-{node}"
     return f"portal-{tenant}" if role == "portal" else role
 
 
@@ -70,13 +76,17 @@ def inbox_prefix(user: str) -> str:
     return f"_INBOX.{subjects.token(user)}"
 
 
-def _check(role: str, tenant: str | None) -> None:
-    if role not in ROLES:
-        raise ValueError(f"unknown bus role {role!r}; roles are {', '.join(ROLES)}")
+def _check(role: str, tenant: str | None, node: str | None = None) -> None:
+    if role not in ROLES and role != AGENT:
+        raise ValueError(f"unknown bus role {role!r}; roles are {', '.join(ROLES)} and {AGENT}")
     if (role == "portal") != (tenant is not None):
         raise ValueError("a portal names exactly one tenant, and only a portal does")
+    if (role == AGENT) != (node is not None):
+        raise ValueError("a node agent names exactly one node, and only a node agent does")
     if tenant is not None:
         subjects.token(tenant)
+    if node is not None:
+        subjects.token(node)
 
 
 def _reads(stream: str, durables: Iterable[str] = (), ordered: bool = False) -> list[str]:
@@ -135,10 +145,15 @@ def _service(role: str, cluster: str) -> tuple[list[str], list[str], bool]:
         ]
         return publish, [], False
     if role == "placement":
+        # The run dispatcher: orders to node agents, their reports read through its own durables.
         publish = [
             f"{jobs}.placement",
             f"$KV.{LEASES_BUCKET}.placement.>",
-            *_reads("JOBS", ordered=True),
+            f"{_J}.work.{cluster}.*.orders",
+            subjects.deadletter("JOBS"),
+            subjects.deadletter("WORK"),
+            *_reads("JOBS", [f"dispatcher-{cluster}"], ordered=True),
+            *_reads("WORK", [f"dispatcher-reports-{cluster}"]),
             *_reads("NODES", ordered=True),
             *_reads(leases),
             *_declares([leases]),
@@ -163,9 +178,11 @@ def _service(role: str, cluster: str) -> tuple[list[str], list[str], bool]:
     if role == "gateway":
         # API tokens: created and revoked through the gateway, followed with a watch.
         auth = _kv(AUTH_BUCKET)
-        # Dead letters: read, and replayed on intake and node subjects (trainyard.bus.deadletters).
+        # Dead letters: read, and replayed on intake and node subjects (trainyard.bus.deadletters),
+        # checked against the original message, looked up in its stream by sequence.
         publish = [
             f"{_J}.intake.*",
+            "$JS.API.STREAM.MSG.GET.INTAKE",
             subjects.NODES_ALL,
             subjects.AUDIT_ALL,
             *_reads("JOBS"),
@@ -190,17 +207,41 @@ def _service(role: str, cluster: str) -> tuple[list[str], list[str], bool]:
     return publish, subscribe, True
 
 
-def permissions_for(role: str, tenant: str | None = None, cluster: str = "*") -> Permissions:
-    """What the user of ``role`` (a portal: of ``tenant``) may publish and
-    subscribe to.  ``cluster`` scopes the emulator's node subjects ("*": any)."""
-    _check(role, tenant)
+def _agent(node: str, cluster: str) -> tuple[list[str], list[str], bool]:
+    """A node agent: only its own node's registration, telemetry and reports; its own
+    orders through its own durable, whose create names its own orders as the filter
+    (the forms that carry the filter in the body are not allowed); its own control."""
+    orders = f"{_J}.work.{cluster}.{node}.orders"
+    durable = f"agent-{node}"
+    api = "$JS.API"
+    publish = [
+        f"{_J}.nodes.{cluster}.{node}",
+        f"{_J}.telemetry.{cluster}.{node}",
+        f"{_J}.work.{cluster}.{node}.reports",
+        f"{api}.STREAM.INFO.WORK",
+        f"{api}.CONSUMER.INFO.WORK.{durable}",
+        f"{api}.CONSUMER.CREATE.WORK.{durable}.{orders}",
+        f"{api}.CONSUMER.MSG.NEXT.WORK.{durable}",
+        f"$JS.ACK.WORK.{durable}.>",
+    ]
+    return publish, [f"{_J}.agent.{cluster}.{node}.control"], True
+
+
+def permissions_for(role: str, tenant: str | None = None, cluster: str = "*", node: str | None = None) -> Permissions:
+    """What the user of ``role`` (a portal: of ``tenant``; a node agent: of
+    ``node``) may publish and subscribe to.  ``cluster`` scopes the node
+    subjects of the emulator and the agents, and the dispatcher's ("*": any)."""
+    _check(role, tenant, node)
     if role == "admin":
         return Permissions(publish=(">",), subscribe=(">",))
-    inbox = f"{inbox_prefix(user_name(role, tenant))}.>"
+    inbox = f"{inbox_prefix(user_name(role, tenant, node))}.>"
     if role == "portal":
         return Permissions(publish=(subjects.intake(tenant or ""),), subscribe=(inbox,))
     if cluster != "*":
         subjects.token(cluster)
+    if role == AGENT:
+        publish, subscribe, responses = _agent(node or "", cluster)
+        return Permissions(publish=tuple(publish), subscribe=(inbox, *subscribe), allow_responses=responses)
     publish, subscribe, responses = _service(role, cluster)
     # Every service declares the streams at start (creating any that is missing).
     publish = [*publish, *_declares(STREAMS)]
@@ -214,7 +255,7 @@ def nats_config(users: Iterable[BusUser], cluster: str = "*") -> str:
     as they are (a ``$`` in a quoted string is not a variable)."""
     entries = []
     for user in users:
-        perms = permissions_for(user.role, user.tenant, cluster)
+        perms = permissions_for(user.role, user.tenant, cluster, user.node)
         entry: dict[str, object] = {
             "user": user.name,
             "password": user.password,
@@ -227,7 +268,7 @@ def nats_config(users: Iterable[BusUser], cluster: str = "*") -> str:
         entries.append("    " + json.dumps(entry))
     lines = [
         "# Generated by Trainyard (trainyard.bus.permissions); regenerate rather than edit.",
-        "# One user per service, per submission portal and an admin; see docs/security.md.",
+        "# One user per service, per submission portal, per node agent and an admin; see docs/security.md.",
         "authorization {",
         "  users = [",
         ",\n".join(entries),

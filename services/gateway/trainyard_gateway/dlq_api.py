@@ -4,9 +4,10 @@
 subject and sequence, time, size); ``GET /v1/deadletters/{seq}`` shows one
 with the data it kept; ``POST /v1/deadletters/{seq}/replay`` publishes its
 message again on the original subject with a new message id (409 with the
-reason when the copy was cut short or the stream's messages are not
-replayed, see :mod:`trainyard.bus.deadletters`) and records the replay in the
-audit stream under the verified caller.
+reason when the copy was cut short, the stream's messages are not replayed,
+or the dead letter's subject or data are not those of the original message
+its stream still holds, see :mod:`trainyard.bus.deadletters`) and records
+the replay in the audit stream under the verified caller.
 
 For the operator and admin roles (403 for the others).
 """
@@ -63,7 +64,7 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
         if len(body.reason) > MAX_REASON_CHARS:
             return error_response(422, "invalid_argument", f"reason: at most {MAX_REASON_CHARS} characters")
         try:
-            done = await dlq.replay(bus, seq)
+            done = await dlq.replay(bus, seq, who.actor)
         except dlq.DeadLetterNotFound as err:
             return error_response(404, "not_found", str(err))
         except dlq.NotReplayable as err:
