@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgspec
 
-from trainyard.bus.permissions import SERVICES, BusUser, nats_config, user_name
+from trainyard.bus.permissions import AGENT, SERVICES, BusUser, nats_config, user_name
 from trainyard.store.acl import redis_acl
 
 CREDENTIALS_FILE = "credentials.json"
@@ -43,6 +43,17 @@ class Credentials(msgspec.Struct):
         """These credentials plus a portal user for each tenant that has none."""
         have = {u.name for u in self.nats}
         added = [_new("portal", t) for t in dict.fromkeys(tenants) if user_name("portal", t) not in have]
+        return Credentials(nats=[*self.nats, *added], redis=list(self.redis))
+
+    def with_agents(self, nodes: Iterable[str]) -> Credentials:
+        """These credentials plus a NATS user (``agent-<node>``) for each node that has none;
+        a node agent needs no Redis user."""
+        have = {u.name for u in self.nats}
+        added = [
+            BusUser(user_name(AGENT, node=n), secrets.token_urlsafe(24), AGENT, node=n)
+            for n in dict.fromkeys(nodes)
+            if user_name(AGENT, node=n) not in have
+        ]
         return Credentials(nats=[*self.nats, *added], redis=list(self.redis))
 
 
