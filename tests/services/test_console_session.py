@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from gateway_fixtures import log_in
 from starlette.types import ASGIApp, Message
 
 from trainyard.bus import Bus
@@ -42,10 +43,6 @@ def gateway_app(bus: Bus, store: Store, callers: Callers, tmp_path) -> ASGIApp: 
 async def browser(gateway_app: ASGIApp) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway_app), base_url="http://gateway") as c:
         yield c
-
-
-async def log_in(client: httpx.AsyncClient, token: str) -> httpx.Response:
-    return await client.post("/login", data={"token": token})
 
 
 async def test_logging_in_sets_an_httponly_samesite_strict_cookie_and_lands_on_the_roles_page(
@@ -243,6 +240,9 @@ def test_every_console_route_is_a_page_the_session_cookie_may_open() -> None:
 async def test_a_live_stream_ends_once_the_sessions_token_is_revoked(
     gateway_app: ASGIApp, callers: Callers, path: str
 ) -> None:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway_app), base_url="http://gateway") as c:
+        await log_in(c, callers.tokens["operator"])
+        session = c.cookies[SESSION_COOKIE]
     # Driven as the server would drive it: httpx's ASGI transport waits for a response to end.
     sent: asyncio.Queue[Message] = asyncio.Queue()
     asked = False
@@ -259,7 +259,7 @@ async def test_a_live_stream_ends_once_the_sessions_token_is_revoked(
     headers = [
         (b"host", b"gateway"),
         (b"accept", b"text/event-stream"),
-        (b"cookie", f"{SESSION_COOKIE}={callers.tokens['operator']}".encode()),
+        (b"cookie", f"{SESSION_COOKIE}={session}".encode()),
     ]
     scope = {
         "type": "http",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from trainyard.auth.oidc import JwtVerifier
 from trainyard.auth.principal import Principal, Unauthenticated
+from trainyard.auth.sessions import SessionStore
 from trainyard.auth.tokens import PREFIX, TokenStore
 
 REALM = "trainyard"
@@ -15,6 +16,8 @@ class Authenticator:
     def __init__(self, tokens: TokenStore | None = None, jwt: JwtVerifier | None = None) -> None:
         self.tokens = tokens  # None: API tokens are refused
         self.jwt = jwt  # None: JWTs are refused
+        # console sessions live beside the tokens, in the same bucket; None: no console logins
+        self.sessions = SessionStore(tokens.kv, tokens) if tokens is not None else None
 
     async def authenticate(self, authorization: str | None) -> Principal:
         """The caller behind ``Bearer <credential>``; :class:`Unauthenticated`
@@ -29,6 +32,14 @@ class Authenticator:
                 "not a Trainyard API token (those start with 'ty_'), and this gateway has no JWT issuer configured"
             )
         return await self.jwt.verify(credential)
+
+    async def session(self, cookie: str | None) -> Principal:
+        """The caller behind a console session cookie; :class:`Unauthenticated` when there is none that holds."""
+        if not cookie:
+            raise Unauthenticated("no console session; log in")
+        if self.sessions is None:
+            raise Unauthenticated("this gateway keeps no console sessions")
+        return await self.sessions.verify(cookie)
 
 
 def bearer_credential(authorization: str | None) -> str:

@@ -11,6 +11,9 @@ Hashes are compared in constant time.
 
 A gateway keeps a copy of every record, followed by a watch on the bucket, so
 a revocation made through any gateway applies everywhere within about a second.
+An id the copy lacks is asked of the bucket only as often as
+:class:`~trainyard.auth.lookups.Lookups` allows, so random ids cost no NATS
+round trip each.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from nats.js.api import StorageType
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
+from trainyard.auth.lookups import Lookups
 from trainyard.auth.principal import Principal, Role, Unauthenticated, check_name, parse_role, principal
 
 log = logging.getLogger(__name__)
@@ -103,6 +107,7 @@ class TokenStore:
         self.resync_s = resync_s  # the watch is restarted this often, so nothing missed lingers
         self._records: dict[str, TokenRecord] = {}  # id -> record, as the watch last saw it
         self.ready = asyncio.Event()  # set once the watch has loaded every record
+        self.lookups = Lookups()  # how often an id this copy lacks is asked of the bucket
 
     @classmethod
     async def open(cls, js, replicas: int = 1, **kwargs) -> TokenStore:  # type: ignore[no-untyped-def]
@@ -175,6 +180,10 @@ class TokenStore:
             self._records[token_id] = revoked
             return revoked
 
+    def known(self, token_id: str) -> TokenRecord | None:
+        """The record as this gateway's copy holds it (no look-up)."""
+        return self._records.get(token_id)
+
     async def get(self, token_id: str) -> TokenRecord | None:
         return (await self._get(token_id))[0]
 
@@ -189,8 +198,10 @@ class TokenStore:
         why not (unknown or wrong, revoked, expired)."""
         token_id, secret = parse_token(presented)
         record = self._records.get(token_id)
-        if record is None:
+        if record is None and self.lookups.allow(token_id):  # never one NATS look-up per random id
             record = await self.get(token_id)  # created a moment ago, not yet seen by the watch
+            if record is None:
+                self.lookups.missing(token_id)
         matches = hmac.compare_digest(hash_secret(secret), record.secret_sha256 if record else _NO_MATCH)
         if record is None or not matches:
             raise Unauthenticated("unknown API token or wrong secret; check it, or ask an admin for a new one")

@@ -45,7 +45,7 @@ from trainyard_gateway.jobs import (
 from trainyard_gateway.metrics import CONTENT_TYPE, JOB_STATUSES, GatewayMetrics
 from trainyard_gateway.openapi import answer
 from trainyard_gateway.schema import Cancelling, ErrorBody, Health, JobList, JobView, NodeList, SubmitJobBody, Submitted
-from trainyard_gateway.security import Authentication, allow, principal_of, read_body
+from trainyard_gateway.security import Authentication, SecurityHeaders, allow, principal_of, read_body
 
 #: Returns usage rows (plain dicts) for one tenant, or for all when ``None``.
 UsageSource = Callable[..., list[dict[str, Any]] | Awaitable[list[dict[str, Any]]]]
@@ -110,6 +110,7 @@ def create_app(
         redoc_url=None,
     )
     app.add_middleware(Authentication, auth=auth)
+    app.add_middleware(SecurityHeaders)  # around Authentication: its 401s and redirects carry them too
     app.add_middleware(RequestCounter, metrics=metrics)  # outermost: counts the 401s too
     install_error_handlers(app)
     openapi.install(app)

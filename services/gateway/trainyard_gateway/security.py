@@ -21,7 +21,7 @@ from fastapi.security import HTTPBearer
 from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from trainyard.auth import Action, Authenticator, Principal, Unauthenticated, authorize
 from trainyard_gateway.errors import UNAVAILABLE, PayloadTooLarge, unauthenticated_response, unavailable_response
@@ -31,9 +31,13 @@ PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/openap
 #: Path prefixes anyone may read: the console's and the API docs' vendored assets.
 PUBLIC_PREFIXES = ("/static/",)
 
-#: The web console keeps the caller's API token in this cookie (HttpOnly,
-#: SameSite=Strict); it is accepted on console pages only, never on the API.
+#: The web console keeps its session (``tys_<id>_<secret>``, see
+#: :mod:`trainyard.auth.sessions`; never the API token) in this cookie
+#: (HttpOnly, SameSite=Strict); it is accepted on console pages only, never on the API.
 SESSION_COOKIE = "trainyard_session"
+#: A random nonce the login page sets (HttpOnly, SameSite=Strict, 1 hour);
+#: the login form must carry :func:`login_csrf` of it.
+LOGIN_COOKIE = "trainyard_login"
 #: The console's pages (trainyard_gateway.console) besides its home, "/".
 CONSOLE_PREFIXES = ("/jobs", "/cluster", "/nodes", "/usage", "/finance", "/admin", "/logout")
 
@@ -53,17 +57,23 @@ def csrf_token(request: Request) -> str:
     return hmac.new(token.encode(), b"trainyard-console-csrf", hashlib.sha256).hexdigest()[:40] if token else ""
 
 
-def session_authorization(scope: Scope) -> str | None:
-    """``Bearer <token>`` from the console's session cookie, for a console page
-    asked for by the console itself: never on an API path, never when the
-    browser says the request comes from another site (``Sec-Fetch-Site``; the
-    cookie is SameSite=Strict as well)."""
+def login_csrf(nonce: str) -> str:
+    """The login form's CSRF token: an HMAC of the login cookie's random nonce,
+    so another site can neither read nor compute it (login CSRF would log the
+    victim in as the attacker)."""
+    return hmac.new(nonce.encode(), b"trainyard-console-login", hashlib.sha256).hexdigest()[:40] if nonce else ""
+
+
+def session_cookie(scope: Scope) -> str | None:
+    """The console's session cookie, for a console page asked for by the
+    console itself: never on an API path, never when the browser says the
+    request comes from another site (``Sec-Fetch-Site``; the cookie is
+    SameSite=Strict as well)."""
     if not is_console_page(scope["path"]):
         return None
     if Headers(scope=scope).get("sec-fetch-site", "same-origin") == "cross-site":
         return None
-    token = HTTPConnection(scope).cookies.get(SESSION_COOKIE)
-    return f"Bearer {token}" if token else None
+    return HTTPConnection(scope).cookies.get(SESSION_COOKIE) or None
 
 
 class Authentication:
@@ -76,22 +86,61 @@ class Authentication:
             await self.app(scope, receive, send)
             return
         sent = Headers(scope=scope).get("authorization")
-        authorization = sent if sent is not None else session_authorization(scope)
+        cookie = session_cookie(scope) if sent is None else None
+        verify = (
+            functools.partial(self.auth.authenticate, sent)
+            if cookie is None
+            else functools.partial(self.auth.session, cookie)
+        )
         try:
-            who = await self.auth.authenticate(authorization)
+            who = await verify()
         except Unauthenticated as err:
             if sent is None and is_console_page(scope["path"]):  # a person without a session: log in
-                await to_login(scope, expired=authorization is not None)(scope, receive, send)
+                await to_login(scope, expired=cookie is not None)(scope, receive, send)
                 return
-            await unauthenticated_response(str(err), bool(authorization))(scope, receive, send)
+            await unauthenticated_response(str(err), bool(sent))(scope, receive, send)
             return
         except UNAVAILABLE as err:
             await unavailable_response(err)(scope, receive, send)
             return
         state = scope.setdefault("state", {})
         state["principal"] = who
-        state["reverify"] = functools.partial(self.auth.authenticate, authorization)
+        state["reverify"] = verify
         await self.app(scope, receive, send)
+
+
+#: Sent with every response, API and console alike: no page of the gateway
+#: may be framed by another (clickjacking), no body sniffed as another type,
+#: and no path or query (job ids, tenants) leaked to another site as a referrer.
+SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
+    (b"x-frame-options", b"DENY"),
+    (b"content-security-policy", b"frame-ancestors 'none'; base-uri 'self'; form-action 'self'; object-src 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+)
+
+
+class SecurityHeaders:
+    """ASGI middleware adding :data:`SECURITY_HEADERS` to every HTTP response
+    (a header the route set itself is kept)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                headers.extend((name, value) for name, value in SECURITY_HEADERS if name not in present)
+                message["headers"] = headers
+            await send(message)
+
+        await self.app(scope, receive, sending)
 
 
 def to_login(scope: Scope, expired: bool) -> Response:

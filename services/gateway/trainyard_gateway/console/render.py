@@ -102,7 +102,8 @@ def page(request: Request, name: str, who: Principal | None, status_code: int = 
     """A whole page: ``name`` inside the layout, with the caller's navigation
     and the CSRF token its forms carry."""
     nav = [(label, path) for label, path, action in NAV if who is not None and may(who, action)]
+    csrf = context.pop("csrf", None) or (csrf_token(request) if who else "")
     html = environment.get_template(name).render(
-        request=request, who=who, nav=nav, path=request.url.path, csrf=csrf_token(request) if who else "", **context
+        request=request, who=who, nav=nav, path=request.url.path, csrf=csrf, **context
     )
     return HTMLResponse(html, status_code=status_code, headers={"Cache-Control": "no-store"})

@@ -1,17 +1,23 @@
 """Logging in and out of the console, and the guards of its forms.
 
-A person pastes an API token on ``/login``; it is verified with the gateway's
-:class:`~trainyard.auth.Authenticator` and kept in an HttpOnly,
-SameSite=Strict cookie that the Authentication middleware accepts on console
-pages only (:func:`trainyard_gateway.security.session_authorization`).  Every form
-that changes state carries a CSRF token derived from the session token (an
-HMAC, so any gateway can check it and no other site can compute it), and a
-request the browser marks as cross-site is refused.
+A person pastes an API token (or a JWT) on ``/login``, whose form carries a
+CSRF token tied to a random login cookie.  The credential is verified with
+the gateway's :class:`~trainyard.auth.Authenticator` and a server-side session
+is started (:mod:`trainyard.auth.sessions`): the HttpOnly, SameSite=Strict
+cookie holds the session's id and secret, never the token, and the
+Authentication middleware accepts it on console pages only
+(:func:`trainyard_gateway.security.session_cookie`).  Logging out ends the
+session on the server; so do its 12 hours running out and its token's
+revocation.  Every form that changes state carries a CSRF token derived from
+the session cookie (an HMAC, so any gateway can check it and no other site can
+compute it), and a request the browser marks as cross-site is refused.
 """
 
 from __future__ import annotations
 
 import hmac
+import re
+import secrets
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
@@ -20,10 +26,9 @@ from fastapi.responses import RedirectResponse, Response
 from trainyard.auth import Action, Authenticator, PermissionDenied, Principal, Unauthenticated, authorize
 from trainyard_gateway.console.render import page
 from trainyard_gateway.errors import UNAVAILABLE
-from trainyard_gateway.security import SESSION_COOKIE, csrf_token, read_body
+from trainyard_gateway.security import LOGIN_COOKIE, SESSION_COOKIE, csrf_token, login_csrf, read_body
 
 MAX_FORM_BYTES = 256 * 1024
-SESSION_MAX_AGE_S = 12 * 3600
 
 
 class Forbidden(Exception):
@@ -65,37 +70,67 @@ def refusal(request: Request, who: Principal, action: Action) -> Response | None
     return None
 
 
+def _login_page(request: Request, nonce: str, status_code: int = 200, message: str = "") -> Response:
+    """The login page, whose form carries the CSRF token of the login cookie ``nonce``."""
+    response = page(request, "login.html", None, status_code=status_code, message=message, csrf=login_csrf(nonce))
+    response.set_cookie(
+        LOGIN_COOKIE, nonce, max_age=3600, path="/login", httponly=True, samesite="strict", secure=_https(request)
+    )
+    return response
+
+
+def _https(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+def _login_nonce(request: Request) -> str:
+    nonce = request.cookies.get(LOGIN_COOKIE, "")
+    return nonce if _NONCE.fullmatch(nonce) else secrets.token_urlsafe(24)
+
+
+_NONCE = re.compile(r"[A-Za-z0-9_-]{32}")
+
+
 def build_router(auth: Authenticator) -> APIRouter:
     router = APIRouter(include_in_schema=False)
 
     @router.get("/login")
     async def login_page(request: Request, expired: int = 0) -> Response:
-        message = "Your session has ended (the token was revoked or expired); log in again." if expired else ""
-        return page(request, "login.html", None, message=message)
+        message = "Your session has ended (logged out, expired, or its token revoked); log in again." if expired else ""
+        return _login_page(request, _login_nonce(request), message=message)
 
     @router.post("/login")
     async def login(request: Request) -> Response:
+        nonce = _login_nonce(request)
         try:
             fields = await read_form(request, check_csrf=False)
         except Forbidden as err:
-            return page(request, "login.html", None, status_code=403, message=str(err))
+            return _login_page(request, nonce, status_code=403, message=str(err))
+        sent, expected = fields.get("csrf", ""), login_csrf(request.cookies.get(LOGIN_COOKIE, ""))
+        if not expected or not hmac.compare_digest(sent, expected):
+            message = "the login form's CSRF token is missing or stale; log in from this page"
+            return _login_page(request, nonce, status_code=403, message=message)
         token = fields.get("token", "").strip()
         try:
-            await auth.authenticate(f"Bearer {token}")
+            who = await auth.authenticate(f"Bearer {token}")
+            if auth.sessions is None:
+                raise Unauthenticated("this gateway keeps no console sessions")
+            _, cookie = await auth.sessions.start(who, token)
         except Unauthenticated as err:
-            return page(request, "login.html", None, status_code=401, message=f"That token does not verify: {err}")
+            return _login_page(request, nonce, status_code=401, message=f"That token does not verify: {err}")
         except UNAVAILABLE as err:
-            return page(request, "login.html", None, status_code=503, message=f"Cannot check the token now: {err!r}")
+            return _login_page(request, nonce, status_code=503, message=f"Cannot check the token now: {err!r}")
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(
             SESSION_COOKIE,
-            token,
-            max_age=SESSION_MAX_AGE_S,
+            cookie,
+            max_age=int(auth.sessions.lifetime_s),
             path="/",
             httponly=True,
             samesite="strict",
-            secure=request.url.scheme == "https",
+            secure=_https(request),
         )
+        response.delete_cookie(LOGIN_COOKIE, path="/login")
         return response
 
     @router.post("/logout")
@@ -104,6 +139,8 @@ def build_router(auth: Authenticator) -> APIRouter:
             await read_form(request)
         except Forbidden as err:
             return page(request, "error.html", principal(request), status_code=403, message=str(err))
+        if auth.sessions is not None:
+            await auth.sessions.end(request.cookies.get(SESSION_COOKIE, ""))  # ended for every gateway
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(SESSION_COOKIE, path="/")
         return response

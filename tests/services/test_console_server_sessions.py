@@ -1,0 +1,164 @@
+"""Console sessions live on the server: the cookie is a session id and secret,
+never the API token; logging out, the 12-hour lifetime and the token's
+revocation end it on the server (a copied cookie stops working); the login
+form needs its CSRF token; every response carries the anti-framing and other
+security headers; unknown credential ids do not cost a NATS look-up each."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from gateway_fixtures import client, csrf_of, gateway_app, log_in
+from starlette.types import ASGIApp
+
+from trainyard.auth import Authenticator, TokenStore, Unauthenticated
+from trainyard.bus import Bus
+from trainyard.settings import Settings
+from trainyard.store import Store
+from trainyard.testing.auth import Callers
+from trainyard_gateway.security import LOGIN_COOKIE, SESSION_COOKIE
+
+
+@pytest.fixture
+def auth(callers: Callers) -> Authenticator:
+    return callers.authenticator
+
+
+@pytest.fixture
+def app(bus: Bus, store: Store, auth: Authenticator, tmp_path: Any) -> ASGIApp:
+    return gateway_app(bus, store, auth, Settings(ledger_url=f"sqlite:///{tmp_path}/ledger.db"))
+
+
+@pytest.fixture
+async def browser(app: ASGIApp) -> AsyncIterator[httpx.AsyncClient]:
+    async with client(app) as c:
+        yield c
+
+
+async def copy_of(app: ASGIApp, browser: httpx.AsyncClient) -> httpx.AsyncClient:
+    """Another client holding the same session cookie (as a thief would)."""
+    other = client(app)
+    other.headers["cookie"] = f"{SESSION_COOKIE}={browser.cookies[SESSION_COOKIE]}"
+    return other
+
+
+async def test_the_session_cookie_is_a_server_session_not_the_api_token(
+    browser: httpx.AsyncClient, callers: Callers
+) -> None:
+    answer = await log_in(browser, callers.tokens["operator"])
+
+    cookie = browser.cookies[SESSION_COOKIE]
+    assert answer.status_code == 303 and cookie.startswith("tys_")
+    assert callers.tokens["operator"] not in answer.headers["set-cookie"]
+    assert (await browser.get("/cluster")).status_code == 200
+
+
+async def test_logging_out_ends_the_session_on_the_server_for_every_copy_of_the_cookie(
+    app: ASGIApp, browser: httpx.AsyncClient, callers: Callers
+) -> None:
+    await log_in(browser, callers.tokens["admin"])
+    async with await copy_of(app, browser) as thief:
+        assert (await thief.get("/jobs")).status_code == 200
+        csrf = csrf_of((await browser.get("/jobs")).text)
+
+        assert (await browser.post("/logout", data={"csrf": csrf})).status_code == 303
+
+        answer = await thief.get("/jobs")
+        assert answer.status_code == 303 and answer.headers["location"] == "/login?expired=1"
+
+
+async def test_a_session_past_its_twelve_hours_is_refused_by_the_server(
+    app: ASGIApp, browser: httpx.AsyncClient, callers: Callers, auth: Authenticator
+) -> None:
+    await log_in(browser, callers.tokens["admin"])
+    assert auth.sessions is not None
+    auth.sessions.clock = lambda: time.time() + 12 * 3600 + 1  # the browser would still send the cookie
+
+    async with await copy_of(app, browser) as kept:
+        answer = await kept.get("/jobs")
+
+    assert answer.status_code == 303 and answer.headers["location"] == "/login?expired=1"
+    with pytest.raises(Unauthenticated, match="expired"):
+        await auth.session(browser.cookies[SESSION_COOKIE])
+
+
+async def test_revoking_the_token_ends_the_sessions_started_with_it(
+    browser: httpx.AsyncClient, callers: Callers
+) -> None:
+    await log_in(browser, callers.tokens["acme"])
+    assert (await browser.get("/jobs")).status_code == 200
+
+    await callers.store.revoke(callers.ids["acme"], revoked_by="test")
+
+    assert (await browser.get("/jobs")).status_code == 303
+
+
+async def test_the_login_form_needs_its_csrf_token_and_the_login_cookie(
+    app: ASGIApp, browser: httpx.AsyncClient, callers: Callers
+) -> None:
+    token = callers.tokens["admin"]
+    without = await browser.post("/login", data={"token": token})
+    page = await browser.get("/login")
+    forged = await browser.post("/login", data={"token": token, "csrf": "0" * 40})
+    async with client(app) as other:  # a token from another browser's login page
+        elsewhere = await other.post("/login", data={"token": token, "csrf": csrf_of(page.text)})
+
+    for refused in (without, forged, elsewhere):
+        assert refused.status_code == 403 and "CSRF" in refused.text
+        assert SESSION_COOKIE not in refused.headers.get("set-cookie", "")
+    assert LOGIN_COOKIE in page.headers["set-cookie"] and "HttpOnly" in page.headers["set-cookie"]
+    assert (await browser.post("/login", data={"token": token, "csrf": csrf_of(page.text)})).status_code == 303
+
+
+@pytest.mark.parametrize("path", ["/login", "/jobs", "/v1/jobs", "/healthz", "/docs"])
+async def test_every_response_forbids_framing_and_sniffing_and_sends_no_referrer(
+    browser: httpx.AsyncClient, path: str
+) -> None:
+    answer = await browser.get(path)
+
+    assert answer.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
+    assert answer.headers["x-content-type-options"] == "nosniff"
+    assert answer.headers["referrer-policy"] == "no-referrer"
+
+
+class CountingBucket:
+    """The real KV bucket, counting the reads made of it."""
+
+    def __init__(self, kv: Any) -> None:
+        self.kv = kv
+        self.gets = 0
+
+    async def get(self, key: str) -> Any:
+        self.gets += 1
+        return await self.kv.get(key)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.kv, name)
+
+
+async def test_unknown_token_and_session_ids_cost_a_bounded_number_of_nats_look_ups(bus: Bus, callers: Callers) -> None:
+    bucket = CountingBucket((await TokenStore.open(bus.js)).kv)
+    auth = Authenticator(TokenStore(bucket))  # type: ignore[arg-type]
+    assert auth.sessions is not None
+    ids = [f"{n:016x}" for n in range(200)]
+
+    for token_id in ids:
+        with pytest.raises(Unauthenticated):
+            await auth.authenticate(f"Bearer ty_{token_id}_{'x' * 43}")
+    for session_id in ids:
+        with pytest.raises(Unauthenticated):
+            await auth.session(f"tys_{session_id * 2}_{'x' * 43}")
+    looked_up = bucket.gets
+    for _ in range(5):  # the same unknown id again: remembered, no look-up
+        with pytest.raises(Unauthenticated):
+            await auth.authenticate(f"Bearer ty_{ids[0]}_{'x' * 43}")
+
+    limit = auth.tokens.lookups.burst + auth.sessions.lookups.burst + 10  # type: ignore[union-attr]
+    assert looked_up <= limit and bucket.gets == looked_up
+    # a real token still verifies (the watch's copy, or a look-up once allowed)
+    assert (await callers.authenticator.authenticate(f"Bearer {callers.tokens['admin']}")).role.value == "admin"
