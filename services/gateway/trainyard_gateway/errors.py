@@ -15,11 +15,18 @@ from starlette.exceptions import HTTPException
 
 from trainyard.auth import KeysUnavailable, PermissionDenied, Unauthenticated, challenge
 from trainyard.domain.job import ValidationError
+from trainyard.store.caught_up import ProjectionRebuilding
 from trainyard_gateway.jobs import Conflict, InvalidRequest, NotFound
 from trainyard_gateway.schema import ErrorBody, FieldError
 
 #: Infrastructure failures: the caller should retry.
-UNAVAILABLE = (nats.errors.Error, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, KeysUnavailable)
+UNAVAILABLE = (
+    nats.errors.Error,
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    KeysUnavailable,
+    ProjectionRebuilding,
+)
 
 
 class PayloadTooLarge(Exception):
@@ -46,6 +53,11 @@ def unauthenticated_response(message: str, credentials_sent: bool) -> Response:
 
 
 def unavailable_response(err: Exception) -> Response:
+    if isinstance(err, ProjectionRebuilding):
+        # a caught-up answer or none: never a 404 or an older state while the projection is rebuilt
+        response = error_response(503, "rebuilding", str(err))
+        response.headers["Retry-After"] = str(err.retry_after_s)
+        return response
     return error_response(
         503, "unavailable", f"NATS, Redis or the identity provider is unavailable, try again: {err!r}"
     )

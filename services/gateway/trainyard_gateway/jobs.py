@@ -11,6 +11,12 @@ stored, and a retry with the same job id stores neither twice.  The audit
 trail records requests, as before: a submission admission later rejects, or
 one whose command failed while its audit record was stored (the caller was
 told it failed), still has its record.
+
+Every read of the JOBS projection goes through
+:class:`~trainyard.store.caught_up.CaughtUpReads`: while the projection is
+rebuilt (Redis wiped or restarted empty) a read raises
+``ProjectionRebuilding`` (503, gRPC UNAVAILABLE) instead of answering 404 or
+an older state of a job that exists.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from trainyard.core.lifecycle import JobRecord
 from trainyard.domain.job import JobSpec, ValidationError, validate_job_spec
 from trainyard.events import CancelJob, SubmitJob, subjects
 from trainyard.store import Store, views, waiting
+from trainyard.store.caught_up import CaughtUpReads
 from trainyard.store.views import TERMINAL
 from trainyard_gateway.schema import JobView
 
@@ -82,6 +89,7 @@ class JobOperations:
         self.bus = bus
         self.store = store
         self.clock = clock
+        self.caught_up = CaughtUpReads(bus, store)
 
     async def _send(
         self,
@@ -118,7 +126,7 @@ class JobOperations:
     async def submit(self, spec: JobSpec, job_id: str | None = None, *, actor: str) -> str:
         job_id = job_id or new_job_id()
         require_valid(check_job_id(job_id), check_tenant_name(spec.tenant), validate_job_spec(spec))
-        owner = await views.job_tenant(self.store, job_id)
+        owner = await self.caught_up.read(lambda: views.job_tenant(self.store, job_id))
         if owner is not None and owner != spec.tenant:
             raise JobIdTaken(f"job id {job_id!r} is already taken; choose another job_id (or leave it out)")
         now = self.clock()
@@ -131,7 +139,7 @@ class JobOperations:
 
     async def _record(self, job_id: str, tenant: str | None) -> JobRecord:
         require_valid(check_job_id(job_id))
-        job = await views.get_job(self.store, job_id)
+        job = await self.caught_up.read(lambda: views.get_job(self.store, job_id))
         if job is None or (tenant is not None and job.tenant != tenant):
             raise NotFound(job_id)
         return job
@@ -139,14 +147,28 @@ class JobOperations:
     async def get(self, job_id: str, tenant: str | None = None) -> JobView:
         """The job; :class:`NotFound` when there is none, or it belongs to a
         tenant other than ``tenant`` (when given)."""
-        job = await self._record(job_id, tenant)
-        return JobView.of(job, (await waiting.read(self.store, [job])).get(job_id))
+        require_valid(check_job_id(job_id))
+
+        async def read() -> JobView | None:
+            job = await views.get_job(self.store, job_id)
+            if job is None or (tenant is not None and job.tenant != tenant):
+                return None
+            return JobView.of(job, (await waiting.read(self.store, [job])).get(job_id))
+
+        view = await self.caught_up.read(read)  # None only from a caught-up projection
+        if view is None:
+            raise NotFound(job_id)
+        return view
 
     async def list(self, tenant: str | None = None, status: str | None = None, limit: int = 100) -> list[JobView]:
         """Jobs, newest first, without their specs."""
-        jobs = await views.list_jobs(self.store, tenant=tenant, status=status, limit=limit)
-        why = await waiting.read(self.store, jobs)
-        return [JobView.of(j, why.get(j.job_id), with_spec=False) for j in jobs]
+
+        async def read() -> list[JobView]:
+            jobs = await views.list_jobs(self.store, tenant=tenant, status=status, limit=limit)
+            why = await waiting.read(self.store, jobs)
+            return [JobView.of(j, why.get(j.job_id), with_spec=False) for j in jobs]
+
+        return await self.caught_up.read(read)
 
     async def cancel(
         self, job_id: str, tenant: str | None = None, reason: str = "cancelled by user", *, actor: str

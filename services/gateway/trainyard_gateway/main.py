@@ -19,6 +19,7 @@ from trainyard.ledger import Ledger
 from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard.settings import ConfigurationError, Settings
 from trainyard.store import Projector
+from trainyard.store.caught_up import CaughtUpReads
 from trainyard_gateway import dlq_api, finance_api, nodes_api
 from trainyard_gateway.console import app as console_app
 from trainyard_gateway.grpc_server import start_grpc
@@ -123,7 +124,10 @@ async def main(rt: Runtime) -> None:
     loaded = asyncio.ensure_future(auth.tokens.ready.wait())
     await asyncio.wait([following, loaded], return_when=asyncio.FIRST_COMPLETED)  # serve once tokens are known
     loaded.cancel()
-    metrics = GatewayMetrics(deadletters=lambda: deadletters.counts(rt.bus))
+    metrics = GatewayMetrics(
+        deadletters=lambda: deadletters.counts(rt.bus),
+        caught_up=CaughtUpReads(rt.bus, rt.store, streams=("JOBS", "NODES")),
+    )
     routers = [
         nodes_api.build_router(rt.bus, rt.store, rt.settings),
         finance_api.build_router(rt.bus, rt.store, rt.settings),

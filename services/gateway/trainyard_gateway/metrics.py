@@ -1,6 +1,11 @@
 """Prometheus metrics of the gateway: fleet and job gauges read from the
 projections at scrape time, and counters of the requests it served.
 
+The gauges come from caught-up projections only: while one is rebuilt
+(Redis wiped or restarted empty) a scrape exports the last caught-up
+snapshot with ``trainyard_projection_rebuilding 1`` (and answers 503 when it
+has none yet), so the job counts never drop to a half-rebuilt view.
+
 Each :class:`GatewayMetrics` has its own registry, so two gateways in one
 process (tests, an embedded stack) never share or clash on metrics.
 """
@@ -17,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from trainyard.domain.node import NodeState
 from trainyard.store import Store, views
+from trainyard.store.caught_up import CaughtUpReads, ProjectionRebuilding
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -32,6 +38,7 @@ class FleetSnapshot(msgspec.Struct):
     gpus_in_use: dict[str, int] = {}  # GPUs held by active runs per GPU type
     nodes_by_state: dict[str, int] = {}
     deadletters: dict[str, int] = {}  # dead letters in the DEADLETTER stream, by the stream they came from
+    rebuilding: bool = False  # a projection is being rebuilt: the gauges above are its last caught-up view
 
 
 async def read_snapshot(store: Store) -> FleetSnapshot:
@@ -68,7 +75,12 @@ class _SnapshotCollector(Collector):
         nodes = GaugeMetricFamily("trainyard_nodes", "Nodes by state.", labels=["state"])
         for state, n in sorted(s.nodes_by_state.items()):
             nodes.add_metric([state], n)
-        yield from (jobs, capacity, in_use, nodes)
+        rebuilding = GaugeMetricFamily(
+            "trainyard_projection_rebuilding",
+            "1 while a projection is rebuilt: the job and node gauges are then its last caught-up view.",
+        )
+        rebuilding.add_metric([], int(s.rebuilding))
+        yield from (jobs, capacity, in_use, nodes, rebuilding)
         if s.deadletters:
             dead = GaugeMetricFamily(
                 "trainyard_deadletters",
@@ -82,10 +94,16 @@ class _SnapshotCollector(Collector):
 
 class GatewayMetrics:
     """``deadletters``: reads how many dead letters each stream has (the
-    gateway passes :func:`trainyard.bus.deadletters.counts`); None: not exported."""
+    gateway passes :func:`trainyard.bus.deadletters.counts`); None: not exported.
+    ``caught_up``: reads the projections only once they hold their streams'
+    heads; None: as they are (a test without a bus)."""
 
-    def __init__(self, deadletters: Callable[[], Awaitable[dict[str, int]]] | None = None) -> None:
+    def __init__(
+        self, deadletters: Callable[[], Awaitable[dict[str, int]]] | None = None, caught_up: CaughtUpReads | None = None
+    ) -> None:
         self.deadletters = deadletters
+        self.caught_up = caught_up
+        self._last: FleetSnapshot | None = None  # the last snapshot read from caught-up projections
         self.registry = CollectorRegistry(auto_describe=False)
         self._fleet = _SnapshotCollector()
         self.registry.register(self._fleet)
@@ -103,8 +121,19 @@ class GatewayMetrics:
         )
 
     async def render(self, store: Store) -> bytes:
-        snapshot = await read_snapshot(store)
+        snapshot = await self._read(store)
         if self.deadletters is not None:
             snapshot.deadletters = await self.deadletters()
         self._fleet.snapshot = snapshot
         return generate_latest(self.registry)
+
+    async def _read(self, store: Store) -> FleetSnapshot:
+        if self.caught_up is None:
+            return await read_snapshot(store)
+        try:
+            self._last = await self.caught_up.read(lambda: read_snapshot(store))
+            return self._last
+        except ProjectionRebuilding:
+            if self._last is None:
+                raise  # nothing caught up to show yet: 503
+            return msgspec.structs.replace(self._last, rebuilding=True)

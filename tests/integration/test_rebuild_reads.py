@@ -1,0 +1,120 @@
+"""After Redis loses the projection (FLUSHALL under load), every read the
+gateway serves while it is rebuilt is the job's right state or a 503 with
+Retry-After: never a 404, never an older state; /metrics never shows the
+job counts of a half-rebuilt view."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from test_projection import lifecycle, spec
+
+from trainyard.bus import Bus
+from trainyard.events import JobAccepted, RunSucceeded
+from trainyard.store import Projector, Store
+from trainyard.store.caught_up import CaughtUpReads
+from trainyard.testing.auth import Callers
+from trainyard.testing.publish import publish_event
+from trainyard_gateway.jobs import JobOperations
+from trainyard_gateway.metrics import GatewayMetrics
+from trainyard_gateway.rest import create_app
+
+JOBS = 150
+SUCCEEDED = len(range(0, JOBS, 3))
+
+
+async def publish_jobs(bus: Bus) -> None:
+    """JOBS jobs: every third succeeded, the rest running."""
+    for i in range(JOBS):
+        await lifecycle(bus, f"j{i}", f"j{i}-r1", "n1", [i % 8])
+        if i % 3 == 0:
+            await publish_event(
+                bus, RunSucceeded(at=9.0, job_id=f"j{i}", tenant="acme", run_id=f"j{i}-r1"), msg_id=f"j{i}:done"
+            )
+
+
+async def keep_submitting(bus: Bus, stop: asyncio.Event) -> None:
+    """Load: new jobs accepted while the projection is rebuilt."""
+    n = 0
+    while not stop.is_set():
+        await publish_event(bus, JobAccepted(at=1.0, job_id=f"new{n}", spec=spec(), submitted_at=0.5), msg_id=f"new{n}")
+        n += 1
+        await asyncio.sleep(0.005)
+
+
+@pytest.fixture
+async def projecting(bus: Bus, store: Store) -> AsyncIterator[Projector]:
+    """A JOBS projector running, as admission's does."""
+    projector = Projector(bus, store, "JOBS")
+    stop = asyncio.Event()
+    task = asyncio.create_task(projector.run(stop))
+    yield projector
+    stop.set()
+    await task
+
+
+@pytest.fixture
+async def gateway(bus: Bus, store: Store, callers: Callers) -> AsyncIterator[httpx.AsyncClient]:
+    ops = JobOperations(bus, store)
+    ops.caught_up.wait_s = 0.05  # answer 503 quickly instead of waiting the rebuild out
+    metrics = GatewayMetrics(caught_up=CaughtUpReads(bus, store, wait_s=0.05))
+    app = create_app(ops, store, callers.authenticator, metrics=metrics)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://gateway", headers=callers.headers("admin")
+    ) as client:
+        yield client
+
+
+def succeeded_gauge(text: str) -> int:
+    found = re.search(r'^trainyard_jobs\{status="succeeded"\} ([0-9.e+]+)$', text, re.M)
+    assert found, text
+    return int(float(found.group(1)))
+
+
+async def test_reads_during_a_rebuild_after_a_flush_are_right_or_503_never_404_or_older(
+    bus: Bus, store: Store, projecting: Projector, gateway: httpx.AsyncClient
+) -> None:
+    await publish_jobs(bus)
+    await projecting.caught_up(timeout=60)
+    truth = {}
+    for i in range(JOBS):
+        response = await gateway.get(f"/v1/jobs/j{i}")
+        assert response.status_code == 200, response.text
+        truth[f"j{i}"] = response.json()["status"]
+    assert set(truth.values()) == {"running", "succeeded"}
+    metrics = await gateway.get("/metrics")
+    assert succeeded_gauge(metrics.text) == SUCCEEDED
+
+    stop = asyncio.Event()
+    load = asyncio.create_task(keep_submitting(bus, stop))
+    try:
+        await store.redis.flushall()
+        answers: dict[int, int] = {}
+        settled = False
+        while not settled:
+            settled = True
+            for job_id, status in truth.items():
+                response = await gateway.get(f"/v1/jobs/{job_id}")
+                answers[response.status_code] = answers.get(response.status_code, 0) + 1
+                if response.status_code == 503:
+                    assert response.headers["Retry-After"] == "1"
+                    assert response.json()["code"] == "rebuilding"
+                    settled = False
+                    continue
+                assert response.status_code == 200, f"{job_id}: {response.status_code} {response.text}"
+                assert response.json()["status"] == status, f"{job_id} read in an older state"
+            scrape = await gateway.get("/metrics")
+            assert scrape.status_code == 200 and succeeded_gauge(scrape.text) == SUCCEEDED
+            listed = await gateway.get("/v1/jobs", params={"status": "succeeded", "limit": 1000})
+            assert listed.status_code in (200, 503)
+            if listed.status_code == 200:
+                assert len(listed.json()["jobs"]) == SUCCEEDED
+    finally:
+        stop.set()
+        await load
+    assert answers.get(503, 0) > 0 and set(answers) <= {200, 503}, answers
+    assert projecting.lost_count >= 1
