@@ -9,6 +9,7 @@ to one tenant's rows.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from decimal import Decimal
@@ -114,6 +115,17 @@ def build_capacity_report(
     return capacity_report(runs, jobs, gpus, lo, hi, now, bucket_s=bucket_s, horizon_days=horizon)  # type: ignore[arg-type]
 
 
+#: The latest ``as_of`` a report takes: the last second of the year 9999.
+LATEST_AS_OF = 253_402_300_799.0
+
+
+def as_of_problems(as_of: float | None) -> list[ValidationError]:
+    """``as_of`` must be a Unix time a calendar can show: finite (not nan or inf), 0 to year 9999."""
+    if as_of is None or (math.isfinite(as_of) and 0 <= as_of <= LATEST_AS_OF):
+        return []
+    return [ValidationError("as_of", f"{as_of!r} is not a Unix time; give seconds from 0 to {LATEST_AS_OF:.0f}")]
+
+
 def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["finance"])
     ledger = ledger_opener(settings)
@@ -141,7 +153,7 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
         tenant: str | None = Query(None, description="Only this tenant's rows"),
         who: Principal = allow(Action.CHARGEBACK_EXPORT),
     ) -> Response:
-        problems = check_tenant_name(tenant)
+        problems = check_tenant_name(tenant) + as_of_problems(as_of)
         if format not in FORMATS:
             problems.append(ValidationError("format", f"{format!r} is not supported; use csv or parquet"))
         try:
@@ -186,7 +198,7 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
         who: Principal = allow(Action.CAPACITY_READ),
     ) -> Response:
         lo, hi = window_bound("from", start), window_bound("to", end, end_of_day=True)
-        problems = []
+        problems = as_of_problems(as_of)
         if lo is None or hi is None or lo % 86_400 or hi % 86_400 or hi <= lo:
             problems.append(ValidationError("to", "from and to must be dates (YYYY-MM-DD), to on or after from"))
         if bucket not in ("day", "hour"):

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from trainyard._pb.trainyard.v1 import jobs_pb2 as pb
 from trainyard._pb.trainyard.v1 import jobs_pb2_grpc as pb_grpc
@@ -60,16 +61,21 @@ def _optional(message: Any, names: tuple[str, ...]) -> dict[str, Any]:
     return {name: getattr(message, name) for name in names if message.HasField(name)}
 
 
-def _topology_from_proto(t: pb.TopologyConstraint) -> dict[str, Any]:
+def _topology_from_proto(t: pb.TopologyConstraint, field: str) -> dict[str, Any]:
+    if t.level not in pb.TopologyLevel.values():  # proto3 enums are open: any number arrives
+        names = ", ".join(pb.TopologyLevel.keys())
+        raise InvalidRequest(
+            [ValidationError(f"{field}.level", f"{t.level} is not a TopologyLevel; use one of {names}")]
+        )
     level = pb.TopologyLevel.Name(t.level).removeprefix(_LEVEL_PREFIX).lower()
     return {"level": level, "required": t.required}
 
 
-def _role_from_proto(r: pb.Role) -> dict[str, Any]:
+def _role_from_proto(r: pb.Role, field: str) -> dict[str, Any]:
     role = {"name": r.name, **_optional(r, ("replicas", "gpus_per_replica", "gpu_type", "cpu_per_replica"))}
     role.update(_optional(r, ("memory_gib_per_replica",)))
     if r.HasField("topology"):
-        role["topology"] = _topology_from_proto(r.topology)
+        role["topology"] = _topology_from_proto(r.topology, f"{field}.topology")
     return role
 
 
@@ -78,13 +84,13 @@ def spec_from_proto(s: pb.JobSpec) -> JobSpec:
     raw: dict[str, Any] = {
         "tenant": s.tenant,
         "queue": s.queue,
-        "roles": [_role_from_proto(r) for r in s.roles],
+        "roles": [_role_from_proto(r, f"spec.roles[{i}]") for i, r in enumerate(s.roles)],
         "labels": dict(s.labels),
         "command": list(s.command),
         **_optional(s, ("name", "priority_class", "max_runtime_s", "image", "workload_ref", "simulated_duration_s")),
     }
     if s.HasField("topology"):
-        raw["topology"] = _topology_from_proto(s.topology)
+        raw["topology"] = _topology_from_proto(s.topology, "spec.topology")
     return convert(raw, JobSpec, root="spec")
 
 
@@ -263,6 +269,47 @@ class JobService(pb_grpc.JobServiceServicer):
         return await self._serve("CancelJob", context, work)
 
 
+#: Each method's request and response types, to read and write the bytes ourselves.
+_METHODS = {
+    "SubmitJob": (pb.SubmitJobRequest, pb.SubmitJobResponse),
+    "GetJob": (pb.GetJobRequest, pb.Job),
+    "ListJobs": (pb.ListJobsRequest, pb.ListJobsResponse),
+    "CancelJob": (pb.CancelJobRequest, pb.CancelJobResponse),
+}
+
+
+def _parsing(service: JobService, name: str, request_type: Any) -> Callable[..., Awaitable[Any]]:
+    """``service``'s method ``name`` behind its own decoding of the request:
+    bytes that are not a ``request_type`` are INVALID_ARGUMENT (grpc's own
+    deserializer would answer UNKNOWN and log a traceback)."""
+    method = getattr(service, name)
+
+    async def handle(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            request = request_type.FromString(raw)
+        except DecodeError as err:
+            if service.metrics is not None:
+                service.metrics.grpc_requests.labels(name, grpc.StatusCode.INVALID_ARGUMENT.name).inc()
+            what = request_type.DESCRIPTOR.full_name
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a valid {what}: {err}")
+        return await method(request, context)
+
+    return handle
+
+
+def add_job_service(server: grpc.aio.Server, service: JobService) -> None:
+    """Serve ``service`` as ``trainyard.v1.JobService`` (as the generated
+    ``add_JobServiceServicer_to_server`` does, but decoding requests itself)."""
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(
+            _parsing(service, name, request_type), response_serializer=response_type.SerializeToString
+        )
+        for name, (request_type, response_type) in _METHODS.items()
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("trainyard.v1.JobService", handlers),))
+    server.add_registered_method_handlers("trainyard.v1.JobService", handlers)
+
+
 def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
@@ -273,7 +320,7 @@ async def start_grpc(
     """Start serving JobService on ``host:port``; stop it with ``await server.stop(grace)``."""
     options = [("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
     server = grpc.aio.server(options=options)  # a port in use is an error, not a share
-    pb_grpc.add_JobServiceServicer_to_server(JobService(ops, auth, metrics), server)
+    add_job_service(server, JobService(ops, auth, metrics))
     try:
         bound = server.add_insecure_port(_address(host, port))
     except RuntimeError as err:

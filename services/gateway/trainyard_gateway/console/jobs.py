@@ -10,6 +10,7 @@ found", as in the API.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -270,8 +271,34 @@ def _form_context(who: Principal, fields: dict[str, str], errors: list[Validatio
 
 
 def _int(fields: dict[str, str], name: str) -> int | str:
+    """The field as a whole number when it is ASCII digits (so '²', which
+    ``str.isdigit`` accepts, stays text), else as sent, for the API to refuse."""
     value = fields.get(name, "").strip()
-    return int(value) if value.isdigit() else value
+    return int(value) if _DIGITS.fullmatch(value) else value
+
+
+_DIGITS = re.compile(r"[0-9]{1,12}")
+#: How deep a job spec written as YAML may nest: a real one is four or five levels.
+MAX_YAML_DEPTH = 32
+
+
+def _yaml_problem(body: Any) -> str | None:
+    """Why the decoded YAML cannot be a JSON job spec: a key that is not text
+    (``~: 1``, ``yes: 1``, ``1: x``), or nesting past :data:`MAX_YAML_DEPTH`."""
+    stack: list[tuple[Any, str, int]] = [(body, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > MAX_YAML_DEPTH:
+            return f"nested more than {MAX_YAML_DEPTH} levels deep; a job spec is a few levels deep"
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    where = f" in {path}" if path else ""
+                    return f"every key must be text, but {key!r}{where} is not (quote it)"
+                stack.append((item, f"{path}.{key}" if path else key, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value))
+    return None
 
 
 def _body_from_form(who: Principal, fields: dict[str, str]) -> dict[str, Any]:
@@ -287,6 +314,13 @@ def _body_from_form(who: Principal, fields: dict[str, str]) -> dict[str, Any]:
             raise InvalidRequest([ValidationError("yaml", str(err))]) from None
         except msgspec.DecodeError as err:
             raise InvalidRequest([ValidationError("yaml", f"not valid YAML: {err}")]) from None
+        except RecursionError:
+            raise InvalidRequest(
+                [ValidationError("yaml", "nested too deeply; a job spec is a few levels deep")]
+            ) from None
+        problem = _yaml_problem(body)
+        if problem:
+            raise InvalidRequest([ValidationError("yaml", problem)])
         if not isinstance(body, dict):
             raise InvalidRequest([ValidationError("yaml", "give one job spec: a mapping with tenant, queue and roles")])
         body.setdefault("tenant", who.tenant or fields.get("tenant") or "")
