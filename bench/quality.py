@@ -149,7 +149,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--philly-loads", default="0.7,0.9,1.1")
     ap.add_argument("--synthetic-loads", default="0.8,0.95")
-    ap.add_argument("--traces", default=None, help="traces folder (default: $TRAINYARD_TRACES or ../shared/traces)")
+    ap.add_argument(
+        "--traces", default=None, help="traces folder (default: $TRAINYARD_TRACES, else the repository's traces/)"
+    )
     ap.add_argument("--out", default=None, help="write every summary as JSON here")
     args = ap.parse_args()
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]

@@ -128,7 +128,9 @@ def large(jobs: int, nodes: int, policies: list[str], tick: float, seed: int, lo
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--philly", action="store_true", help="replay the whole Philly trace")
-    p.add_argument("--traces", default=None, help="traces folder (default $TRAINYARD_TRACES or ../shared/traces)")
+    p.add_argument(
+        "--traces", default=None, help="traces folder (default $TRAINYARD_TRACES, else the repository's traces/)"
+    )
     p.add_argument("--synthetic", type=int, default=0, help="number of synthetic jobs (0: skip)")
     p.add_argument("--nodes", type=int, default=4096)
     p.add_argument("--policies", default="trainyard,fifo,sjf,slurm")

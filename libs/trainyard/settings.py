@@ -92,7 +92,7 @@ class Settings(msgspec.Struct, frozen=True):
     # The command line: these beat the running `trainyard up` stack's state.json.
     api_url: str = ""  # the gateway; "": the running stack's, else http://127.0.0.1:8080
     token: str = ""  # API token or JWT the command line presents; "": the local stack's admin token
-    traces: str = ""  # the simulator's traces folder; "": ../shared/traces next to the checkout
+    traces: str = ""  # the simulator's traces folder; "": the repository's traces/
     redis_server: str = ""  # the Redis binary `trainyard up` and the tests start; "": redis-server on PATH, else Valkey
     # Not a variable: the fields the environment set (the others are defaults),
     # for the command line, which prefers a running stack to a default.

@@ -20,6 +20,7 @@ from trainyard.cli.dlq import dlq_app
 from trainyard.cli.finance import export_app, report_app
 from trainyard.cli.nodes import agent_command, emulate_inject, node_app
 from trainyard.cli.sim import sim_app
+from trainyard.cli.traces import traces_app
 from trainyard.cli.up import up
 from trainyard.yaml_input import check_yaml
 
@@ -34,6 +35,7 @@ app.add_typer(node_app, name="node")
 app.add_typer(export_app, name="export")
 app.add_typer(report_app, name="report")
 app.add_typer(sim_app, name="sim")
+app.add_typer(traces_app, name="traces")
 app.add_typer(config_app, name="config")
 app.add_typer(auth_app, name="auth")
 app.add_typer(dlq_app, name="dlq")

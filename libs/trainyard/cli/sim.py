@@ -260,7 +260,7 @@ def _partition_table(console: Console, summaries: list[dict]) -> None:
 
 # Options shared by `sim run` and `sim compare`.
 WORKLOAD = typer.Option("philly", help="philly (the trace) or synthetic (today's mix); see also --trace")
-TRACES = typer.Option(None, help="traces folder (default: $TRAINYARD_TRACES or ../shared/traces)")
+TRACES = typer.Option(None, help="traces folder (default: $TRAINYARD_TRACES, else the repository's traces/)")
 TRACE = typer.Option(None, "--trace", help="a trace file (.csv or .parquet, docs/traces.md) instead of --workload")
 NODES_FILE = typer.Option(None, "--nodes-file", help="a node list (.csv or .parquet): the cluster, exactly")
 JOBS = typer.Option(10_000, min=1, max=10_000_000, help="synthetic: number of jobs")

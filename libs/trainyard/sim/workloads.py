@@ -16,7 +16,8 @@ from ``philly/philly_jobs_adaptdl.csv`` as copied from petuum/adaptdl
 (osdi21-artifact branch); each virtual cluster (VC) is a tenant whose nominal
 quota is its size in ``philly/philly_vc_nodes.csv`` (HeliosArtifact, MIT): 8-GPU
 nodes per VC.  Jobs larger than 8 GPUs become gangs of 8-GPU replicas (plus one
-smaller replica for a remainder).
+smaller replica for a remainder).  Both files are in the repository's ``traces/``
+folder with their licences (traces/README.md).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from trainyard.domain.job import MAX_RUNTIME_S, JobSpec, Role
 from trainyard.settings import load_settings
+from trainyard.sim.sources import require
 
 GPU_TYPE = "H100"
 QUEUE = "default"
@@ -129,14 +131,18 @@ def gang_of(gpus: int, per_node: int = 8) -> tuple[tuple[str, int, int], ...]:
     return roles
 
 
+#: The repository's own traces (traces/README.md); an installed package has none.
+REPOSITORY_TRACES = Path(__file__).resolve().parents[3] / "traces"
+
+
 def traces_dir(path: str | os.PathLike[str] | None = None) -> Path:
-    """Where the traces are: ``path``, else ``$TRAINYARD_TRACES``, else ``../shared/traces`` of the repo."""
+    """Where the traces are: ``path``, else ``$TRAINYARD_TRACES``, else the repository's ``traces/``."""
     if path is not None:
         return Path(path)
     given = load_settings().traces
     if given:
         return Path(given)
-    return Path(__file__).resolve().parents[3].parent / "shared" / "traces"
+    return REPOSITORY_TRACES
 
 
 def split(total: int, weights: dict[str, float]) -> dict[str, int]:
@@ -267,7 +273,9 @@ def load_philly(
     limit: int | None = None,
 ) -> Workload:
     """The Philly jobs (optionally those submitted in ``[start, end)``, dates ``YYYY-mm-dd``), VCs as tenants."""
-    base = traces_dir(traces) / "philly"
+    folder = traces_dir(traces)
+    require(folder, "philly", ("philly_vc_nodes.csv", "philly_jobs_adaptdl.csv"))
+    base = folder / "philly"
     sizes: dict[str, int] = {}
     with open(base / "philly_vc_nodes.csv", newline="") as f:
         for row in csv.DictReader(f):

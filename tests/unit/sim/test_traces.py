@@ -1,7 +1,7 @@
 """Trace and node-list files, the Philly converter, offered load, the quota tree and dedicated partitions.
 
 Philly (Jeon et al., ATC'19; CC BY 4.0) and the Helios reference figures
-(HeliosArtifact, MIT) are read from ../shared/traces (see its README.md).
+(HeliosArtifact, MIT) are read from the repository's traces/ (see its README.md).
 """
 
 import csv
