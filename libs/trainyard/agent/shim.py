@@ -1,0 +1,75 @@
+"""The shim every process of a run is started through (``python -I -S shim.py``).
+
+    shim.py <rank-dir> <log-file> <argv...>
+
+It starts ``argv`` (looked up on its own ``PATH``, which is the job's) in a
+session and process group of its own, with stdout and stderr appended to the
+log file and every signal at its default, then records, atomically:
+
+- ``<rank-dir>/pid``: ``<pid> <start time> <shim pid> <shim start time>``
+  (start times from ``/proc/<pid>/stat`` field 22, so a reused pid is told apart);
+- ``<rank-dir>/exit``: ``exit <code>``, ``signal <number>`` or ``error <why>``
+  (the command could not be started).
+
+It tells its parent (the agent) ``started`` or ``error ...`` on stdout.  The
+shim sits outside the job's process group and ignores the stop signals, so a
+signal to the group, SIGKILL included, never loses the exit status; it
+outlives an agent restart, and the agent reads the files when it comes back.
+Standard library only: it starts in milliseconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+IGNORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def start_time(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    return int(stat[stat.rindex(b")") + 2 :].split()[19])
+
+
+def record(rank_dir: str, name: str, text: str) -> None:
+    path = os.path.join(rank_dir, name)
+    with open(f"{path}.tmp", "w") as f:
+        f.write(text + "\n")
+    os.replace(f"{path}.tmp", path)
+
+
+def main(rank_dir: str, log_path: str, argv: list[str]) -> int:
+    for sig in IGNORED:
+        signal.signal(sig, signal.SIG_IGN)
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+    defaults = set(signal.Signals) - {signal.SIGKILL, signal.SIGSTOP}
+    try:
+        pid = os.posix_spawnp(
+            argv[0],
+            argv,
+            os.environ,
+            file_actions=[(os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)],
+            setsid=True,
+            setsigdef=defaults,
+        )
+    except OSError as err:
+        why = f"cannot start {argv[0]!r}: {err.strerror or err}"
+        os.write(log, f"trainyard: {why}\n".encode())
+        record(rank_dir, "exit", f"error {why}")
+        os.write(1, f"error {why}\n".encode())
+        return 0
+    record(rank_dir, "pid", f"{pid} {start_time(pid)} {os.getpid()} {start_time(os.getpid())}")
+    os.write(1, b"started\n")
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)  # the agent may be gone: nothing more is said on the pipe
+    os.close(log)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    record(rank_dir, "exit", f"signal {-code}" if code < 0 else f"exit {code}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3:]))
