@@ -111,15 +111,16 @@ def ensure_credentials(directory: Path, tenants: Iterable[str] = ()) -> Credenti
 
 
 def write_server_files(
-    directory: Path, credentials: Credentials, redis_prefix: str = "ty:", cluster: str = "*"
+    directory: Path, credentials: Credentials, redis_prefix: str = "ty:", cluster: str = "*", acl_mode: int = 0o600
 ) -> tuple[Path, Path]:
     """Write ``nats.conf`` (passwords in the clear: 0600) and ``redis.acl``
-    (hashes only: 0644, so Redis may read it under a user of its own);
-    returns their paths."""
+    (hashes only: 0600 for a local stack, whose servers run as its owner;
+    compose's Redis reads it as a user of its own, so the deploy files pass
+    0644, inside their 0700 directory); returns their paths."""
     directory = Path(directory)
     nats_path, acl_path = directory / NATS_CONFIG_FILE, directory / REDIS_ACL_FILE
     _write_private(nats_path, nats_config(credentials.nats, cluster))
-    _write_private(acl_path, redis_acl(credentials.redis, redis_prefix), mode=0o644)
+    _write_private(acl_path, redis_acl(credentials.redis, redis_prefix), mode=acl_mode)
     return nats_path, acl_path
 
 
@@ -141,7 +142,7 @@ def write_deploy_files(
     ``<service>.env`` per service (in a 0700 directory)."""
     directory = Path(directory)
     save_credentials(directory, credentials)
-    written = list(write_server_files(directory, credentials, redis_prefix, cluster))
+    written = list(write_server_files(directory, credentials, redis_prefix, cluster, acl_mode=0o644))
     for service in SERVICES:
         path = directory / f"{service}.env"
         _write_private(path, "".join(f"{k}={v}\n" for k, v in service_env(credentials, service).items()))

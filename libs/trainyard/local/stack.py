@@ -47,7 +47,7 @@ from trainyard.local.lock import (
 from trainyard.local.logs import log_path, log_size, log_tail, logged_ready
 from trainyard.local.nats_nodes import check_nats, declare_streams, port_names, replicas_for, start_stack_nats, sync_for
 from trainyard.local.servers import Server, ServerError, start_redis
-from trainyard.local.state import StackState, read_state, state_path, write_state
+from trainyard.local.state import StackState, private_data_dir, read_state, state_path, write_state
 
 __all__ = ["METRICS_SERVICES", "SERVICES", "LocalStack", "StackConfig", "StackState", "read_state", "state_path"]
 
@@ -154,7 +154,9 @@ class LocalStack:
 
     def claim(self) -> None:
         """Take the data directory's lock (raises ``StackRunning`` naming the
-        stack that holds it) and choose the ports (raises ``PortError``)."""
+        stack that holds it) and choose the ports (raises ``PortError``).
+        The data directory is made private first (0700, files 0600, umask 0077)."""
+        private_data_dir(self.data_dir)
         stale = self.lock.acquire()
         if stale is not None and stale.pid != os.getpid():
             stopped = stop_leftovers(stale)
