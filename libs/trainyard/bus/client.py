@@ -18,11 +18,21 @@ answers with an asynchronous ``Permissions Violation`` error and keeps the
 connection.  The stock client then lets a request (a JetStream publish or API
 call) wait for its whole timeout; :class:`ResilientClient` fails it at once
 with :class:`PublishDenied`, and the error is logged through ``error_cb``.
+
+A consumer created without a name (an ordered consumer, a key-value watch)
+goes, in the stock client, to ``$JS.API.CONSUMER.CREATE.<stream>`` with any
+name in the body, and a name there that is a durable's rewrites that durable:
+a user allowed that subject could change any consumer of the stream.
+:func:`named_create` gives such a create a fresh name and sends it to
+``$JS.API.CONSUMER.CREATE.<stream>.<name>``, the only form the bus
+permissions allow for it (trainyard.bus.permissions keeps those names off
+other roles' durables).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from typing import Any
@@ -89,6 +99,26 @@ def header_value(text: str, limit: int = 1000) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+_UNNAMED_CREATE = "$JS.API.CONSUMER.CREATE."
+
+
+def named_create(subject: str, payload: bytes, name: str) -> tuple[str, bytes]:
+    """A create of an unnamed consumer (``$JS.API.CONSUMER.CREATE.<stream>``,
+    no name or durable name in the body) as the same create under ``name``
+    on ``$JS.API.CONSUMER.CREATE.<stream>.<name>``; anything else as it is."""
+    if not subject.startswith(_UNNAMED_CREATE) or subject.count(".") != 4:
+        return subject, payload
+    try:
+        request = json.loads(payload)
+    except ValueError:
+        return subject, payload
+    config = request.get("config") if isinstance(request, dict) else None
+    if not isinstance(config, dict) or config.get("name") or config.get("durable_name"):
+        return subject, payload  # the server refuses a durable here, and a name is the caller's to choose
+    config["name"] = name
+    return f"{subject}.{name}", json.dumps(request).encode()
+
+
 def _expire(future: asyncio.Future[Msg]) -> None:
     """A request's reply did not come in time: its waiter gets the client's timeout error."""
     if not future.done():
@@ -127,6 +157,8 @@ class ResilientClient(Client):
         assert self._resp_sub_prefix
         token = self._nuid.next()  # unique on this connection: no random suffix (a system call per request)
         key = token.decode()
+        if subject.startswith(_UNNAMED_CREATE):
+            subject, payload = named_create(subject, payload, f"eph{self._nuid.next().decode()}")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Msg] = loop.create_future()
         self._resp_map[key] = future

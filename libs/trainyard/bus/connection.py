@@ -15,7 +15,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, PubAck
 from nats.js.errors import APIError, NoStreamResponseError
 
 from trainyard.bus.client import ResilientClient, check_publishable
-from trainyard.bus.pull import BatchPull
+from trainyard.bus.pull import BatchPull, ConsumerChanged, changed_settings
 from trainyard.events import encode, subjects
 
 if TYPE_CHECKING:
@@ -184,7 +184,10 @@ class Bus:
 
     async def pull(self, spec: ConsumerSpec) -> BatchPull:
         """A pull subscription to the durable consumer ``spec`` names: made, or
-        brought up to date when it was made with older settings."""
+        brought up to date when it was made with older settings or changed by
+        another client.  Raises :class:`ConsumerChanged` when its settings are
+        still not these afterwards; the subscription checks them again every
+        few seconds (see trainyard.bus.pull)."""
         config = ConsumerConfig(
             durable_name=spec.durable,
             ack_policy=AckPolicy.EXPLICIT,
@@ -195,10 +198,14 @@ class Bus:
             filter_subject=spec.filter_subject,
         )
         try:
-            await self.js.add_consumer(spec.stream, config)
+            info = await self.js.add_consumer(spec.stream, config)
         except nats.errors.Error as err:
             log.warning("%s: could not update the consumer: %r", spec.durable, err)
-        return await BatchPull(self.nc, spec.stream, spec.durable).start()
+        else:
+            changed = changed_settings(info.config, config)
+            if changed:
+                raise ConsumerChanged(spec.stream, spec.durable, changed)
+        return await BatchPull(self.nc, spec.stream, spec.durable, wanted=config).start()
 
     def message_id(self, subject: str, msg_id: str) -> str:
         """The ``Nats-Msg-Id`` sent for ``msg_id`` on ``subject``.

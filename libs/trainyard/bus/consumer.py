@@ -40,7 +40,7 @@ from nats.js.api import PubAck
 
 from trainyard.bus.client import header_value
 from trainyard.bus.connection import WrongLastSequence
-from trainyard.bus.pull import message_meta
+from trainyard.bus.pull import ConsumerChanged, message_meta
 from trainyard.bus.subscription import (
     POISON_ERRORS,
     Delivery,
@@ -280,7 +280,9 @@ async def run_consumer(bus: Broker, spec: ConsumerSpec, subscription: Subscripti
 
     Only a consumer that cannot be made at start raises; after that the loop
     keeps going through lost connections and bad messages, subscribing again
-    when the bus had to open its connection anew."""
+    when the bus had to open its connection anew.  A consumer whose settings
+    another client changed (see trainyard.bus.pull) is put back and logged as
+    an error naming what changed and the stream sequences it went past."""
     generation = bus.generation
     sub = await bus.pull(spec)
     loop = asyncio.get_running_loop()
@@ -293,6 +295,11 @@ async def run_consumer(bus: Broker, spec: ConsumerSpec, subscription: Subscripti
             try:
                 generation = bus.generation
                 sub = await bus.pull(spec)
+            except ConsumerChanged as err:
+                log.error("%s: %s; its settings could not be put back, not consuming", spec.durable, err)
+                generation = -1
+                await asyncio.sleep(5.0)
+                continue
             except (TimeoutError, nats.errors.Error) as err:
                 log.warning("%s: could not subscribe again: %r", spec.durable, err)
                 generation = -1
@@ -300,6 +307,10 @@ async def run_consumer(bus: Broker, spec: ConsumerSpec, subscription: Subscripti
                 continue
         try:
             msgs = await fetch(sub, spec)
+        except ConsumerChanged as err:
+            log.error("%s: %s; putting its settings back", spec.durable, err)
+            generation = -1  # pull again: Bus.pull puts the settings back
+            continue
         except TimeoutError:  # nothing to fetch (nats.errors.TimeoutError is one too): a quiet spell
             continue
         except nats.errors.Error as err:  # reconnecting, slow consumer, ...: try again shortly

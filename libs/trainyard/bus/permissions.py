@@ -49,6 +49,8 @@ class Permissions(msgspec.Struct, frozen=True):
     subscribe: tuple[str, ...]
     #: May answer requests sent to it (once, on the request's reply subject).
     allow_responses: bool = False
+    #: Refused even where ``publish`` allows: creating another role's durable consumers.
+    deny_publish: tuple[str, ...] = ()
 
 
 class BusUser(msgspec.Struct, frozen=True):
@@ -93,9 +95,12 @@ def _reads(stream: str, durables: Iterable[str] = (), ordered: bool = False) -> 
     """The JetStream API a reader of ``stream`` uses: stream info and single
     messages, its own durable consumers (create, info, pull, ack) and, where
     it follows the stream (projectors, watchers), ordered consumers with their
-    flow control.  (The server takes an ordered consumer's create on a subject
-    that names no consumer, so that permission cannot be narrowed further:
-    see docs/security.md.)"""
+    flow control.  An ordered consumer is created on a subject that names it
+    (``CONSUMER.CREATE.<stream>.<name>``: trainyard.bus.client names every
+    consumer the client would create on the bare ``CONSUMER.CREATE.<stream>``,
+    which carries the name in the body and so could rewrite any consumer of
+    the stream); :func:`_others_durables` keeps those names off the durables
+    of other roles (see docs/security.md)."""
     api = "$JS.API"
     allowed = [
         f"{api}.STREAM.INFO.{stream}",
@@ -105,7 +110,7 @@ def _reads(stream: str, durables: Iterable[str] = (), ordered: bool = False) -> 
         f"{api}.CONSUMER.INFO.{stream}.*",
     ]
     if ordered:
-        allowed += [f"{api}.CONSUMER.CREATE.{stream}", f"$JS.FC.{stream}.>"]
+        allowed += [f"{api}.CONSUMER.CREATE.{stream}.*", f"$JS.FC.{stream}.>"]
     for durable in durables:
         allowed += [
             f"{api}.CONSUMER.CREATE.{stream}.{durable}",
@@ -245,7 +250,39 @@ def permissions_for(role: str, tenant: str | None = None, cluster: str = "*", no
     publish, subscribe, responses = _service(role, cluster)
     # Every service declares the streams at start (creating any that is missing).
     publish = [*publish, *_declares(STREAMS)]
-    return Permissions(publish=tuple(dict.fromkeys(publish)), subscribe=(inbox, *subscribe), allow_responses=responses)
+    return Permissions(
+        publish=tuple(dict.fromkeys(publish)),
+        subscribe=(inbox, *subscribe),
+        allow_responses=responses,
+        deny_publish=_others_durables(role, publish, cluster),
+    )
+
+
+_DURABLE_CREATE = "$JS.API.CONSUMER.DURABLE.CREATE."
+
+
+def _others_durables(role: str, publish: list[str], cluster: str) -> tuple[str, ...]:
+    """Creates that ``role`` may not make although ``publish`` allows them: of
+    the durable consumers of the other services on every stream where
+    ``role`` may create named ordered consumers (``CONSUMER.CREATE.<stream>.*``).
+    A create names an existing consumer to update it, so without this the
+    placement user could give accounting's durable another filter."""
+    ordered = {p.split(".")[4] for p in publish if p.startswith("$JS.API.CONSUMER.CREATE.") and p.endswith(".*")}
+    theirs = {
+        tuple(p.removeprefix(_DURABLE_CREATE).split(".", 1))
+        for other in SERVICES
+        if other != role
+        for p in _service(other, cluster)[0]
+        if p.startswith(_DURABLE_CREATE)
+    }
+    mine = {tuple(p.removeprefix(_DURABLE_CREATE).split(".", 1)) for p in publish if p.startswith(_DURABLE_CREATE)}
+    api = "$JS.API.CONSUMER.CREATE"
+    return tuple(
+        f"{api}.{stream}.{durable}{tail}"
+        for stream, durable in sorted(theirs - mine)
+        if stream in ordered
+        for tail in ("", ".>")
+    )
 
 
 def nats_config(users: Iterable[BusUser], cluster: str = "*") -> str:
@@ -260,7 +297,10 @@ def nats_config(users: Iterable[BusUser], cluster: str = "*") -> str:
             "user": user.name,
             "password": user.password,
             "permissions": {
-                "publish": {"allow": list(perms.publish)},
+                "publish": {
+                    "allow": list(perms.publish),
+                    **({"deny": list(perms.deny_publish)} if perms.deny_publish else {}),
+                },
                 "subscribe": {"allow": list(perms.subscribe)},
                 **({"allow_responses": True} if perms.allow_responses else {}),
             },

@@ -26,6 +26,11 @@ A request outlives the fetch that opened it by at most ``expires_s``, as the
 stock client's does: a process that stops leaves nothing open for longer, and
 what the server delivered to it meanwhile is redelivered after ``ack_wait``.
 
+Every :data:`CHECK_EVERY_S` a fetch also reads the consumer's settings back
+and raises :class:`ConsumerChanged` when they are not the ones it was made
+with (another client gave it another filter, say): the consumer loop puts
+them back and says loudly what may have been skipped meanwhile.
+
 :func:`message_meta` reads the stream sequence, the delivery count and the
 stored time from the ack subject (``$JS.ACK.<stream>.<consumer>.<delivered>.
 <stream seq>.<consumer seq>.<ns>.<pending>``, or the form with a domain and an
@@ -35,12 +40,15 @@ account hash in front); anything else goes through ``Msg.metadata``.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import msgspec
 import nats.errors
 from nats.aio.msg import Msg
-from nats.js.api import Header
+from nats.js.api import ConsumerConfig, ConsumerInfo, Header
+
+log = logging.getLogger(__name__)
 
 STATUS, DESCRIPTION = Header.STATUS.value, Header.DESCRIPTION.value
 #: Statuses that end a pull request without an error: no messages now, request expired.
@@ -48,19 +56,56 @@ _DONE = {"404", "408"}
 #: Slack for a status on its way when a request's time is up.
 _GRACE_S = 0.1
 _json = msgspec.json.Encoder()
+#: How often a fetch reads its consumer's settings back (s).
+CHECK_EVERY_S = 5.0
+#: The settings a consumer is checked for: those that decide what it delivers and when a message is done.
+CHECKED = ("durable_name", "filter_subject", "filter_subjects", "ack_policy", "max_deliver", "deliver_subject")
 
 
 class ConsumerGone(nats.errors.Error):
     """The server ended a pull request with an error status (consumer deleted, leadership moved, ...)."""
 
 
+class ConsumerChanged(nats.errors.Error):
+    """The durable consumer's settings are not those this process made it with."""
+
+    def __init__(self, stream: str, durable: str, changed: list[str], skipped: tuple[int, int] | None = None) -> None:
+        gap = (
+            f"; stream sequences {skipped[0]}-{skipped[1]} went past it meanwhile and may have been skipped "
+            "(replay them from the stream)"
+            if skipped
+            else ""
+        )
+        super().__init__(f"consumer {durable} on {stream} was changed by another client: {', '.join(changed)}{gap}")
+        self.changed = changed
+        #: Stream sequences the consumer went past while changed (first, last), if any.
+        self.skipped = skipped
+
+
+def changed_settings(current: ConsumerConfig, wanted: ConsumerConfig) -> list[str]:
+    """``name: now (wanted)`` for each :data:`CHECKED` setting of ``current`` that is not ``wanted``'s."""
+    out = []
+    for name in CHECKED:
+        now, then = getattr(current, name), getattr(wanted, name)
+        if (now or None) != (then or None):
+            out.append(f"{name} is {now!r}, not {then!r}")
+    return out
+
+
 class BatchPull:
     """A pull subscription to one durable consumer; see the module docstring."""
 
-    def __init__(self, nc: Any, stream: str, durable: str, expires_s: float = 0.5) -> None:
+    def __init__(
+        self, nc: Any, stream: str, durable: str, expires_s: float = 0.5, wanted: ConsumerConfig | None = None
+    ) -> None:
         self.nc = nc
+        self.stream, self.durable = stream, durable
         self.request_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
         self.expires_s = expires_s
+        #: The settings the consumer was made with; checked every CHECK_EVERY_S (None: never).
+        self.wanted = wanted
+        self._checked_at = 0.0
+        self.seen_up_to = 0  # the highest stream sequence delivered to this subscription
         self.inbox = nc.new_inbox()
         self._sub: Any = None
         self._ready: list[Msg] = []
@@ -83,6 +128,8 @@ class BatchPull:
         status = headers.get(STATUS) if headers else None
         if status is None:
             self._ready.append(msg)
+            if isinstance(msg.reply, str) and msg.reply.startswith("$JS.ACK."):
+                self.seen_up_to = max(self.seen_up_to, message_meta(msg)[0])
             if self._open:
                 self._open -= 1
         elif status == "100":  # an idle heartbeat: the request is still open
@@ -132,9 +179,32 @@ class BatchPull:
             raise nats.errors.TimeoutError
         return self._take(batch)
 
+    async def check(self) -> None:
+        """Raise :class:`ConsumerChanged` when the consumer's settings are not
+        the ones it was made with (at most once per :data:`CHECK_EVERY_S`)."""
+        now = asyncio.get_running_loop().time()
+        if self.wanted is None or now - self._checked_at < CHECK_EVERY_S:
+            return
+        self._checked_at = now
+        try:
+            reply = await self.nc.request(f"$JS.API.CONSUMER.INFO.{self.stream}.{self.durable}", b"", timeout=5.0)
+            answer = msgspec.json.decode(reply.data)
+            if not isinstance(answer, dict) or "error" in answer:
+                raise ValueError(answer.get("error") if isinstance(answer, dict) else answer)
+            info = ConsumerInfo.from_response(answer)
+        except Exception as err:  # noqa: BLE001 - a check that cannot be made now is made at the next interval
+            log.warning("%s: could not read the consumer's settings back: %r", self.durable, err)
+            return
+        changed = changed_settings(info.config, self.wanted)
+        if changed:
+            delivered = info.delivered.stream_seq if info.delivered and info.delivered.stream_seq else 0
+            skipped = (self.seen_up_to + 1, delivered) if delivered > self.seen_up_to else None
+            raise ConsumerChanged(self.stream, self.durable, changed, skipped)
+
     async def fetch(self, batch: int = 1, timeout: float | None = 5) -> list[Msg]:
         """Up to ``batch`` messages, in order: what is there, else the first to
         come within ``timeout``; with ``timeout`` 0, what the server holds now."""
+        await self.check()
         if timeout is not None and timeout <= 0:
             return await self._fetch_stored(batch)
         loop = asyncio.get_running_loop()
