@@ -1,4 +1,4 @@
-"""Two rules of CONVENTIONS.md kept by a test: settings are read in one place
+"""Two rules of CONTRIBUTING.md kept by a test: settings are read in one place
 (trainyard.settings), and no module grows past ~400 lines."""
 
 from __future__ import annotations
@@ -79,4 +79,4 @@ def test_no_module_is_over_400_lines() -> None:
         for path in python_files("libs", "services", "bench")
         if not (name := path.relative_to(ROOT).as_posix()).startswith(GENERATED) and lines_of(path) > MAX_LINES
     }
-    assert too_long == {}, f"split these along their seams (CONVENTIONS.md, principle 12): {too_long}"
+    assert too_long == {}, f"split these along their seams (CONTRIBUTING.md, principle 12): {too_long}"

@@ -1,4 +1,4 @@
-"""The import direction of CONVENTIONS.md: services -> trainyard, never back;
+"""The import direction of CONTRIBUTING.md: services -> trainyard, never back;
 no service imports another; the pure core, domain and events import only the
 standard library, msgspec and each other."""
 

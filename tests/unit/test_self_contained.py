@@ -8,6 +8,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from trainyard.sim.sources import SOURCES
+
 ROOT = Path(__file__).resolve().parents[2]
 OUTSIDE = re.compile(r"\.\./shared|shared/traces|/work/shared|parents\[\d\]\.parent\b")
 SKIPPED = {".git", ".venv", "node_modules", "__pycache__", ".trainyard", "build", "dist"}
@@ -40,3 +42,18 @@ def test_nothing_in_the_repository_names_a_path_outside_it() -> None:
             continue
         found += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in OUTSIDE.finditer(text)]
     assert not found, f"paths outside the repository: {found}"
+
+
+def test_every_document_the_code_and_tests_cite_is_in_the_repository() -> None:
+    """A module or test that says "see CONVENTIONS.md" points at a file the repository holds."""
+    names = {p.relative_to(ROOT).as_posix() for p in tracked() if p.suffix == ".md"}
+    names |= {source.path for source in SOURCES}  # fetched by `trainyard traces fetch`, pinned there
+    basenames = {name.rsplit("/", 1)[-1] for name in names}
+    missing = set()
+    for path in tracked():
+        if path.suffix != ".py" or path.resolve() == THIS:
+            continue
+        for cited in re.findall(r"(?<![\w./-])([\w./-]*[A-Za-z]\.md)\b", path.read_text()):
+            if cited not in names and f"docs/{cited}" not in names and cited.rsplit("/", 1)[-1] not in basenames:
+                missing.add(f"{path.relative_to(ROOT)}: {cited}")
+    assert not missing, f"cited documents the repository lacks: {sorted(missing)}"
