@@ -6,10 +6,15 @@ Each check:
 1. notes the TELEMETRY stream's last sequence, and waits (briefly) until the
    heartbeat consumer has acknowledged everything up to it, i.e. every
    heartbeat stored when the check began is recorded in Redis; otherwise it
-   judges nobody this time;
+   judges nobody this time; nor while the NODES projection is behind its
+   stream (a node registered again, after an agent or emulator restart, is
+   judged on its new boot only once the projection shows it);
 2. reads the recorded heartbeats (stream time, per node and boot) and the
    projected nodes (kept while the NODES projection stands still:
-   ``Monitor.roster``), and asks the core which nodes are lost;
+   ``Monitor.roster``), moves the evidence floor (silence counts only from
+   the first heartbeat read after this process started, and after every
+   fleet-wide gap: a restart of the bus or of the nodes' host), and asks the
+   core which nodes are lost;
 3. publishes ``NodeLost`` for each (the node events handler then isolates the
    node and fails its runs, fenced), and evacuates runs still on nodes already
    lost;
@@ -27,9 +32,10 @@ import nats.errors
 from nats.js.errors import NotFoundError
 
 from trainyard.bus import Bus, PublishRequest
-from trainyard.core.health.liveness import HeartbeatView, LivenessVerdict, NodeWatch, judge_liveness
+from trainyard.core.health.liveness import HeartbeatView, LivenessVerdict, NodeWatch, evidence_floor, judge_liveness
 from trainyard.events import NodeLost, subjects
 from trainyard.store import Store, views
+from trainyard.store.projector import wait_until_projected
 from trainyard_health.monitor import Monitor
 
 log = logging.getLogger(__name__)
@@ -50,6 +56,7 @@ class LivenessCheck:
         *,
         durable: str = HEARTBEAT_DURABLE,
         catch_up_wait_s: float = 2.0,
+        gap_s: float | None = None,
     ) -> None:
         self.bus = bus
         self.store = store
@@ -58,6 +65,9 @@ class LivenessCheck:
         self.clock = clock
         self.durable = durable  # the heartbeat consumer whose progress says what has been read
         self.catch_up_wait_s = catch_up_wait_s
+        self.gap_s = timeout_s / 2 if gap_s is None else gap_s  # a fleet silent this long: a restart, not a loss
+        self.floor: float | None = None  # stream time from which silence counts (see evidence_floor)
+        self.previous_newest: float | None = None  # the newest heartbeat of the previous caught-up read
         self.first_seen: dict[tuple[str, str], float] = {}  # boots never heard from -> when this process first saw them
         self.last_verdict: LivenessVerdict | None = None
         self.judged_nodes: tuple[views.ProjectedNode, ...] = ()  # the projected nodes the last verdict was judged on
@@ -77,11 +87,28 @@ class LivenessCheck:
                 return False
             await asyncio.sleep(0.05)
 
+    async def roster_caught_up(self) -> bool:
+        """True once the NODES projection holds every event its stream held when called."""
+        try:
+            await wait_until_projected(self.bus, self.store, "NODES", timeout=self.catch_up_wait_s)
+        except TimeoutError:
+            return False
+        return True
+
     async def judge(self) -> LivenessVerdict:
         caught_up = await self.caught_up()
+        roster_caught_up = await self.roster_caught_up()
         heartbeats = await self.monitor.records.heartbeats()
         now = self.clock()
-        view = HeartbeatView(caught_up=caught_up, newest_at=max(heartbeats.values(), default=None), now=now)
+        view = HeartbeatView(
+            caught_up=caught_up,
+            newest_at=max(heartbeats.values(), default=None),
+            now=now,
+            roster_caught_up=roster_caught_up,
+        )
+        if caught_up:
+            self.floor = evidence_floor(self.floor, self.previous_newest, heartbeats.values(), self.gap_s)
+            self.previous_newest = view.newest_at if view.newest_at is not None else self.previous_newest
         start = min(view.newest_at, now) if view.newest_at is not None else now
         watches, stale = [], []
         nodes = self.judged_nodes = (await self.monitor.roster.get()).nodes  # read again only when NODES moved
@@ -92,6 +119,8 @@ class LivenessCheck:
             since = node.registered_at or 0.0
             if last is None:  # a boot never heard from is watched from its registration or first sight
                 since = max(since, self.first_seen.setdefault((node.node_id, boot), start))
+            if self.floor is not None:  # silence before the evidence floor says nothing
+                since = max(since, self.floor)
             watches.append(
                 NodeWatch(
                     node_id=node.node_id, state=node.state, boot_id=boot, last_heartbeat_at=last, watched_since=since

@@ -18,6 +18,15 @@ is measured on the heartbeats' own clock, never on the judge's:
    older boot (the previous agent process, still draining its queue) neither
    keeps the new boot alive nor makes it lost; a boot never heard from is
    watched from its registration or from when the judge first saw it.
+5. Silence counts only from the evidence floor (:func:`evidence_floor`): the
+   first heartbeat this judge read after its own start, and again after every
+   fleet-wide gap (no heartbeat from any node for longer than ``gap_s``: the
+   bus restarting, the host of the nodes restarting, both at once).  During
+   such a gap nobody's silence says anything about one node, and while the
+   fleet comes back node by node, the first node's heartbeat must not turn
+   the others' shared silence into losses.
+6. Nobody is judged while the node projection catches up (``roster_caught_up``):
+   a boot registered again must be seen before its heartbeats are counted.
 
 A node that heartbeats again (same boot) after it was declared lost comes
 back: see :func:`heartbeat_resumes`.
@@ -45,6 +54,7 @@ class HeartbeatView(msgspec.Struct, frozen=True, kw_only=True):
     caught_up: bool  # every heartbeat stored when the check began has been read and recorded
     newest_at: float | None  # the newest heartbeat read from any node (stream time); None: none yet
     now: float  # the judge's own clock, only to cap the reference and notice fleet-wide silence
+    roster_caught_up: bool = True  # the node projection holds every NODES event stored when the check began
 
 
 class NodeWatch(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,6 +87,8 @@ def judge_liveness(nodes: Iterable[NodeWatch], view: HeartbeatView, timeout_s: f
     # 1. Only a view that has read everything judges anyone.
     if not view.caught_up:
         return LivenessVerdict(judged=False, reason="heartbeat backlog not read yet")
+    if not view.roster_caught_up:
+        return LivenessVerdict(judged=False, reason="node projection catching up")
     if view.newest_at is None:
         return LivenessVerdict(judged=False, reason="no heartbeat read from the fleet yet")
     # 2. The reference is the fleet's newest heartbeat, never later than the judge's clock.
@@ -102,6 +114,29 @@ def judge_liveness(nodes: Iterable[NodeWatch], view: HeartbeatView, timeout_s: f
                 SilentNode(node_id=node.node_id, boot_id=node.boot_id, last_heartbeat_at=last, silent_for_s=silent)
             )
     return LivenessVerdict(judged=True, reference=reference, lost=tuple(lost))
+
+
+def evidence_floor(
+    floor: float | None, previous_newest: float | None, heartbeats: Iterable[float], gap_s: float
+) -> float | None:
+    """The stream time from which a node's silence counts, after a caught-up
+    read of the fleet's ``heartbeats`` (each node's newest).
+
+    ``floor`` and ``previous_newest`` are what the previous caught-up read left
+    (None: this judge's first).  The first read starts the floor at its newest
+    heartbeat.  A read whose heartbeats newer than ``previous_newest`` all came
+    more than ``gap_s`` after it shows a fleet-wide gap (none were stored in
+    between, or the previous read would have seen them): the floor moves to
+    the first heartbeat read after the gap."""
+    beats = list(heartbeats)
+    if not beats:
+        return floor
+    if previous_newest is None:
+        return max(beats) if floor is None else max(floor, max(beats))
+    resumed = [t for t in beats if t > previous_newest]
+    if resumed and min(resumed) - previous_newest > gap_s:
+        return min(resumed) if floor is None else max(floor, min(resumed))
+    return floor
 
 
 def heartbeat_counts(registered_boot: str | None, heartbeat_boot: str) -> bool:
