@@ -12,19 +12,22 @@ from trainyard.auth import Authenticator
 from trainyard.bus import Bus
 from trainyard.settings import Settings
 from trainyard.store import Store
-from trainyard_gateway import finance_api, nodes_api
+from trainyard_gateway import dlq_api, finance_api, nodes_api
 from trainyard_gateway.console import app as console_app
 from trainyard_gateway.jobs import JobOperations
+from trainyard_gateway.main import build_usage_source
 from trainyard_gateway.rest import create_app
 
 
 def gateway_app(bus: Bus, store: Store, auth: Authenticator, settings: Settings) -> ASGIApp:
+    """The app ``trainyard_gateway.main`` serves, every router included."""
     ops = JobOperations(bus, store)
     routers = [
         *(module.build_router(bus, store, settings) for module in (nodes_api, finance_api)),
         console_app.build_router(ops, store, auth, settings),
+        dlq_api.build_router(bus, store, settings),
     ]
-    return create_app(ops, store, auth, routers=routers)
+    return create_app(ops, store, auth, usage_source=build_usage_source(settings), routers=routers)
 
 
 def client(app: ASGIApp) -> httpx.AsyncClient:
