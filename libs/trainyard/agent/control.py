@@ -3,13 +3,29 @@
 Subjects:
 
 - ``trainyard.agent.<cluster>.<node_id>.control`` — one node's agent: ``check``
-  (run the health checks now), ``reset_gpu``, ``probe`` (NVML report).
+  (run the health checks now), ``reset_gpu``, ``probe`` (NVML report), and on
+  an agent that executes runs, ``logs`` (below).
 - ``trainyard.emulator.<cluster>.control`` — the emulator of a cluster: the
   same operations for any of its nodes, plus fault injection (``xid``,
   ``ecc``, ``overheat``, ``nvlink_down``, ``gpu_lost``, ``silent``, ``clear``).
 
 Every request gets one ``ControlReply`` saying whether it was done and what
 happened; a bad request is answered ``ok=False`` with the reason.
+
+``logs`` reads one rank's current log file of one attempt of a job on that node:
+
+    request  {"op": "logs", "node_id": "n1", "job_id": "j-1", "attempt": 1, "rank": 0,
+              "offset": 0, "limit": 65536}
+    reply    {"ok": true, "message": "...", "data": "<base64 of the bytes>",
+              "details": {"offset": "0", "next_offset": "1234", "size": "1234"}}
+
+``offset`` counts bytes from the start of the current file; a negative offset
+counts back from its end (``-4096``: the last 4 KiB).  At most ``limit`` bytes
+(capped at 256 KiB) come back; read on from ``next_offset`` to follow the
+file.  ``size`` is the file's size now; after a rotation (the file was copied
+to ``.1`` and emptied) it is smaller than an offset read before, and a reader
+starts again from 0.  A job, attempt or rank without a log on that node is
+answered ``ok=False`` saying so.
 """
 
 from __future__ import annotations
@@ -22,7 +38,7 @@ _encoder = msgspec.json.Encoder()
 _requests = msgspec.json.Decoder(None)
 
 #: Operations an agent answers; the emulator answers these and the faults below.
-AGENT_OPS = ("check", "reset_gpu", "probe")
+AGENT_OPS = ("check", "reset_gpu", "probe", "logs")
 FAULT_OPS = ("xid", "ecc", "overheat", "nvlink_down", "gpu_lost", "silent", "clear")
 
 
@@ -36,12 +52,18 @@ class ControlRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     temperature_c: float | None = None  # op "overheat"
     links: list[int] | None = None  # op "nvlink_down"
     by: str = ""  # who asked, for the emulator's log
+    job_id: str = ""  # op "logs": the job, its attempt and rank
+    attempt: int = 0
+    rank: int = 0
+    offset: int = 0  # op "logs": where to read from (negative: from the end)
+    limit: int = 64 * 1024  # op "logs": at most this many bytes
 
 
 class ControlReply(msgspec.Struct, frozen=True, kw_only=True):
     ok: bool
     message: str
     details: dict[str, str] = {}
+    data: bytes = b""  # op "logs": the bytes read (base64 in JSON)
 
 
 def agent_control_subject(cluster: str, node_id: str) -> str:

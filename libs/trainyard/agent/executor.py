@@ -179,6 +179,8 @@ class Executor:
                     if p.pids is None and p.exit is None:  # the agent stopped while starting it
                         p.exit = Exit(start_error="the agent restarted while starting it")
                         processes.write_exit(p.dir, p.exit)
+                if not run.started_reported and all(p.pids is not None for p in run.procs):
+                    self._report_started(run)
             found.append(run.run_id)
             self._supervise(run)
         if found:
@@ -223,7 +225,6 @@ class Executor:
         return {g for other in self.runs.values() if other is not run for g in other.held_gpus}
 
     async def _launch(self, run: Run) -> None:
-        order = run.order
         waited = False
         while run.stopping is None and (busy := run.gpus & self._held_by_others(run)):
             if not waited:
@@ -242,13 +243,16 @@ class Executor:
         base = processes.base_environment(self.run_as)
         results = await asyncio.gather(*(self._spawn(run, p, base) for p in run.procs))
         if all(results):
-            report = ProcessesStarted(
-                **self._about(order),
-                ranks=[p.rank for p in run.procs],
-                pids=[p.pids.pid for p in run.procs if p.pids is not None],
-                boot_id=self.boot_id,
-            )
-            self.outbox.put(report, f"{order.run_id}:{self.node_id}:started", lambda: run.mark("started-reported"))
+            self._report_started(run)
+
+    def _report_started(self, run: Run) -> None:
+        report = ProcessesStarted(
+            **self._about(run.order),
+            ranks=[p.rank for p in run.procs],
+            pids=[p.pids.pid for p in run.procs if p.pids is not None],
+            boot_id=self.boot_id,
+        )
+        self.outbox.put(report, f"{run.run_id}:{self.node_id}:started", lambda: run.mark("started-reported"))
 
     def environment(self, run: Run, launch_env: dict[str, str], base: dict[str, str]) -> dict[str, str]:
         """The whole environment of a process: the base, the launch's, and this node's paths."""
@@ -334,7 +338,12 @@ class Executor:
             stopped=stopped,  # type: ignore[arg-type]
             log_tail=runlogs.tail(p.log),
         )
-        self.outbox.put(report, f"{run.run_id}:{p.rank}:exited", lambda: runstate.write_atomic(p.dir / "reported", ""))
+
+        def sent() -> None:
+            runstate.write_atomic(p.dir / "reported", "")
+            p.sent = True
+
+        self.outbox.put(report, f"{run.run_id}:{p.rank}:exited", sent)
 
     def _check_step(self, run: Run) -> None:
         text = processes.read_text(run.checkpoint_dir / STEP_FILE)

@@ -49,6 +49,7 @@ class NodeAgent:
         self.silent = False  # fault injection: stop heartbeats and telemetry
         self.last_sample: NodeSample | None = None  # the last sample published
         self._xid_seq = 0  # numbers XID batches of this boot, for message ids
+        self.running_runs: Callable[[], list[str]] = list  # the runs this node executes now (heartbeats)
 
     @property
     def subject(self) -> str:
@@ -68,7 +69,11 @@ class NodeAgent:
         if self.silent:
             return
         beat = NodeHeartbeat(
-            at=self.clock(), node_id=self.node.node_id, cluster=self.node.cluster, boot_id=self.boot_id
+            at=self.clock(),
+            node_id=self.node.node_id,
+            cluster=self.node.cluster,
+            boot_id=self.boot_id,
+            running_runs=self.running_runs(),
         )
         await self.bus.nc.publish(self.subject, encode(beat))
 

@@ -44,7 +44,8 @@ class Proc:
     exit: Exit | None = None  # once ended (or failed to start)
     shim: asyncio.subprocess.Process | None = None  # this agent's child, reaped on exit
     stopped: str | None = None  # why the agent stopped it, decided when it ended
-    reported: bool = False  # its ProcessExited was published
+    reported: bool = False  # its ProcessExited was handed to the outbox
+    sent: bool = False  # ... and the stream has it
 
     @property
     def rank(self) -> int:
@@ -88,7 +89,7 @@ class Run:
 
     @property
     def over(self) -> bool:
-        return all(p.exit is not None and p.reported for p in self.procs)
+        return all(p.exit is not None and p.sent for p in self.procs)
 
     # --- on disk ---
 
@@ -143,7 +144,8 @@ def load(run_dir: Path, order: StartRun, logs: dict[int, Path], checkpoint_dir: 
                 logs[launch.rank],
                 pids=read_pids(rank_dir),
                 exit=read_exit(rank_dir),
-                reported=(rank_dir / "reported").exists(),
+                reported=(sent := (rank_dir / "reported").exists()),
+                sent=sent,
             )
         )
     run = Run(order, run_dir, procs, checkpoint_dir)

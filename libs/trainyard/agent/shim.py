@@ -2,9 +2,10 @@
 
     shim.py <rank-dir> <log-file> <argv...>
 
-It starts ``argv`` (looked up on its own ``PATH``, which is the job's) in a
-session and process group of its own, with stdout and stderr appended to the
-log file and every signal at its default, then records, atomically:
+It starts ``argv`` (looked up on its own ``PATH``: the shim runs in the
+job's environment, which the job inherits) in a session and process group of
+its own, with stdout and stderr appended to the log file and every signal at
+its default, then records, atomically:
 
 - ``<rank-dir>/pid``: ``<pid> <start time> <shim pid> <shim start time>``
   (start times from ``/proc/<pid>/stat`` field 22, so a reused pid is told apart);
@@ -40,22 +41,42 @@ def record(rank_dir: str, name: str, text: str) -> None:
     os.replace(f"{path}.tmp", path)
 
 
+def spawn(argv: list[str], log: int) -> int:
+    """Start ``argv`` in a new session with the log as stdout and stderr and
+    the signals this shim ignores back at their defaults; its pid.  Raises
+    OSError when it cannot be executed (a close-on-exec pipe says so)."""
+    readable, writable = os.pipe()  # both close on exec
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(readable)
+            os.setsid()
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            for sig in (*IGNORED, signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(sig, signal.SIG_DFL)
+            os.execvp(argv[0], argv)
+        except OSError as err:
+            os.write(writable, (err.strerror or str(err)).encode())
+        finally:
+            os._exit(127)
+    os.close(writable)
+    with os.fdopen(readable, "rb") as pipe:
+        failed = pipe.read()
+    if failed:
+        os.waitpid(pid, 0)
+        raise OSError(failed.decode(errors="replace"))
+    return pid
+
+
 def main(rank_dir: str, log_path: str, argv: list[str]) -> int:
     for sig in IGNORED:
         signal.signal(sig, signal.SIG_IGN)
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
-    defaults = set(signal.Signals) - {signal.SIGKILL, signal.SIGSTOP}
     try:
-        pid = os.posix_spawnp(
-            argv[0],
-            argv,
-            os.environ,
-            file_actions=[(os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)],
-            setsid=True,
-            setsigdef=defaults,
-        )
+        pid = spawn(argv, log)
     except OSError as err:
-        why = f"cannot start {argv[0]!r}: {err.strerror or err}"
+        why = f"cannot start {argv[0]!r}: {err}"
         os.write(log, f"trainyard: {why}\n".encode())
         record(rank_dir, "exit", f"error {why}")
         os.write(1, f"error {why}\n".encode())

@@ -109,10 +109,45 @@ def agent_command(
     telemetry_interval: float = typer.Option(5.0, help="Seconds between GPU samples."),
     fake_gpus: int = typer.Option(0, help="Use N fake GPUs instead of NVML (tests and demos)."),
     probe: bool = typer.Option(False, "--probe", help="Print which NVML calls work on GPU 0 and exit."),
+    state_dir: str = typer.Option(
+        "/var/lib/trainyard/agent", "--state-dir", help="Where runs, logs and checkpoints are kept (survives restarts)."
+    ),
+    address: str | None = typer.Option(
+        None, "--address", help="Where this node's processes are reached (default: 127.0.0.1 with a loopback bus)."
+    ),
+    run_as: str | None = typer.Option(None, "--run-as", help="Run every job process as this unprivileged user."),
+    container_runtime: str | None = typer.Option(
+        None,
+        "--container-runtime",
+        help="Command template for jobs with an image, e.g. "
+        "'docker run --rm --gpus device={gpus} -v {workdir}:{workdir} -w {workdir} {env} {image}' (docs/execution.md).",
+    ),
+    log_max_bytes: int = typer.Option(
+        64 * 1024 * 1024, "--log-max-bytes", min=4096, help="Rotate a rank's log file past this size."
+    ),
 ) -> None:
-    """Run the node agent: heartbeats, GPU telemetry, XIDs and checks, against TRAINYARD_* settings."""
+    """Run the node agent: it executes the runs placed on this node and reports
+    heartbeats, GPU telemetry, XIDs and checks, against TRAINYARD_* settings (NATS only)."""
     from trainyard.gpu import FakeGpuBackend, NvmlBackend, NvmlUnavailable
 
+    if run_as is not None:
+        import pwd
+
+        try:
+            pwd.getpwnam(run_as)
+        except KeyError as err:
+            err_console.print(f"[red]error:[/red] --run-as: no user {run_as!r} on this machine")
+            raise typer.Exit(2) from err
+    if container_runtime is not None:
+        from trainyard.agent.processes import container_argv
+
+        try:
+            container_argv(container_runtime, "image", [0], "/work", {}, [])
+        except (KeyError, IndexError, ValueError) as err:
+            err_console.print(
+                f"[red]error:[/red] --container-runtime: {err!r}; the placeholders are {{image}} {{gpus}} {{workdir}} {{env}}"
+            )
+            raise typer.Exit(2) from err
     try:
         backend = FakeGpuBackend(fake_gpus, clock=time.time) if fake_gpus else NvmlBackend()
     except NvmlUnavailable as err:
@@ -124,34 +159,37 @@ def agent_command(
         backend.close()
         return
 
-    from trainyard.agent import NodeAgent
+    from trainyard.agent.running import RunningAgent, default_address, serve_agent
     from trainyard.domain.node import NodeInfo
-    from trainyard.runtime import Runtime, serve
 
     count = backend.device_count()
     name = gpu_type or (backend.sample(0).name or "unknown" if count else "none")
 
-    async def main(rt: Runtime) -> None:
+    async def make(bus, settings):  # type: ignore[no-untyped-def]
         info = NodeInfo(
             node_id=node_id,
-            cluster=rt.settings.cluster,
+            cluster=settings.cluster,
             gpu_type=name.replace(" ", "-"),
             gpus=count,
             zone=zone,
             block=block,
             rack=rack,
             nvlink_domain=nvlink_domain,
+            address=address or default_address(settings.nats_url),
+            executes=True,
         )
-        agent = NodeAgent(
-            rt.bus,
+        options = {"run_as": run_as, "container_runtime": container_runtime, "log_max_bytes": log_max_bytes}
+        return RunningAgent.build(
+            bus,
             info,
             backend,
-            heartbeat_interval_s=rt.settings.heartbeat_interval_s,
+            state_dir,
+            executor_options=options,
+            heartbeat_interval_s=settings.heartbeat_interval_s,
             telemetry_interval_s=telemetry_interval,
         )
-        await agent.run(rt.stop)
 
-    serve("agent", main)
+    serve_agent(make)
 
 
 # --- fault injection: registered as `trainyard emulate inject` ---
