@@ -42,6 +42,8 @@ class Settings(msgspec.Struct, frozen=True):
     cycle_interval_s: float = 1.0  # a decider cycles at least this often
     placement_timeout_s: float = 60.0  # an admitted gang not placed by then gives its quota back
     cycle_coalesce_s: float = 0.02  # and waits this long after a change, to decide in batches
+    start_timeout_s: float = 60.0  # a run placed on executing nodes not started by then is failed as lost
+    preempt_kill_margin_s: float = 15.0  # admission stops an executing victim this long after its grace
     gateway_host: str = "127.0.0.1"
     gateway_http_port: int = 8080
     gateway_grpc_port: int = 50051
@@ -139,6 +141,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         )
     if not settings.redis_prefix.endswith(":"):
         raise ConfigurationError("TRAINYARD_REDIS_PREFIX must end with ':'")
+    if not 0 < settings.start_timeout_s < float("inf"):
+        raise ConfigurationError("TRAINYARD_START_TIMEOUT_S must be a number of seconds above 0")
+    if not 0 <= settings.preempt_kill_margin_s < float("inf"):
+        raise ConfigurationError("TRAINYARD_PREEMPT_KILL_MARGIN_S must be a number of seconds, 0 or more")
     _check_credentials(settings)
     return settings
 

@@ -17,13 +17,14 @@ Connect = Callable[[str], Awaitable[Bus]]
 
 @contextlib.asynccontextmanager
 async def locked_bus(
-    directory: Path, tenants: tuple[str, ...] = ("acme", "beta"), cluster: str = "local"
+    directory: Path, tenants: tuple[str, ...] = ("acme", "beta"), cluster: str = "local", agents: tuple[str, ...] = ()
 ) -> AsyncIterator[tuple[Connect, Credentials]]:
     """Start a locked nats-server under ``directory`` with users for every
-    service, admin and a portal per tenant; declare the streams as admin.
+    service, admin, a portal per tenant and a node agent (``agent-<node>``)
+    per node of ``agents``; declare the streams as admin.
     Yields a function that connects as a named user the way a service does
     (its password and its own inbox prefix), and the credentials."""
-    credentials = new_credentials(tenants=list(tenants))
+    credentials = new_credentials(tenants=list(tenants)).with_agents(agents)
     config, _ = write_server_files(directory, credentials, cluster=cluster)
     admin = credentials.nats_user(ADMIN)
     server = start_nats(directory / "nats", config_file=config, admin=(admin.name, admin.password))

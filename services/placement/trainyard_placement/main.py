@@ -4,7 +4,9 @@ Every process projects JOBS and NODES; only the holder of the cluster's
 placement lease decides.  A standby's projections stay current, so when the
 leader's lease expires it takes over at its next cycle with nothing to replay.
 ``TRAINYARD_PLACEMENT_BINDER=kube`` also binds placed runs to their Kubernetes
-Jobs or JobSets (binding.py).
+Jobs or JobSets (binding.py).  The leader also runs the run dispatcher
+(dispatch.py): orders to the node agents of runs placed on executing nodes,
+and their reports turned into the runs' lifecycle events.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from trainyard.observability.metrics import PlacementMetrics, ProjectionMetrics,
 from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard.settings import ConfigurationError
 from trainyard.store import Projector
+from trainyard_placement.dispatch import RunDispatcher
 from trainyard_placement.handlers import Binding, PlacementCycle
 from trainyard_placement.settings import binder_kind, load_settings
 
@@ -60,10 +63,14 @@ async def main(rt: Runtime, binder: str = "none") -> None:
         binding=binding,
         metrics=metrics,
     )
+    dispatcher = RunDispatcher(
+        rt.bus, rt.store, rt.settings.cluster, time.time, lease=lease, start_timeout_s=rt.settings.start_timeout_s
+    )
     try:
         await run_tasks(
             rt.stop,
             jobs.run(rt.stop),
+            dispatcher.run(rt.stop),
             nodes.run(rt.stop),
             lease.keep(rt.stop),
             decision_loop(rt, cycle.run_once, lease, [jobs, nodes], "placement", metrics),
