@@ -269,12 +269,11 @@ class JobService(pb_grpc.JobServiceServicer):
         return await self._serve("CancelJob", context, work)
 
 
-#: Each method's request and response types, to read and write the bytes ourselves.
+#: Each method of the proto's JobService with its request and response types,
+#: to read and write the bytes ourselves.
 _METHODS = {
-    "SubmitJob": (pb.SubmitJobRequest, pb.SubmitJobResponse),
-    "GetJob": (pb.GetJobRequest, pb.Job),
-    "ListJobs": (pb.ListJobsRequest, pb.ListJobsResponse),
-    "CancelJob": (pb.CancelJobRequest, pb.CancelJobResponse),
+    m.name: (getattr(pb, m.input_type.name), getattr(pb, m.output_type.name))
+    for m in pb.DESCRIPTOR.services_by_name["JobService"].methods
 }
 
 
