@@ -15,6 +15,7 @@ import datetime as dt
 import io
 import sys
 import time
+from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
 
@@ -38,7 +39,10 @@ ApiUrl = typer.Option(None, "--api-url", help="Gateway URL (default: $TRAINYARD_
 
 
 def _fail(message: str) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {message}")
+    """Print ``message`` as the error (any credential in a URL replaced) and exit 1."""
+    from trainyard.redaction import redact
+
+    err_console.print(f"[red]error:[/red] {redact(message)}")
     return typer.Exit(1)
 
 
@@ -79,7 +83,9 @@ def period_days(period: str) -> tuple[str, str]:
     return first.isoformat(), last.isoformat()
 
 
-def _get(api_url: str | None, data_dir: str, path: str, params: dict) -> httpx.Response:
+def _get(
+    api_url: str | None, data_dir: str, path: str, params: Mapping[str, str | int | float | None]
+) -> httpx.Response:
     """GET from the gateway with the caller's token (``--token``, ``$TRAINYARD_TOKEN``, the stack's admin token)."""
     from trainyard.cli.client import auth_headers, describe_error, resolve_api_url, resolve_token
 
@@ -170,7 +176,9 @@ async def _stack_capacity(redis_url: str, prefix: str) -> dict[str, int]:
 
 
 def _capacity(capacity: str | None, data_dir: str) -> tuple[dict[str, int], str]:
+    """GPUs per type and where they were read (for the report: no credential in it)."""
     from trainyard.local.state import read_state
+    from trainyard.redaction import redact
     from trainyard.reports import parse_capacity
 
     if capacity:
@@ -187,10 +195,10 @@ def _capacity(capacity: str | None, data_dir: str) -> tuple[dict[str, int], str]
     try:
         found = asyncio.run(_stack_capacity(state.redis_url, prefix))
     except (OSError, redis.exceptions.RedisError) as err:
-        raise _fail(f"cannot read the NODES projection at {state.redis_url} ({err}); pass --capacity") from err
+        raise _fail(f"cannot read the NODES projection at {redact(state.redis_url)} ({err}); pass --capacity") from err
     if not found:
         raise _fail("the running stack has no registered nodes yet; pass --capacity H100=128")
-    return found, f"the NODES projection at {state.redis_url}"
+    return found, f"the NODES projection at {redact(state.redis_url)}"
 
 
 @report_app.command("capacity")

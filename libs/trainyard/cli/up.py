@@ -108,16 +108,18 @@ def _say(text: str, err: bool = False, markup: bool = True) -> None:
 
 
 def _print_banner(stack, nodes: int, gpus: int, racks: int) -> None:  # type: ignore[no-untyped-def]
+    from trainyard.redaction import redact
+
     assert stack.nats and stack.redis
     _say("[bold green]Trainyard is up[/bold green]")
     _say(f"  console          {stack.api_url}/  (log in with the admin token below)")
     _say(f"  REST API + docs  {stack.api_url}  ({stack.api_url}/docs)")
     _say(f"  gRPC             127.0.0.1:{stack.grpc_port}")
-    _say(f"  NATS JetStream   {stack.nats_url}")
+    _say(f"  NATS JetStream   {redact(stack.nats_url)}")
     size = len(stack.nats_nodes)
     shape = "one node" if size == 1 else f"a cluster of {size} nodes, {stack.nats_replicas} replicas of every stream"
     _say(f"  NATS durability  {shape}; sync_interval {stack.nats_sync}")
-    _say(f"  Redis            {stack.redis.url}")
+    _say(f"  Redis            {redact(stack.redis.url)}")
     if stack.credentials is not None:  # passwords stay in the 0600 file, never on the terminal or in a log
         _say(
             f"  bus users        {stack.data_dir / 'bus' / 'credentials.json'}  (one per service and admin's, "
@@ -125,7 +127,7 @@ def _print_banner(stack, nodes: int, gpus: int, racks: int) -> None:  # type: ig
         )
     ports = ", ".join(f"{name} {port}" for name, port in stack.metrics_ports.items())
     _say(f"  metrics          127.0.0.1 ports: {ports}; gateway {stack.api_url}/metrics (operator token)")
-    _say(f"  ledger           {stack.ledger_url}")
+    _say(f"  ledger           {redact(stack.ledger_url)}")  # a database URL may carry its password
     _say(f"  logs             {stack.data_dir / 'logs'}")
     _say(f"  ports kept in    {stack.data_dir / 'ports.json'}")
     _say(

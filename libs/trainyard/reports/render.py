@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
+from trainyard.redaction import redact
 from trainyard.reports.capacity import CapacityReport, CapacityRow
 from trainyard.reports.svg import Series, line_chart
 
@@ -133,7 +134,7 @@ def render_html(report: CapacityReport, capacity_source: str = "") -> str:
 <style>{_STYLE}</style></head><body>
 <h1>Capacity report</h1>
 <p>Window {iso(report.start)} to {iso(report.end)} (exclusive), as of {iso(report.now)}; buckets of one {bucket}.
-Capacity (GPUs): {escape(capacity)}{f" (from {escape(capacity_source)})" if capacity_source else ""}.
+Capacity (GPUs): {escape(capacity)}{f" (from {escape(redact(capacity_source))})" if capacity_source else ""}.
 All quantities are GPU-hours unless stated; CSV files with every number sit next to this page.</p>
 <h2>Allocation, demand and forecast per GPU type</h2>
 {"".join(sections) or "<p><em>no usage and no capacity in this window</em></p>"}
