@@ -21,8 +21,10 @@ Standard library only: it starts in milliseconds.
 
 from __future__ import annotations
 
+# The C module under ``signal``: importing ``signal`` itself (enum, functools,
+# collections) would triple the shim's start time.
+import _signal as signal
 import os
-import signal
 import sys
 
 IGNORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
