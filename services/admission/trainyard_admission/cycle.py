@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from itertools import pairwise
 
+import msgspec
+
 from trainyard.bus import Bus, PublishRequest, WrongLastSequence
 from trainyard.core.admission import (
     AdmissionPolicy,
@@ -40,6 +42,7 @@ from trainyard.core.admission.deadlines import HeldRun, overdue
 from trainyard.core.lifecycle import JobRecord
 from trainyard.core.placement import ClusterSnapshot
 from trainyard.domain.job import JobSpec
+from trainyard.domain.node import NodeInfo
 from trainyard.events import JobAdmitted, PreemptionNotice, RunFailed, subjects
 from trainyard.observability.logs import kv
 from trainyard.observability.metrics import AdmissionMetrics
@@ -48,6 +51,8 @@ from trainyard_admission.backlog import Backlog
 from trainyard_admission.tenancy import TenancyHolder
 
 log = logging.getLogger(__name__)
+
+_node_info = msgspec.json.Decoder(NodeInfo)
 
 
 def run_id_for(job_id: str, attempt: int) -> str:
@@ -77,6 +82,7 @@ class AdmissionCycle:
         placement_timeout_s: float = 60.0,
         cluster: str | None = None,
         metrics: AdmissionMetrics | None = None,
+        preempt_kill_margin_s: float = 0.0,
     ) -> None:
         self.bus = bus
         self.store = store
@@ -86,6 +92,8 @@ class AdmissionCycle:
         self.clock = clock
         self.tenancy = tenancy or TenancyHolder()
         self.placement_timeout_s = placement_timeout_s
+        # a victim on executing nodes is failed here this long after its grace (the dispatcher's fallback)
+        self.preempt_kill_margin_s = preempt_kill_margin_s
         # the pending and active jobs, kept between cycles and re-read where they changed
         self.backlog = Backlog(store, projector, self.tenancy, window)
         # the cluster for topology-aware preemption; None: victims by GPU counts
@@ -185,7 +193,7 @@ class AdmissionCycle:
         result = admit(snapshot, policy, now) if snapshot.pending else AdmissionResult([], [])
         t.append(clock())
         # 3. Publish the decisions, each fenced by the job's last subject sequence.
-        requests = self._admissions(result, rows, now) + self._notices(result, rows, now) + self._stops(rows, now)
+        requests = self._admissions(result, rows, now) + self._notices(result, rows, now) + await self._stops(rows, now)
         results = await self.bus.publish_many(requests)
         for req, r in zip(requests, results, strict=True):
             if isinstance(r, Exception):
@@ -312,10 +320,29 @@ class AdmissionCycle:
             out.append(PublishRequest(subject, event, f"{r.run_id}:notice", r.last_seq))
         return out
 
-    def _stops(self, rows: dict[str, JobRecord], now: float) -> list[PublishRequest]:
-        """Victims past their grace period, and gangs placement did not place in time."""
+    async def _executing(self, job_ids: list[str]) -> set[str]:
+        """Those of ``job_ids`` whose current run is placed on nodes whose agents execute it."""
+        placements = await views.run_placements(self.store, job_ids)
+        node_ids = sorted({r.node_id for _, replicas in placements.values() for r in replicas})
+        infos = await self.store.redis.hmget(self.store.key("nodeinfo"), node_ids) if node_ids else []
+        executing = {n for n, raw in zip(node_ids, infos, strict=True) if raw and _node_info.decode(raw).executes}
+        return {j for j, (_, replicas) in placements.items() if any(r.node_id in executing for r in replicas)}
+
+    async def _stops(self, rows: dict[str, JobRecord], now: float) -> list[PublishRequest]:
+        """Victims past their grace period (and margin), and gangs placement did not place in time."""
+        noticed = [j for j in self._active if rows[j].preempt_deadline is not None and now >= rows[j].preempt_deadline]
+        margin = self.preempt_kill_margin_s
+        executing = await self._executing(noticed) if noticed and margin > 0 else set()
         held = [
-            HeldRun(job_id, r.status, r.admitted_at, r.preempt_deadline, r.started_at, self.backlog.limit(job_id))
+            HeldRun(
+                job_id,
+                r.status,
+                r.admitted_at,
+                r.preempt_deadline,
+                r.started_at,
+                self.backlog.limit(job_id),
+                margin if job_id in executing else 0.0,
+            )
             for job_id in self._active
             if (r := rows[job_id]).run_id
         ]

@@ -39,6 +39,7 @@ async def main(rt: Runtime) -> None:
         node_projector=(nodes,),
         tenancy=tenancy,
         placement_timeout_s=rt.settings.placement_timeout_s,
+        preempt_kill_margin_s=rt.settings.preempt_kill_margin_s,
         cluster=rt.settings.cluster,
         metrics=metrics,
     )

@@ -84,3 +84,19 @@ from trainyard.core.admission.deadlines import HeldRun, Stop, overdue
 )
 def test_overdue_runs(run: HeldRun, now: float, expected: list[Stop]) -> None:
     assert overdue([run], now, placement_timeout_s=60.0) == expected
+
+
+@pytest.mark.parametrize(
+    ("margin", "now", "expected"),
+    [
+        pytest.param(15.0, 30.0, [], id="a victim on executing nodes is not failed by admission at its deadline"),
+        pytest.param(15.0, 44.9, [], id="nor before the margin after it is over"),
+        pytest.param(
+            15.0, 45.0, [Stop("j", "preempted")], id="once the margin is over, admission stops it as a fallback"
+        ),
+        pytest.param(0.0, 30.0, [Stop("j", "preempted")], id="an emulated or simulated victim has no margin"),
+    ],
+)
+def test_executing_victims_get_a_margin_after_their_grace(margin: float, now: float, expected: list[Stop]) -> None:
+    run = HeldRun("j", "running", 0.0, preempt_deadline=30.0, kill_margin_s=margin)
+    assert overdue([run], now, placement_timeout_s=60.0) == expected

@@ -5,6 +5,13 @@ placement timeout.
 A run is stopped at ``started_at + max_runtime_s`` with ``RunFailed(timeout)``,
 as the simulator stops it; the fold counts that as the job's own failure
 (``failure_category``): retried after a backoff while retries are left.
+
+A preemption victim whose processes node agents execute is failed here only
+``kill_margin_s`` after its grace period: the run dispatcher fails it first,
+once every rank has exited (after the agents' own kill at the grace period),
+so the preemptor's GPUs are handed over only when the victim's processes are
+gone.  This is the fallback for agents that never report; emulated and
+simulated runs have no margin.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ class HeldRun(msgspec.Struct, frozen=True):
     preempt_deadline: float | None = None  # from its preemption notice, if it got one
     started_at: float | None = None  # when the run started running (RunStarted)
     runtime_limit_s: float | None = None  # the spec's max_runtime_s; None: no limit
+    kill_margin_s: float = 0.0  # stopped for preemption this long after its deadline (executing nodes)
 
 
 class Stop(msgspec.Struct, frozen=True):
@@ -39,8 +47,8 @@ def overdue(runs: list[HeldRun], now: float, placement_timeout_s: float) -> list
         if run.status not in ACTIVE:
             continue
         due: list[tuple[float, str]] = []
-        if run.preempt_deadline is not None and now >= run.preempt_deadline:
-            due.append((run.preempt_deadline, "preempted"))
+        if run.preempt_deadline is not None and now >= run.preempt_deadline + run.kill_margin_s:
+            due.append((run.preempt_deadline + run.kill_margin_s, "preempted"))
         if run.status == "running" and run.started_at is not None and run.runtime_limit_s is not None:
             limit = run.started_at + run.runtime_limit_s
             if now >= limit:
