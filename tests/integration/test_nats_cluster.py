@@ -54,24 +54,24 @@ class Publisher:
 class Reader:
     """A durable pull consumer on JOBS that acks what it reads."""
 
+    # A message delivered while its node is killed never reaches us and is sent again only once its ack
+    # wait expires: 5 s rather than the default 30 s, so redelivery comes well within the test's wait.
+    CONFIG = ConsumerConfig(durable_name="reader", ack_policy=AckPolicy.EXPLICIT, ack_wait=5.0)
+
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
         self.seen: set[str] = set()
         self.errors: list[str] = []  # fetches that failed other than by timing out, for the failure message
         self.stop = asyncio.Event()
 
+    async def create(self) -> None:
+        """Create the consumer, asked again until the cluster answers.  Done before anything is published or
+        killed: creating it beside the publisher raced the kills, and a create answered by a cluster between
+        meta leaders fails with 503 "JetStream system temporarily unavailable" (not a timeout), which killed
+        the reader, so the consumer read nothing more.  Asking again with the same config is idempotent."""
+        await answered(lambda: self.bus.js.add_consumer("JOBS", self.CONFIG), "the reader's consumer created")
+
     async def run(self) -> None:
-        # A message delivered while its node is killed never reaches us and is sent again only once its ack
-        # wait expires: 5 s rather than the default 30 s, so redelivery comes well within the test's wait.
-        config = ConsumerConfig(durable_name="reader", ack_policy=AckPolicy.EXPLICIT, ack_wait=5.0)
-        # On a busy machine the cluster may create the consumer and still answer too late: asking again with
-        # the same config is idempotent (a reader that died here once read nothing, failing the test).
-        while True:
-            try:
-                await self.bus.js.add_consumer("JOBS", config)
-                break
-            except TimeoutError as err:
-                self.errors.append(f"add_consumer: {err!r}")
         sub = await self.bus.js.pull_subscribe_bind("reader", "JOBS")
         while not self.stop.is_set():
             try:
@@ -154,6 +154,7 @@ async def test_killing_any_node_loses_nothing_acknowledged_and_the_node_catches_
         await answered(lambda: ensure_streams(bus.js, replicas=3), "streams created")
         info = await answered(lambda: bus.js.stream_info("JOBS"), "JOBS stream info")
         assert info.config.num_replicas == 3 and info.cluster is not None
+        await reader.create()
         tasks = [asyncio.create_task(publisher.run()), asyncio.create_task(reader.run())]
         await eventually(lambda: more_acked(publisher, 50), what="events acknowledged before the kill")
 
