@@ -32,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import pwd
+import shutil
 import signal
 import time
 import typing
@@ -273,6 +275,10 @@ class Executor:
         if run.order.image and self.container_runtime:
             argv = processes.container_argv(self.container_runtime, run.order.image, p.launch.gpus, cwd, env, argv)
         p.log.parent.mkdir(parents=True, exist_ok=True)
+        if self.run_as:  # the shim and the job write these as that user
+            owned = [p.dir, p.log.parent, run.checkpoint_dir]
+            for path in owned if p.launch.working_dir else [*owned, Path(cwd)]:
+                shutil.chown(path, self.run_as, pwd.getpwnam(self.run_as).pw_gid)
         shim, result = await processes.spawn(p.dir, p.log, argv, env, cwd, self.run_as)
         p.shim = shim
         if isinstance(result, Exit):
