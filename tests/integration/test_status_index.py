@@ -4,8 +4,6 @@ to look only at the newest max(10 x limit, 1,000) jobs)."""
 
 from __future__ import annotations
 
-import asyncio
-
 from trainyard.bus import Bus, PublishRequest
 from trainyard.domain import JobSpec, Role
 from trainyard.events import (
@@ -18,23 +16,15 @@ from trainyard.events import (
     RunSucceeded,
     job_subject,
 )
-from trainyard.store import Projector, Store, views
+from trainyard.store import Store, views
 from trainyard.testing.publish import publish_event
+from trainyard.testing.streams import project
 
 
 def spec(tenant: str) -> JobSpec:
     return JobSpec(
         tenant=tenant, queue="default", roles=[Role(name="trainer", replicas=1, gpus_per_replica=1)], name="j"
     )
-
-
-async def project(bus: Bus, store: Store) -> None:
-    projector = Projector(bus, store, "JOBS")
-    stop = asyncio.Event()
-    task = asyncio.create_task(projector.run(stop))
-    await projector.wait_for((await bus.js.stream_info("JOBS")).state.last_seq)
-    stop.set()
-    await task
 
 
 async def start_running(bus: Bus, job_id: str, tenant: str) -> None:
@@ -73,7 +63,7 @@ async def test_a_running_job_older_than_a_thousand_finished_ones_is_listed_by_th
     await start_running(bus, "old-runner", "acme")
     await start_running(bus, "beta-runner", "beta")
     await short_jobs(bus, "acme", 1_050)
-    await project(bus, store)
+    await project(bus, store, "JOBS")
 
     running = await views.list_jobs(store, tenant="acme", status="running", limit=10)
     everyone = await views.list_jobs(store, status="running", limit=10)
@@ -88,7 +78,7 @@ async def test_a_running_job_older_than_a_thousand_finished_ones_is_listed_by_th
 async def test_a_job_leaves_its_old_status_index_when_its_status_changes(bus: Bus, store: Store) -> None:
     await start_running(bus, "j1", "acme")
     await publish_event(bus, RunSucceeded(at=9.0, job_id="j1", tenant="acme", run_id="j1-r1"), msg_id="done")
-    await project(bus, store)
+    await project(bus, store, "JOBS")
 
     assert await views.list_jobs(store, tenant="acme", status="running") == []
     assert [j.job_id for j in await views.list_jobs(store, tenant="acme", status="succeeded")] == ["j1"]
@@ -101,7 +91,7 @@ async def test_a_projection_folded_before_the_status_indexes_is_read_the_slow_wa
 ) -> None:
     await start_running(bus, "old-runner", "acme")
     await short_jobs(bus, "acme", 1_050)
-    await project(bus, store)
+    await project(bus, store, "JOBS")
     stale = [k async for k in store.redis.scan_iter(match=store.key("*bystatus:*"))]
     await store.redis.delete(*stale)  # as the fold before this version left it
 
