@@ -70,6 +70,12 @@ def agent_control_subject(cluster: str, node_id: str) -> str:
     return f"{PREFIX}.agent.{token(cluster)}.{token(node_id)}.control"
 
 
+def agent_logs_subject(cluster: str, node_id: str) -> str:
+    """Where one node's agent answers ``logs`` requests, and nothing else: the
+    gateway may ask here for a job's output without being able to reset GPUs."""
+    return f"{PREFIX}.agent.{token(cluster)}.{token(node_id)}.logs"
+
+
 def agent_control_wildcard(cluster: str) -> str:
     return f"{PREFIX}.agent.{token(cluster)}.*.control"
 

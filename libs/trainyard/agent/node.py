@@ -126,7 +126,10 @@ class NodeAgent:
         return control.ControlReply(ok=False, message=f"an agent does not do {request.op!r}")
 
     async def _on_control(self, msg: Msg) -> None:
-        request = control.decode_request(msg.data)
+        await self._on_request(msg, control.decode_request(msg.data))
+
+    async def _on_request(self, msg: Msg, request: control.ControlRequest | control.ControlReply) -> None:
+        """Answer ``request`` (a reply already: a request that could not be read)."""
         if isinstance(request, control.ControlRequest):
             try:
                 reply = await asyncio.to_thread(self.answer, request)

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from nats.aio.msg import Msg
+
 from trainyard.agent import control, runlogs
 from trainyard.agent.executor import Executor
 from trainyard.agent.node import NodeAgent
@@ -120,11 +122,21 @@ class RunningAgent(NodeAgent):
         details = {"offset": str(start), "next_offset": str(start + len(data)), "size": str(size)}
         return control.ControlReply(ok=True, message=f"{len(data)} bytes", details=details, data=data)
 
+    async def _on_logs(self, msg: Msg) -> None:
+        """The logs subject answers ``logs`` requests only (the gateway's way in)."""
+        request = control.decode_request(msg.data)
+        if isinstance(request, control.ControlRequest) and request.op != "logs":
+            request = control.ControlReply(ok=False, message="only logs requests are answered here")
+        await self._on_request(msg, request)
+
     async def run(self, stop: asyncio.Event) -> None:
         """Reattach to the runs recorded on disk, then register, execute and report until ``stop``.
         The processes keep running when the agent stops; the next start reattaches."""
         await self.executor.reattach()
         orders = Orders(self.executor, self.node.node_id)
+        logs_sub = await self.bus.nc.subscribe(
+            control.agent_logs_subject(self.node.cluster, self.node.node_id), cb=self._on_logs
+        )
 
         async def consume() -> None:
             delay = 0.2
@@ -145,6 +157,7 @@ class RunningAgent(NodeAgent):
         try:
             await asyncio.gather(super().run(stop), self.outbox.run(stop), consume())
         finally:
+            await logs_sub.unsubscribe()
             await self.executor.close()
 
 

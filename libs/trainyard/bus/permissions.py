@@ -188,6 +188,7 @@ def _service(role: str, cluster: str) -> tuple[list[str], list[str], bool]:
         publish = [
             f"{_J}.intake.*",
             "$JS.API.STREAM.MSG.GET.INTAKE",
+            f"{_J}.agent.*.*.logs",  # a job's output, asked of the agent that ran it (logs requests only)
             subjects.NODES_ALL,
             subjects.AUDIT_ALL,
             *_reads("JOBS"),
@@ -229,7 +230,7 @@ def _agent(node: str, cluster: str) -> tuple[list[str], list[str], bool]:
         f"{api}.CONSUMER.MSG.NEXT.WORK.{durable}",
         f"$JS.ACK.WORK.{durable}.>",
     ]
-    return publish, [f"{_J}.agent.{cluster}.{node}.control"], True
+    return publish, [f"{_J}.agent.{cluster}.{node}.control", f"{_J}.agent.{cluster}.{node}.logs"], True
 
 
 def permissions_for(role: str, tenant: str | None = None, cluster: str = "*", node: str | None = None) -> Permissions:
