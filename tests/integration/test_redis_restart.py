@@ -1,11 +1,13 @@
 """Redis locked with the installation's ACL users keeps every fold across
 restarts: its append-only file replays whole (no transaction refused on
-replay), and the service users run the folds but cannot administer scripts."""
+replay), and the service users run the folds but cannot administer scripts.
+A projection that does not hold what its marker claims (a partial replay)
+is noticed when a projector joins it, and rebuilt."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,8 @@ from trainyard.events import NodeRegistered, RunSucceeded, subjects
 from trainyard.local.credentials import ADMIN, Credentials, new_credentials, write_server_files
 from trainyard.local.servers import Server, start_redis
 from trainyard.local.supervisor import restart_server
-from trainyard.store import Store, views
+from trainyard.store import Projector, Store, views
+from trainyard.store.projection_check import jobs_missing
 from trainyard.testing.publish import publish_event
 
 
@@ -118,3 +121,47 @@ async def test_no_client_can_log_in_as_the_default_user(locked_redis: Server) ->
                 await asyncio.wait_for(client.get("ty:x"), 10)
         finally:
             await client.aclose()
+
+
+async def joined(bus: Bus, store: Store) -> Projector:
+    """A JOBS projector that has joined the projection in Redis and caught up (a process starting)."""
+    projector = Projector(bus, store, "JOBS")
+    stop = asyncio.Event()
+    task = asyncio.create_task(projector.run(stop))
+    await projector.caught_up(timeout=60)
+    stop.set()
+    await task
+    return projector
+
+
+async def test_a_projection_that_holds_what_its_marker_claims_is_adopted_as_it_is(bus: Bus, store: Store) -> None:
+    await jobs_in_every_state(bus)
+    first = await joined(bus, store)
+    before = await snapshot(store)
+    again = await joined(bus, store)
+    assert again.epoch == first.epoch and again.lost_count == 0
+    assert await snapshot(store) == before
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda s: s.redis.delete(s.key("job", "j23")), id="the newest job's hash is gone"),
+        pytest.param(
+            lambda s: s.redis.hset(s.key("job", "j23"), "last_seq", 1), id="the newest job is older than its last event"
+        ),
+        pytest.param(lambda s: s.redis.zrem(s.key("jobs"), "j0"), id="an old job is missing from the jobs index"),
+    ],
+)
+async def test_a_projection_that_does_not_hold_what_its_marker_claims_is_rebuilt_on_start(
+    bus: Bus, store: Store, damage: Callable[[Store], Awaitable[object]]
+) -> None:
+    await jobs_in_every_state(bus)
+    first = await joined(bus, store)
+    whole = await snapshot(store)
+    await damage(store)  # what a partial replay of Redis's log leaves: the marker, not all the state
+    assert await jobs_missing(bus, store, (await store.projection_state("jobs"))[1]) is not None
+
+    rebuilt = await joined(bus, store)
+    assert rebuilt.lost_count == 1 and rebuilt.epoch != first.epoch
+    assert await snapshot(store) == whole

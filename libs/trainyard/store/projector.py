@@ -18,6 +18,7 @@ from trainyard.bus.connection import Bus
 from trainyard.bus.pull import message_meta
 from trainyard.events import decode_job_event, decode_node_event, subject_disagrees, subjects
 from trainyard.store.lua_args import job_event_args, node_event_args
+from trainyard.store.projection_check import jobs_missing
 from trainyard.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -86,9 +87,22 @@ class Projector:
 
     async def join(self) -> int:
         """Adopt the epoch of the projection in Redis, starting a new one if
-        Redis has none; returns the sequence the projection holds."""
+        Redis has none; returns the sequence the projection holds.
+
+        A JOBS projection is checked before it is adopted: one that does not
+        hold what its marker claims (see :mod:`trainyard.store.projection_check`)
+        is dropped with every key of the installation, as a wipe would, and
+        rebuilt from the stream; the other processes notice the loss as they
+        notice a wipe."""
         key = self.store.key("proj", self.projection)
         epoch, last = await self.store._join(keys=[key], args=[uuid.uuid4().hex])
+        if self.stream == "JOBS" and epoch != self.epoch:
+            problem = await jobs_missing(self.bus, self.store, int(last))
+            if problem:
+                log.error("JOBS projection does not hold what its marker claims (%s): rebuilding it", problem)
+                self.lost_count += 1
+                await self.store.flush()
+                epoch, last = await self.store._join(keys=[key], args=[uuid.uuid4().hex])
         if epoch != self.epoch:
             log.info("%s projection: epoch %s at sequence %s", self.stream, epoch, last)
         self.epoch, self._through = epoch, int(last)
