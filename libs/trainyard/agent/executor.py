@@ -170,11 +170,11 @@ class Executor:
         for run_dir in sorted((self.state_dir / "runs").glob("*")):
             try:
                 order = runstate.load_order(run_dir)
-                run = order and runstate.load(run_dir, order, self.logs_of(order), self.checkpoint_dir(order))
+                if order is None or order.run_id in self.runs:
+                    continue
+                run = runstate.load(run_dir, order, self.logs_of(order), self.checkpoint_dir(order))
             except (OSError, ValueError) as err:  # msgspec errors are ValueErrors
                 log.error("run directory %s cannot be read (%r): left alone", run_dir, err)
-                continue
-            if run is None or run.run_id in self.runs:
                 continue
             if run.started_at is not None:
                 for p in run.procs:

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     for name in {"SIGTERM", args.stop_signal}:
         signal.signal(getattr(signal, name), lambda *_: stop.set())
     started = time.monotonic()
-    step0 = args.resume_step
+    step0: int = args.resume_step
     last_checkpoint = started
     print(f"simulated workload: {args.duration:g}s from step {step0}", flush=True)
 
