@@ -20,6 +20,7 @@ from trainyard.bus import Bus
 from trainyard.settings import Settings
 from trainyard.store import Store
 from trainyard.testing.auth import Callers
+from trainyard.testing.locked_bus import locked_bus
 from trainyard_gateway.security import LOGIN_COOKIE, SESSION_COOKIE
 
 
@@ -162,3 +163,19 @@ async def test_unknown_token_and_session_ids_cost_a_bounded_number_of_nats_look_
     assert looked_up <= limit and bucket.gets == looked_up
     # a real token still verifies (the watch's copy, or a look-up once allowed)
     assert (await callers.authenticator.authenticate(f"Bearer {callers.tokens['admin']}")).role.value == "admin"
+
+
+async def test_the_gateways_own_nats_user_starts_reads_and_ends_sessions_on_the_locked_bus(tmp_path: Any) -> None:
+    async with locked_bus(tmp_path) as (connect, _):
+        gateway = await connect("gateway")
+        tokens = await TokenStore.open(gateway.js)
+        auth = Authenticator(tokens)
+        assert auth.sessions is not None
+        _, token = await tokens.create("alice", "researcher", "acme", created_by="test")
+        who = await auth.authenticate(f"Bearer {token}")
+
+        _, cookie = await auth.sessions.start(who, token)
+        assert await auth.session(cookie) == who
+        assert await auth.sessions.end(cookie)
+        with pytest.raises(Unauthenticated, match="ended"):
+            await auth.session(cookie)
