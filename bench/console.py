@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import re
 import socket
 import statistics
 import tempfile
@@ -201,7 +202,10 @@ async def main(n_jobs: int, n_nodes: int, repeat: int) -> None:
             print(f"\n{'page':<42} {'as':<9} {'p50 ms':>8} {'max ms':>8} {'bytes':>9}")
             for caller, path in pages:
                 async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
-                    login = await client.post("/login", data={"token": callers.tokens[caller]})
+                    form = (await client.get("/login")).text  # its form's CSRF token goes with the token
+                    csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', form)
+                    assert csrf, "the login page has no CSRF token"
+                    login = await client.post("/login", data={"token": callers.tokens[caller], "csrf": csrf.group(1)})
                     assert login.status_code == 303, login.text
                     times, size = [], 0
                     for _ in range(repeat):
