@@ -60,6 +60,11 @@ from trainyard.events.work import (
 log = logging.getLogger(__name__)
 
 STOP_REASONS: tuple[str, ...] = typing.get_args(StopReason)
+#: A StartRun older than this is never started: the dispatcher failed the run
+#: long ago (its start timeout), and an agent with a new, empty state
+#: directory reading its orders from the start of the stream must not start
+#: last week's runs.
+MAX_ORDER_AGE_S = 600.0
 #: The grace the other processes of a run get when one of them failed.
 PEER_GRACE_S = 5.0
 
@@ -90,6 +95,7 @@ class Executor:
         log_max_bytes: int = 64 * 1024 * 1024,
         poll_s: float = 0.1,
         checkpoint_poll_s: float = 1.0,
+        max_order_age_s: float | None = MAX_ORDER_AGE_S,
     ) -> None:
         self.state_dir = Path(state_dir)
         self.node_id = node_id
@@ -101,6 +107,7 @@ class Executor:
         self.log_max_bytes = log_max_bytes
         self.poll_s = poll_s
         self.checkpoint_every = max(1, round(checkpoint_poll_s / poll_s))  # in supervision ticks
+        self.max_order_age_s = max_order_age_s  # an older StartRun is never started (None: any age)
         self.runs: dict[str, Run] = {}  # the runs not over, by run id
 
     def running_runs(self) -> list[str]:
@@ -137,6 +144,13 @@ class Executor:
 
     def start(self, order: StartRun) -> Run | None:
         run_dir = self.run_dir(order.run_id)
+        age = self.clock() - order.at
+        if self.max_order_age_s is not None and age > self.max_order_age_s:
+            if runstate.tombstone(run_dir):  # a state directory younger than the order stream: never start it
+                log.warning(
+                    "StartRun of run %s is %.0fs old (over %.0fs): not started", order.run_id, age, self.max_order_age_s
+                )
+            return None
         if not runstate.create(run_dir, order):
             return None
         checkpoints = self.checkpoint_dir(order)

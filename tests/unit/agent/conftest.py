@@ -5,6 +5,7 @@ runs the same executor over a real bus)."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,7 @@ def launch(
 
 def order(run_id: str, *processes: ProcessLaunch, **kw: Any) -> StartRun:
     return StartRun(
-        at=0.0,
+        at=kw.pop("at", time.time()),
         job_id=f"job-{run_id}",
         tenant="acme",
         run_id=run_id,

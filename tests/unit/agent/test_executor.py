@@ -166,3 +166,10 @@ async def test_a_stop_before_the_start_means_it_never_starts(executor: Executor,
     await executor.apply(order("r-late", launch(0, "sleep", "60")))
     assert executor.runs == {} and reports.sent == []
     assert os.listdir(executor.run_dir("r-late")) == ["done"]
+
+
+async def test_a_start_order_older_than_the_limit_is_never_started(executor: Executor, reports: Reports) -> None:
+    await executor.apply(order("r-old", launch(0, "sleep", "60"), at=time.time() - 3600))
+    await executor.apply(order("r-old", launch(0, "sleep", "60")))  # the same run, ordered again now: still not
+    assert executor.runs == {} and reports.sent == []
+    assert os.listdir(executor.run_dir("r-old")) == ["done"]
