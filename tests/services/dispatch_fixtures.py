@@ -146,12 +146,24 @@ class Cluster:
         self.dispatcher = RunDispatcher(
             self.placement, self.store, CLUSTER, time.time, lease=lease, start_timeout_s=start_timeout_s
         )
-        self.tasks = [
-            asyncio.ensure_future(c) for c in (self.jobs.run(self.stop), nodes.run(self.stop), self.dispatcher.run(self.stop))
-        ]  # fmt: skip
+        self.tasks = [asyncio.ensure_future(c) for c in (self.jobs.run(self.stop), nodes.run(self.stop))]
+        self._dispatching = asyncio.Event()
+        self._dispatcher = asyncio.ensure_future(self.dispatcher.run(self._dispatching))
+
+    async def restart_dispatcher(self) -> None:
+        """Stop the dispatcher and start a new one (a restart, or a standby taking over): it keeps nothing in memory."""
+        self._dispatching.set()
+        await self._dispatcher
+        old = self.dispatcher
+        self.dispatcher = RunDispatcher(old.bus, old.store, CLUSTER, time.time, start_timeout_s=old.start_timeout_s)
+        self._dispatching = asyncio.Event()
+        self._dispatcher = asyncio.ensure_future(self.dispatcher.run(self._dispatching))
 
     async def close(self) -> None:
         self.stop.set()
+        if self.tasks:
+            self._dispatching.set()
+            self.tasks.append(self._dispatcher)
         for agent in self.agents.values():
             await agent.stop()
         await asyncio.gather(*self.tasks, return_exceptions=True)

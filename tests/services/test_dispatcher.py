@@ -239,3 +239,25 @@ async def test_only_the_lease_holder_dispatches(cluster: Cluster) -> None:
     lease.held = True
     orders = await cluster.start_orders(run_id)
     assert set(orders) == set(NODES)
+
+
+async def test_a_new_dispatcher_carries_on_from_the_state_the_last_one_left(cluster: Cluster) -> None:
+    await cluster.start()
+    run_id = await cluster.place("j1", spec())
+    orders = await cluster.start_orders(run_id)
+    for node in ("n01", "n02"):
+        await cluster.agents[node].started(orders[node])
+
+    async def two_up() -> bool:
+        state = await cluster.dispatcher.book.get(run_id)
+        return state is not None and len(state.started) == 2
+
+    await eventually(two_up, what="two nodes' starts recorded")
+    await cluster.restart_dispatcher()
+    await cluster.agents["n03"].started(orders["n03"])
+    await eventually(lambda: _is(cluster, "j1", "running"), what="the run running")
+    for rank, node in enumerate(NODES):
+        await cluster.agents[node].exited(orders[node], rank, exit_code=0)
+    await eventually(lambda: _is(cluster, "j1", "succeeded"), what="the run succeeded")
+    assert len(await cluster.of("j1", RunStarted)) == 1 and len(await cluster.of("j1", RunSucceeded)) == 1
+    assert all(len(a.of(StartRun)) == 1 for a in cluster.agents.values())  # the placement was not ordered twice

@@ -44,6 +44,8 @@ from trainyard_placement.runbook import RunBook, RunMeta, RunState
 
 log = logging.getLogger(__name__)
 
+ACK_WAIT_S = 5.0  # the dispatcher's consumers: every message is handled in a few Redis round trips
+
 _node = msgspec.json.Decoder(NodeInfo)
 
 #: Why the run's processes are stopped, by the JOBS event that ended it.
@@ -276,9 +278,15 @@ class RunDispatcher:
     # --- running ---
 
     def consumers(self) -> list[tuple[ConsumerSpec, JobOrders | Reports]]:
+        # A short ack wait: a message the last leader's pull took as it stepped down is redelivered within seconds.
         return [
             (
-                ConsumerSpec(stream="JOBS", durable=f"dispatcher-{self.cluster}", filter_subject=subjects.JOBS_ALL),
+                ConsumerSpec(
+                    stream="JOBS",
+                    durable=f"dispatcher-{self.cluster}",
+                    filter_subject=subjects.JOBS_ALL,
+                    ack_wait_s=ACK_WAIT_S,
+                ),
                 self.orders,
             ),
             (
@@ -286,6 +294,7 @@ class RunDispatcher:
                     stream="WORK",
                     durable=f"dispatcher-reports-{self.cluster}",
                     filter_subject=subjects.work_reports_of(self.cluster),
+                    ack_wait_s=ACK_WAIT_S,
                 ),
                 self.reports,
             ),
