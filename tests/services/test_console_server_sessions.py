@@ -6,16 +6,19 @@ security headers; unknown credential ids do not cost a NATS look-up each."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
 from gateway_fixtures import client, csrf_of, gateway_app, log_in
 from starlette.types import ASGIApp
 
-from trainyard.auth import Authenticator, TokenStore, Unauthenticated
+from trainyard.auth import Authenticator, JwtVerifier, TokenStore, Unauthenticated, jwt_config
 from trainyard.bus import Bus
 from trainyard.settings import Settings
 from trainyard.store import Store
@@ -179,3 +182,28 @@ async def test_the_gateways_own_nats_user_starts_reads_and_ends_sessions_on_the_
         assert await auth.sessions.end(cookie)
         with pytest.raises(Unauthenticated, match="ended"):
             await auth.session(cookie)
+
+
+async def test_a_session_started_with_a_jwt_ends_when_the_jwt_does(
+    bus: Bus, store: Store, callers: Callers, tmp_path: Any
+) -> None:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [{**public, "kid": "k1", "alg": "RS256"}]}))
+    config = jwt_config(
+        Settings(
+            auth_jwt_issuer="https://idp", auth_jwt_audience="trainyard", auth_jwks_file=str(tmp_path / "jwks.json")
+        )
+    )
+    assert config is not None
+    auth = Authenticator(callers.store, JwtVerifier(config))
+    expires = time.time() + 600
+    claims = {"iss": "https://idp", "aud": "trainyard", "sub": "alice", "exp": expires}
+    token = jwt.encode(claims | {"trainyard_role": "operator"}, key, algorithm="RS256", headers={"kid": "k1"})
+    async with client(gateway_app(bus, store, auth, Settings(ledger_url=f"sqlite:///{tmp_path}/l.db"))) as browser:
+        assert (await log_in(browser, token)).status_code == 303
+        assert (await browser.get("/cluster")).status_code == 200
+        assert auth.sessions is not None
+        auth.sessions.clock = lambda: expires + 1  # within its 12 hours, past the JWT's expiry
+
+        assert (await browser.get("/cluster")).status_code == 303
