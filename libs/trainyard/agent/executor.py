@@ -335,11 +335,13 @@ class Executor:
             ended = processes.read_exit(p.dir) or Exit()  # both gone without a word: lost
             if ended == Exit():
                 processes.write_exit(p.dir, ended)
+                with open(p.log, "a") as out:  # the reason, in the tail the report carries
+                    out.write("trainyard: the process and its shim are gone without an exit status\n")
         if group_alive(p.pids.pid):  # what the process left in its group goes with it
             signal_group(p.pids.pid, signal.SIGKILL)
             return
         p.exit = ended
-        p.stopped = run.stopping or ("lost" if ended == Exit() else None)
+        p.stopped = run.stopping  # a process lost on its own is a failure, not a stop
         if p.shim is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(p.shim.wait(), 5.0)

@@ -3,6 +3,8 @@ starts, GPUs never held twice, checkpoints, logs and their rotation."""
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -166,3 +168,20 @@ def test_bad_log_reads_are_refused(
 ) -> None:
     with pytest.raises(error):
         runlogs.read(tmp_path, job_id, attempt, rank, 0, limit)
+
+
+async def test_a_process_gone_with_its_shim_and_no_exit_status_is_a_failure_that_stops_its_peers(
+    executor: Executor, reports: Reports
+) -> None:
+    await executor.apply(order("r-lost", launch(0, "sleep", "60"), launch(1, "sleep", "60")))
+    await reports.started("r-lost")
+    pids = executor.runs["r-lost"].procs[1].pids
+    assert pids is not None
+    os.kill(pids.shim_pid, signal.SIGKILL)
+    os.killpg(pids.pid, signal.SIGKILL)
+
+    exits = await reports.exits("r-lost", 2)
+    lost = exits[1]
+    assert (lost.exit_code, lost.signal, lost.start_error, lost.stopped) == (None, None, None, None)
+    assert "gone without an exit status" in lost.log_tail
+    assert exits[0].stopped == "peer_failed"
