@@ -168,8 +168,8 @@ class Cluster:
             await agent.stop()
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
-    async def place(self, job_id: str, job: JobSpec, nodes: tuple[str, ...] = NODES) -> str:
-        """Accept, admit and place ``job`` with replica rank i on ``nodes[i]`` (GPU i)."""
+    async def place(self, job_id: str, job: JobSpec, nodes: tuple[str, ...] = NODES, first_gpu: int = 0) -> str:
+        """Accept, admit and place ``job`` with replica rank i on ``nodes[i]`` (GPU ``first_gpu + i``)."""
         run_id = f"{job_id}-r1"
         now = time.time()
         await publish_event(
@@ -178,7 +178,8 @@ class Cluster:
         admitted = JobAdmitted(at=now, job_id=job_id, tenant=job.tenant, run_id=run_id, attempt=1)
         await publish_event(self.admission, admitted, f"{job_id}:adm")
         replicas = [
-            ReplicaPlacement(role="trainer", replica=i, rank=i, node_id=n, gpus=[i]) for i, n in enumerate(nodes)
+            ReplicaPlacement(role="trainer", replica=i, rank=i, node_id=n, gpus=[first_gpu + i])
+            for i, n in enumerate(nodes)
         ]
         placed = JobPlaced(
             at=time.time(), job_id=job_id, tenant=job.tenant, run_id=run_id, cluster=CLUSTER, replicas=replicas

@@ -13,6 +13,7 @@ import pytest
 from dispatch_fixtures import NODES, Cluster, dispatching, spec
 from nats.js.errors import NotFoundError
 
+from trainyard.core.execution import choose_port
 from trainyard.events import CheckpointSaved, JobCancelled, PreemptionNotice, RunFailed, RunStarted, RunSucceeded
 from trainyard.events.work import CheckpointWritten, SignalRun, StartRun, StopRun
 from trainyard.store import Store, views
@@ -261,3 +262,29 @@ async def test_a_new_dispatcher_carries_on_from_the_state_the_last_one_left(clus
     await eventually(lambda: _is(cluster, "j1", "succeeded"), what="the run succeeded")
     assert len(await cluster.of("j1", RunStarted)) == 1 and len(await cluster.of("j1", RunSucceeded)) == 1
     assert all(len(a.of(StartRun)) == 1 for a in cluster.agents.values())  # the placement was not ordered twice
+
+
+async def test_runs_sharing_a_node_get_their_own_gpus_and_master_ports(cluster: Cluster) -> None:
+    await cluster.start()
+    # A second job whose run id derives the same port as j1's: it is moved past it.
+    other = next(f"k{i}" for i in range(100_000) if choose_port(f"k{i}-r1") == choose_port("j1-r1"))
+    a = await cluster.place("j1", spec(), first_gpu=0)
+    b = await cluster.place(other, spec(), first_gpu=4)
+    first, second = await cluster.start_orders(a), await cluster.start_orders(b)
+    for node in NODES:
+        gpus_a = first[node].processes[0].env["CUDA_VISIBLE_DEVICES"]
+        gpus_b = second[node].processes[0].env["CUDA_VISIBLE_DEVICES"]
+        assert set(gpus_a.split(",")).isdisjoint(gpus_b.split(","))
+    port_a = first["n01"].processes[0].env["MASTER_PORT"]
+    port_b = second["n01"].processes[0].env["MASTER_PORT"]
+    assert port_a != port_b and all(29500 <= int(p) <= 32767 for p in (port_a, port_b))
+    # Once j1 is over its port is free again on n01.
+    await publish_event(cluster.admission, JobCancelled(at=time.time(), job_id="j1", tenant="acme"), "j1:cancel")
+    for rank, node in enumerate(NODES):
+        await cluster.agents[node].exited(first[node], rank, signal="SIGTERM", stopped="cancelled")
+
+    async def port_freed() -> bool:
+        ports = await cluster.store.redis.hgetall(cluster.store.key("dispatch", "ports", "n01"))
+        return ports == {b: port_b}
+
+    await eventually(port_freed, what="j1's port given back")

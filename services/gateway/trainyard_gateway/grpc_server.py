@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+import msgspec
 from google.protobuf.message import DecodeError
 
 from trainyard._pb.trainyard.v1 import jobs_pb2 as pb
@@ -41,6 +42,7 @@ from trainyard_gateway.jobs import (
     check_tenant_name,
     require_valid,
 )
+from trainyard_gateway.logs_api import MAX_CHUNK, read_logs
 from trainyard_gateway.metrics import JOB_STATUSES, GatewayMetrics
 from trainyard_gateway.schema import JobView
 
@@ -73,7 +75,8 @@ def _topology_from_proto(t: pb.TopologyConstraint, field: str) -> dict[str, Any]
 
 def _role_from_proto(r: pb.Role, field: str) -> dict[str, Any]:
     role = {"name": r.name, **_optional(r, ("replicas", "gpus_per_replica", "gpu_type", "cpu_per_replica"))}
-    role.update(_optional(r, ("memory_gib_per_replica",)))
+    role.update(_optional(r, ("memory_gib_per_replica", "working_dir", "launch")))
+    role.update(command=list(r.command), env=dict(r.env))
     if r.HasField("topology"):
         role["topology"] = _topology_from_proto(r.topology, f"{field}.topology")
     return role
@@ -88,6 +91,7 @@ def spec_from_proto(s: pb.JobSpec) -> JobSpec:
         "labels": dict(s.labels),
         "command": list(s.command),
         **_optional(s, ("name", "priority_class", "max_runtime_s", "image", "workload_ref", "simulated_duration_s")),
+        **_optional(s, ("stop_signal", "stop_grace_s", "checkpoint_dir")),
     }
     if s.HasField("topology"):
         raw["topology"] = _topology_from_proto(s.topology, "spec.topology")
@@ -106,7 +110,12 @@ def _role_to_proto(r: Role) -> pb.Role:
         gpu_type=r.gpu_type,
         cpu_per_replica=r.cpu_per_replica,
         memory_gib_per_replica=r.memory_gib_per_replica,
+        command=r.command,
+        env=r.env,
+        launch=r.launch,
     )
+    if r.working_dir is not None:
+        role.working_dir = r.working_dir
     if r.topology is not None:
         role.topology.CopyFrom(_topology_to_proto(r.topology))
     return role
@@ -122,8 +131,10 @@ def spec_to_proto(s: JobSpec) -> pb.JobSpec:
         labels=s.labels,
         max_runtime_s=s.max_runtime_s,
         command=s.command,
+        stop_signal=s.stop_signal,
+        stop_grace_s=s.stop_grace_s,
     )
-    for name in ("image", "workload_ref", "simulated_duration_s"):
+    for name in ("image", "workload_ref", "simulated_duration_s", "checkpoint_dir"):
         if getattr(s, name) is not None:
             setattr(spec, name, getattr(s, name))
     if s.topology is not None:
@@ -255,6 +266,22 @@ class JobService(pb_grpc.JobServiceServicer):
             return pb.ListJobsResponse(jobs=[job_to_proto(j) for j in jobs])
 
         return await self._serve("ListJobs", context, work)
+
+    async def GetJobLogs(self, request: pb.GetJobLogsRequest, context: grpc.aio.ServicerContext) -> pb.JobLogs:
+        async def work() -> pb.JobLogs:
+            who = await self._caller(context, Action.JOB_READ)
+            chunk = await read_logs(
+                self.ops,
+                request.job_id,
+                tenant_filter(who, Action.JOB_READ, None),
+                rank=request.rank,
+                attempt=request.attempt or None,
+                offset=request.offset,
+                limit=request.limit or MAX_CHUNK,
+            )
+            return pb.JobLogs(**msgspec.structs.asdict(chunk))
+
+        return await self._serve("GetJobLogs", context, work)
 
     async def CancelJob(self, request: pb.CancelJobRequest, context: grpc.aio.ServicerContext) -> pb.CancelJobResponse:
         async def work() -> pb.CancelJobResponse:

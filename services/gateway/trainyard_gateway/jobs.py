@@ -137,7 +137,7 @@ class JobOperations:
         )
         return job_id
 
-    async def _record(self, job_id: str, tenant: str | None) -> JobRecord:
+    async def record(self, job_id: str, tenant: str | None) -> JobRecord:
         require_valid(check_job_id(job_id))
         job = await self.caught_up.read(lambda: views.get_job(self.store, job_id))
         if job is None or (tenant is not None and job.tenant != tenant):
@@ -173,7 +173,7 @@ class JobOperations:
     async def cancel(
         self, job_id: str, tenant: str | None = None, reason: str = "cancelled by user", *, actor: str
     ) -> JobRecord:
-        job = await self._record(job_id, tenant)
+        job = await self.record(job_id, tenant)
         if job.status in TERMINAL:
             raise Conflict(f"job {job_id} is already {job.status}")
         now = self.clock()

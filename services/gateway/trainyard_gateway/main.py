@@ -20,7 +20,7 @@ from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard.settings import ConfigurationError, Settings
 from trainyard.store import Projector
 from trainyard.store.caught_up import CaughtUpReads
-from trainyard_gateway import dlq_api, finance_api, nodes_api
+from trainyard_gateway import dlq_api, finance_api, logs_api, nodes_api
 from trainyard_gateway.console import app as console_app
 from trainyard_gateway.grpc_server import start_grpc
 from trainyard_gateway.jobs import JobOperations
@@ -133,6 +133,7 @@ async def main(rt: Runtime) -> None:
         finance_api.build_router(rt.bus, rt.store, rt.settings),
         console_app.build_router(ops, rt.store, auth, rt.settings),  # the web console at /
         dlq_api.build_router(rt.bus, rt.store, rt.settings),
+        logs_api.build_router(rt.bus, rt.store, rt.settings),
     ]
     app = create_app(
         ops, rt.store, auth, usage_source=build_usage_source(rt.settings), metrics=metrics, routers=routers

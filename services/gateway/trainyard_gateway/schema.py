@@ -208,3 +208,17 @@ class DeadLetterList(msgspec.Struct):
 
 class ReplayBody(msgspec.Struct, frozen=True):
     reason: str = ""  # why (recorded in the audit stream); who is the verified caller
+
+
+class LogChunk(msgspec.Struct, frozen=True, kw_only=True):
+    """A chunk of one rank's output (``GET /v1/jobs/{job_id}/logs``)."""
+
+    job_id: str
+    attempt: int
+    rank: int
+    node_id: str
+    offset: int  # where ``data`` starts in the rank's log
+    next_offset: int  # where the next read starts
+    size: int  # the log's size when it was read
+    data: str  # the bytes as UTF-8, bad bytes replaced
+    finished: bool  # the attempt is over: nothing more will be written

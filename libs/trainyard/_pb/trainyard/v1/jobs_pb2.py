@@ -24,47 +24,55 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17trainyard/v1/jobs.proto\x12\x0ctrainyard.v1\"R\n\x12TopologyConstraint\x12*\n\x05level\x18\x01 \x01(\x0e\x32\x1b.trainyard.v1.TopologyLevel\x12\x10\n\x08required\x18\x02 \x01(\x08\"\xb6\x02\n\x04Role\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\x08replicas\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x1d\n\x10gpus_per_replica\x18\x03 \x01(\x05H\x01\x88\x01\x01\x12\x15\n\x08gpu_type\x18\x04 \x01(\tH\x02\x88\x01\x01\x12\x1c\n\x0f\x63pu_per_replica\x18\x05 \x01(\x01H\x03\x88\x01\x01\x12#\n\x16memory_gib_per_replica\x18\x06 \x01(\x01H\x04\x88\x01\x01\x12\x32\n\x08topology\x18\x07 \x01(\x0b\x32 .trainyard.v1.TopologyConstraintB\x0b\n\t_replicasB\x13\n\x11_gpus_per_replicaB\x0b\n\t_gpu_typeB\x12\n\x10_cpu_per_replicaB\x19\n\x17_memory_gib_per_replica\"\xf2\x03\n\x07JobSpec\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12!\n\x05roles\x18\x03 \x03(\x0b\x32\x12.trainyard.v1.Role\x12\x11\n\x04name\x18\x04 \x01(\tH\x00\x88\x01\x01\x12\x1b\n\x0epriority_class\x18\x05 \x01(\tH\x01\x88\x01\x01\x12\x31\n\x06labels\x18\x06 \x03(\x0b\x32!.trainyard.v1.JobSpec.LabelsEntry\x12\x32\n\x08topology\x18\x07 \x01(\x0b\x32 .trainyard.v1.TopologyConstraint\x12\x1a\n\rmax_runtime_s\x18\x08 \x01(\x03H\x02\x88\x01\x01\x12\x12\n\x05image\x18\t \x01(\tH\x03\x88\x01\x01\x12\x0f\n\x07\x63ommand\x18\n \x03(\t\x12\x19\n\x0cworkload_ref\x18\x0b \x01(\tH\x04\x88\x01\x01\x12!\n\x14simulated_duration_s\x18\x0c \x01(\x01H\x05\x88\x01\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x07\n\x05_nameB\x11\n\x0f_priority_classB\x10\n\x0e_max_runtime_sB\x08\n\x06_imageB\x0f\n\r_workload_refB\x17\n\x15_simulated_duration_s\",\n\nFieldError\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"7\n\x0b\x46ieldErrors\x12(\n\x06\x65rrors\x18\x01 \x03(\x0b\x32\x18.trainyard.v1.FieldError\"^\n\x10ReplicaPlacement\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07replica\x18\x02 \x01(\x05\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12\x0f\n\x07node_id\x18\x04 \x01(\t\x12\x0c\n\x04gpus\x18\x05 \x03(\x05\"\xea\x04\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\r\n\x05queue\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x05 \x01(\t\x12\x16\n\x0epriority_class\x18\x06 \x01(\t\x12\x0c\n\x04gpus\x18\x07 \x01(\x05\x12\x0e\n\x06reason\x18\x08 \x01(\t\x12\x0f\n\x07message\x18\t \x01(\t\x12\x15\n\x08position\x18\n \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06run_id\x18\x0b \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x0c \x01(\x05\x12\x10\n\x08requeues\x18\r \x01(\x05\x12\x31\n\tplacement\x18\x0e \x03(\x0b\x32\x1e.trainyard.v1.ReplicaPlacement\x12(\n\x06\x65rrors\x18\x0f \x03(\x0b\x32\x18.trainyard.v1.FieldError\x12\x19\n\x0csubmitted_at\x18\x10 \x01(\x01H\x01\x88\x01\x01\x12\x18\n\x0b\x61\x63\x63\x65pted_at\x18\x11 \x01(\x01H\x02\x88\x01\x01\x12\x18\n\x0b\x61\x64mitted_at\x18\x12 \x01(\x01H\x03\x88\x01\x01\x12\x16\n\tplaced_at\x18\x13 \x01(\x01H\x04\x88\x01\x01\x12\x17\n\nstarted_at\x18\x14 \x01(\x01H\x05\x88\x01\x01\x12\x18\n\x0b\x66inished_at\x18\x15 \x01(\x01H\x06\x88\x01\x01\x12#\n\x04spec\x18\x16 \x01(\x0b\x32\x15.trainyard.v1.JobSpecB\x0b\n\t_positionB\x0f\n\r_submitted_atB\x0e\n\x0c_accepted_atB\x0e\n\x0c_admitted_atB\x0c\n\n_placed_atB\r\n\x0b_started_atB\x0e\n\x0c_finished_at\"G\n\x10SubmitJobRequest\x12#\n\x04spec\x18\x01 \x01(\x0b\x32\x15.trainyard.v1.JobSpec\x12\x0e\n\x06job_id\x18\x02 \x01(\t\"3\n\x11SubmitJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"@\n\x0fListJobsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\"3\n\x10ListJobsResponse\x12\x1f\n\x04jobs\x18\x01 \x03(\x0b\x32\x11.trainyard.v1.Job\"2\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"3\n\x11\x43\x61ncelJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t*\x96\x01\n\rTopologyLevel\x12\x1e\n\x1aTOPOLOGY_LEVEL_UNSPECIFIED\x10\x00\x12\x19\n\x15TOPOLOGY_LEVEL_NVLINK\x10\x01\x12\x17\n\x13TOPOLOGY_LEVEL_RACK\x10\x02\x12\x18\n\x14TOPOLOGY_LEVEL_BLOCK\x10\x03\x12\x17\n\x13TOPOLOGY_LEVEL_ZONE\x10\x04\x32\xad\x02\n\nJobService\x12L\n\tSubmitJob\x12\x1e.trainyard.v1.SubmitJobRequest\x1a\x1f.trainyard.v1.SubmitJobResponse\x12\x38\n\x06GetJob\x12\x1b.trainyard.v1.GetJobRequest\x1a\x11.trainyard.v1.Job\x12I\n\x08ListJobs\x12\x1d.trainyard.v1.ListJobsRequest\x1a\x1e.trainyard.v1.ListJobsResponse\x12L\n\tCancelJob\x12\x1e.trainyard.v1.CancelJobRequest\x1a\x1f.trainyard.v1.CancelJobResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17trainyard/v1/jobs.proto\x12\x0ctrainyard.v1\"R\n\x12TopologyConstraint\x12*\n\x05level\x18\x01 \x01(\x0e\x32\x1b.trainyard.v1.TopologyLevel\x12\x10\n\x08required\x18\x02 \x01(\x08\"\xe7\x03\n\x04Role\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\x08replicas\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x1d\n\x10gpus_per_replica\x18\x03 \x01(\x05H\x01\x88\x01\x01\x12\x15\n\x08gpu_type\x18\x04 \x01(\tH\x02\x88\x01\x01\x12\x1c\n\x0f\x63pu_per_replica\x18\x05 \x01(\x01H\x03\x88\x01\x01\x12#\n\x16memory_gib_per_replica\x18\x06 \x01(\x01H\x04\x88\x01\x01\x12\x32\n\x08topology\x18\x07 \x01(\x0b\x32 .trainyard.v1.TopologyConstraint\x12\x0f\n\x07\x63ommand\x18\x08 \x03(\t\x12(\n\x03\x65nv\x18\t \x03(\x0b\x32\x1b.trainyard.v1.Role.EnvEntry\x12\x18\n\x0bworking_dir\x18\n \x01(\tH\x05\x88\x01\x01\x12\x13\n\x06launch\x18\x0b \x01(\tH\x06\x88\x01\x01\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x0b\n\t_replicasB\x13\n\x11_gpus_per_replicaB\x0b\n\t_gpu_typeB\x12\n\x10_cpu_per_replicaB\x19\n\x17_memory_gib_per_replicaB\x0e\n\x0c_working_dirB\t\n\x07_launch\"\xf8\x04\n\x07JobSpec\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12!\n\x05roles\x18\x03 \x03(\x0b\x32\x12.trainyard.v1.Role\x12\x11\n\x04name\x18\x04 \x01(\tH\x00\x88\x01\x01\x12\x1b\n\x0epriority_class\x18\x05 \x01(\tH\x01\x88\x01\x01\x12\x31\n\x06labels\x18\x06 \x03(\x0b\x32!.trainyard.v1.JobSpec.LabelsEntry\x12\x32\n\x08topology\x18\x07 \x01(\x0b\x32 .trainyard.v1.TopologyConstraint\x12\x1a\n\rmax_runtime_s\x18\x08 \x01(\x03H\x02\x88\x01\x01\x12\x12\n\x05image\x18\t \x01(\tH\x03\x88\x01\x01\x12\x0f\n\x07\x63ommand\x18\n \x03(\t\x12\x19\n\x0cworkload_ref\x18\x0b \x01(\tH\x04\x88\x01\x01\x12!\n\x14simulated_duration_s\x18\x0c \x01(\x01H\x05\x88\x01\x01\x12\x18\n\x0bstop_signal\x18\r \x01(\tH\x06\x88\x01\x01\x12\x19\n\x0cstop_grace_s\x18\x0e \x01(\x01H\x07\x88\x01\x01\x12\x1b\n\x0e\x63heckpoint_dir\x18\x0f \x01(\tH\x08\x88\x01\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x07\n\x05_nameB\x11\n\x0f_priority_classB\x10\n\x0e_max_runtime_sB\x08\n\x06_imageB\x0f\n\r_workload_refB\x17\n\x15_simulated_duration_sB\x0e\n\x0c_stop_signalB\x0f\n\r_stop_grace_sB\x11\n\x0f_checkpoint_dir\",\n\nFieldError\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"7\n\x0b\x46ieldErrors\x12(\n\x06\x65rrors\x18\x01 \x03(\x0b\x32\x18.trainyard.v1.FieldError\"^\n\x10ReplicaPlacement\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07replica\x18\x02 \x01(\x05\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12\x0f\n\x07node_id\x18\x04 \x01(\t\x12\x0c\n\x04gpus\x18\x05 \x03(\x05\"\xea\x04\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\r\n\x05queue\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x05 \x01(\t\x12\x16\n\x0epriority_class\x18\x06 \x01(\t\x12\x0c\n\x04gpus\x18\x07 \x01(\x05\x12\x0e\n\x06reason\x18\x08 \x01(\t\x12\x0f\n\x07message\x18\t \x01(\t\x12\x15\n\x08position\x18\n \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06run_id\x18\x0b \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x0c \x01(\x05\x12\x10\n\x08requeues\x18\r \x01(\x05\x12\x31\n\tplacement\x18\x0e \x03(\x0b\x32\x1e.trainyard.v1.ReplicaPlacement\x12(\n\x06\x65rrors\x18\x0f \x03(\x0b\x32\x18.trainyard.v1.FieldError\x12\x19\n\x0csubmitted_at\x18\x10 \x01(\x01H\x01\x88\x01\x01\x12\x18\n\x0b\x61\x63\x63\x65pted_at\x18\x11 \x01(\x01H\x02\x88\x01\x01\x12\x18\n\x0b\x61\x64mitted_at\x18\x12 \x01(\x01H\x03\x88\x01\x01\x12\x16\n\tplaced_at\x18\x13 \x01(\x01H\x04\x88\x01\x01\x12\x17\n\nstarted_at\x18\x14 \x01(\x01H\x05\x88\x01\x01\x12\x18\n\x0b\x66inished_at\x18\x15 \x01(\x01H\x06\x88\x01\x01\x12#\n\x04spec\x18\x16 \x01(\x0b\x32\x15.trainyard.v1.JobSpecB\x0b\n\t_positionB\x0f\n\r_submitted_atB\x0e\n\x0c_accepted_atB\x0e\n\x0c_admitted_atB\x0c\n\n_placed_atB\r\n\x0b_started_atB\x0e\n\x0c_finished_at\"G\n\x10SubmitJobRequest\x12#\n\x04spec\x18\x01 \x01(\x0b\x32\x15.trainyard.v1.JobSpec\x12\x0e\n\x06job_id\x18\x02 \x01(\t\"3\n\x11SubmitJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"@\n\x0fListJobsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\"3\n\x10ListJobsResponse\x12\x1f\n\x04jobs\x18\x01 \x03(\x0b\x32\x11.trainyard.v1.Job\"2\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"3\n\x11\x43\x61ncelJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\"a\n\x11GetJobLogsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\r\n\x05limit\x18\x05 \x01(\x05\"\x9c\x01\n\x07JobLogs\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12\x0f\n\x07node_id\x18\x04 \x01(\t\x12\x0e\n\x06offset\x18\x05 \x01(\x03\x12\x13\n\x0bnext_offset\x18\x06 \x01(\x03\x12\x0c\n\x04size\x18\x07 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x08 \x01(\t\x12\x10\n\x08\x66inished\x18\t \x01(\x08*\x96\x01\n\rTopologyLevel\x12\x1e\n\x1aTOPOLOGY_LEVEL_UNSPECIFIED\x10\x00\x12\x19\n\x15TOPOLOGY_LEVEL_NVLINK\x10\x01\x12\x17\n\x13TOPOLOGY_LEVEL_RACK\x10\x02\x12\x18\n\x14TOPOLOGY_LEVEL_BLOCK\x10\x03\x12\x17\n\x13TOPOLOGY_LEVEL_ZONE\x10\x04\x32\xf3\x02\n\nJobService\x12L\n\tSubmitJob\x12\x1e.trainyard.v1.SubmitJobRequest\x1a\x1f.trainyard.v1.SubmitJobResponse\x12\x38\n\x06GetJob\x12\x1b.trainyard.v1.GetJobRequest\x1a\x11.trainyard.v1.Job\x12I\n\x08ListJobs\x12\x1d.trainyard.v1.ListJobsRequest\x1a\x1e.trainyard.v1.ListJobsResponse\x12L\n\tCancelJob\x12\x1e.trainyard.v1.CancelJobRequest\x1a\x1f.trainyard.v1.CancelJobResponse\x12\x44\n\nGetJobLogs\x12\x1f.trainyard.v1.GetJobLogsRequest\x1a\x15.trainyard.v1.JobLogsb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'trainyard.v1.jobs_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_ROLE_ENVENTRY']._loaded_options = None
+  _globals['_ROLE_ENVENTRY']._serialized_options = b'8\001'
   _globals['_JOBSPEC_LABELSENTRY']._loaded_options = None
   _globals['_JOBSPEC_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_TOPOLOGYLEVEL']._serialized_start=2143
-  _globals['_TOPOLOGYLEVEL']._serialized_end=2293
+  _globals['_TOPOLOGYLEVEL']._serialized_start=2712
+  _globals['_TOPOLOGYLEVEL']._serialized_end=2862
   _globals['_TOPOLOGYCONSTRAINT']._serialized_start=41
   _globals['_TOPOLOGYCONSTRAINT']._serialized_end=123
   _globals['_ROLE']._serialized_start=126
-  _globals['_ROLE']._serialized_end=436
-  _globals['_JOBSPEC']._serialized_start=439
-  _globals['_JOBSPEC']._serialized_end=937
-  _globals['_JOBSPEC_LABELSENTRY']._serialized_start=794
-  _globals['_JOBSPEC_LABELSENTRY']._serialized_end=839
-  _globals['_FIELDERROR']._serialized_start=939
-  _globals['_FIELDERROR']._serialized_end=983
-  _globals['_FIELDERRORS']._serialized_start=985
-  _globals['_FIELDERRORS']._serialized_end=1040
-  _globals['_REPLICAPLACEMENT']._serialized_start=1042
-  _globals['_REPLICAPLACEMENT']._serialized_end=1136
-  _globals['_JOB']._serialized_start=1139
-  _globals['_JOB']._serialized_end=1757
-  _globals['_SUBMITJOBREQUEST']._serialized_start=1759
-  _globals['_SUBMITJOBREQUEST']._serialized_end=1830
-  _globals['_SUBMITJOBRESPONSE']._serialized_start=1832
-  _globals['_SUBMITJOBRESPONSE']._serialized_end=1883
-  _globals['_GETJOBREQUEST']._serialized_start=1885
-  _globals['_GETJOBREQUEST']._serialized_end=1916
-  _globals['_LISTJOBSREQUEST']._serialized_start=1918
-  _globals['_LISTJOBSREQUEST']._serialized_end=1982
-  _globals['_LISTJOBSRESPONSE']._serialized_start=1984
-  _globals['_LISTJOBSRESPONSE']._serialized_end=2035
-  _globals['_CANCELJOBREQUEST']._serialized_start=2037
-  _globals['_CANCELJOBREQUEST']._serialized_end=2087
-  _globals['_CANCELJOBRESPONSE']._serialized_start=2089
-  _globals['_CANCELJOBRESPONSE']._serialized_end=2140
-  _globals['_JOBSERVICE']._serialized_start=2296
-  _globals['_JOBSERVICE']._serialized_end=2597
+  _globals['_ROLE']._serialized_end=613
+  _globals['_ROLE_ENVENTRY']._serialized_start=450
+  _globals['_ROLE_ENVENTRY']._serialized_end=492
+  _globals['_JOBSPEC']._serialized_start=616
+  _globals['_JOBSPEC']._serialized_end=1248
+  _globals['_JOBSPEC_LABELSENTRY']._serialized_start=1053
+  _globals['_JOBSPEC_LABELSENTRY']._serialized_end=1098
+  _globals['_FIELDERROR']._serialized_start=1250
+  _globals['_FIELDERROR']._serialized_end=1294
+  _globals['_FIELDERRORS']._serialized_start=1296
+  _globals['_FIELDERRORS']._serialized_end=1351
+  _globals['_REPLICAPLACEMENT']._serialized_start=1353
+  _globals['_REPLICAPLACEMENT']._serialized_end=1447
+  _globals['_JOB']._serialized_start=1450
+  _globals['_JOB']._serialized_end=2068
+  _globals['_SUBMITJOBREQUEST']._serialized_start=2070
+  _globals['_SUBMITJOBREQUEST']._serialized_end=2141
+  _globals['_SUBMITJOBRESPONSE']._serialized_start=2143
+  _globals['_SUBMITJOBRESPONSE']._serialized_end=2194
+  _globals['_GETJOBREQUEST']._serialized_start=2196
+  _globals['_GETJOBREQUEST']._serialized_end=2227
+  _globals['_LISTJOBSREQUEST']._serialized_start=2229
+  _globals['_LISTJOBSREQUEST']._serialized_end=2293
+  _globals['_LISTJOBSRESPONSE']._serialized_start=2295
+  _globals['_LISTJOBSRESPONSE']._serialized_end=2346
+  _globals['_CANCELJOBREQUEST']._serialized_start=2348
+  _globals['_CANCELJOBREQUEST']._serialized_end=2398
+  _globals['_CANCELJOBRESPONSE']._serialized_start=2400
+  _globals['_CANCELJOBRESPONSE']._serialized_end=2451
+  _globals['_GETJOBLOGSREQUEST']._serialized_start=2453
+  _globals['_GETJOBLOGSREQUEST']._serialized_end=2550
+  _globals['_JOBLOGS']._serialized_start=2553
+  _globals['_JOBLOGS']._serialized_end=2709
+  _globals['_JOBSERVICE']._serialized_start=2865
+  _globals['_JOBSERVICE']._serialized_end=3236
 # @@protoc_insertion_point(module_scope)

@@ -29,7 +29,14 @@ class TopologyConstraint(_message.Message):
     def __init__(self, level: _Optional[_Union[TopologyLevel, str]] = ..., required: _Optional[bool] = ...) -> None: ...
 
 class Role(_message.Message):
-    __slots__ = ("name", "replicas", "gpus_per_replica", "gpu_type", "cpu_per_replica", "memory_gib_per_replica", "topology")
+    __slots__ = ("name", "replicas", "gpus_per_replica", "gpu_type", "cpu_per_replica", "memory_gib_per_replica", "topology", "command", "env", "working_dir", "launch")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     GPUS_PER_REPLICA_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +44,10 @@ class Role(_message.Message):
     CPU_PER_REPLICA_FIELD_NUMBER: _ClassVar[int]
     MEMORY_GIB_PER_REPLICA_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
+    LAUNCH_FIELD_NUMBER: _ClassVar[int]
     name: str
     replicas: int
     gpus_per_replica: int
@@ -44,10 +55,14 @@ class Role(_message.Message):
     cpu_per_replica: float
     memory_gib_per_replica: float
     topology: TopologyConstraint
-    def __init__(self, name: _Optional[str] = ..., replicas: _Optional[int] = ..., gpus_per_replica: _Optional[int] = ..., gpu_type: _Optional[str] = ..., cpu_per_replica: _Optional[float] = ..., memory_gib_per_replica: _Optional[float] = ..., topology: _Optional[_Union[TopologyConstraint, _Mapping]] = ...) -> None: ...
+    command: _containers.RepeatedScalarFieldContainer[str]
+    env: _containers.ScalarMap[str, str]
+    working_dir: str
+    launch: str
+    def __init__(self, name: _Optional[str] = ..., replicas: _Optional[int] = ..., gpus_per_replica: _Optional[int] = ..., gpu_type: _Optional[str] = ..., cpu_per_replica: _Optional[float] = ..., memory_gib_per_replica: _Optional[float] = ..., topology: _Optional[_Union[TopologyConstraint, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., working_dir: _Optional[str] = ..., launch: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("tenant", "queue", "roles", "name", "priority_class", "labels", "topology", "max_runtime_s", "image", "command", "workload_ref", "simulated_duration_s")
+    __slots__ = ("tenant", "queue", "roles", "name", "priority_class", "labels", "topology", "max_runtime_s", "image", "command", "workload_ref", "simulated_duration_s", "stop_signal", "stop_grace_s", "checkpoint_dir")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +82,9 @@ class JobSpec(_message.Message):
     COMMAND_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_REF_FIELD_NUMBER: _ClassVar[int]
     SIMULATED_DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    STOP_SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    STOP_GRACE_S_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_DIR_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     queue: str
     roles: _containers.RepeatedCompositeFieldContainer[Role]
@@ -79,7 +97,10 @@ class JobSpec(_message.Message):
     command: _containers.RepeatedScalarFieldContainer[str]
     workload_ref: str
     simulated_duration_s: float
-    def __init__(self, tenant: _Optional[str] = ..., queue: _Optional[str] = ..., roles: _Optional[_Iterable[_Union[Role, _Mapping]]] = ..., name: _Optional[str] = ..., priority_class: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., topology: _Optional[_Union[TopologyConstraint, _Mapping]] = ..., max_runtime_s: _Optional[int] = ..., image: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., workload_ref: _Optional[str] = ..., simulated_duration_s: _Optional[float] = ...) -> None: ...
+    stop_signal: str
+    stop_grace_s: float
+    checkpoint_dir: str
+    def __init__(self, tenant: _Optional[str] = ..., queue: _Optional[str] = ..., roles: _Optional[_Iterable[_Union[Role, _Mapping]]] = ..., name: _Optional[str] = ..., priority_class: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., topology: _Optional[_Union[TopologyConstraint, _Mapping]] = ..., max_runtime_s: _Optional[int] = ..., image: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., workload_ref: _Optional[str] = ..., simulated_duration_s: _Optional[float] = ..., stop_signal: _Optional[str] = ..., stop_grace_s: _Optional[float] = ..., checkpoint_dir: _Optional[str] = ...) -> None: ...
 
 class FieldError(_message.Message):
     __slots__ = ("field", "message")
@@ -210,3 +231,39 @@ class CancelJobResponse(_message.Message):
     job_id: str
     status: str
     def __init__(self, job_id: _Optional[str] = ..., status: _Optional[str] = ...) -> None: ...
+
+class GetJobLogsRequest(_message.Message):
+    __slots__ = ("job_id", "rank", "attempt", "offset", "limit")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    rank: int
+    attempt: int
+    offset: int
+    limit: int
+    def __init__(self, job_id: _Optional[str] = ..., rank: _Optional[int] = ..., attempt: _Optional[int] = ..., offset: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class JobLogs(_message.Message):
+    __slots__ = ("job_id", "attempt", "rank", "node_id", "offset", "next_offset", "size", "data", "finished")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    attempt: int
+    rank: int
+    node_id: str
+    offset: int
+    next_offset: int
+    size: int
+    data: str
+    finished: bool
+    def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., node_id: _Optional[str] = ..., offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., size: _Optional[int] = ..., data: _Optional[str] = ..., finished: _Optional[bool] = ...) -> None: ...

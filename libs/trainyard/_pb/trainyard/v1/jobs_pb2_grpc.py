@@ -5,7 +5,7 @@ import warnings
 
 from trainyard._pb.trainyard.v1 import jobs_pb2 as trainyard_dot_v1_dot_jobs__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -55,6 +55,11 @@ class JobServiceStub:
                 request_serializer=trainyard_dot_v1_dot_jobs__pb2.CancelJobRequest.SerializeToString,
                 response_deserializer=trainyard_dot_v1_dot_jobs__pb2.CancelJobResponse.FromString,
                 _registered_method=True)
+        self.GetJobLogs = channel.unary_unary(
+                '/trainyard.v1.JobService/GetJobLogs',
+                request_serializer=trainyard_dot_v1_dot_jobs__pb2.GetJobLogsRequest.SerializeToString,
+                response_deserializer=trainyard_dot_v1_dot_jobs__pb2.JobLogs.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -89,6 +94,13 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetJobLogs(self, request, context):
+        """A chunk of one rank's output (stdout and stderr) of one attempt.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +123,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.CancelJob,
                     request_deserializer=trainyard_dot_v1_dot_jobs__pb2.CancelJobRequest.FromString,
                     response_serializer=trainyard_dot_v1_dot_jobs__pb2.CancelJobResponse.SerializeToString,
+            ),
+            'GetJobLogs': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJobLogs,
+                    request_deserializer=trainyard_dot_v1_dot_jobs__pb2.GetJobLogsRequest.FromString,
+                    response_serializer=trainyard_dot_v1_dot_jobs__pb2.JobLogs.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -222,6 +239,33 @@ class JobService:
             '/trainyard.v1.JobService/CancelJob',
             trainyard_dot_v1_dot_jobs__pb2.CancelJobRequest.SerializeToString,
             trainyard_dot_v1_dot_jobs__pb2.CancelJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJobLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trainyard.v1.JobService/GetJobLogs',
+            trainyard_dot_v1_dot_jobs__pb2.GetJobLogsRequest.SerializeToString,
+            trainyard_dot_v1_dot_jobs__pb2.JobLogs.FromString,
             options,
             channel_credentials,
             insecure,
