@@ -317,8 +317,9 @@ class Executor:
             self.stop(run, run.order.stop_signal, run.order.stop_grace_s, "timeout")
         if run.kill_at is not None and self.clock() >= run.kill_at:
             self._signal(run, signal.SIGKILL)
+        if checkpoint or any(p.exit is not None and not p.reported for p in run.procs):
+            self._check_step(run)  # a step written just before an exit is reported before it
         if checkpoint:
-            self._check_step(run)
             for p in run.procs:
                 if p.live:
                     runlogs.rotate(p.log, self.log_max_bytes)

@@ -1,9 +1,10 @@
 """The built-in simulated workload: what a process whose ``argv`` is empty runs.
 
-It runs for ``--duration`` seconds, writes a checkpoint step every
-``--checkpoint-every`` seconds (one step a second of work) into
-``<checkpoint-dir>/trainyard-step``, starts from ``--resume-step``, and on
-SIGTERM (or ``--stop-signal``) writes a checkpoint and exits 0 at once.
+A step is one second of work and the job is ``--duration`` seconds of it:
+it starts at ``--resume-step`` (so a resumed run does only what is left),
+writes the step it reached into ``<checkpoint-dir>/trainyard-step`` every
+``--checkpoint-every`` seconds and at the end, and on SIGTERM (or
+``--stop-signal``) writes a checkpoint and exits 0 at once.
 
 The agent starts it as ``python -I -S workload.py ...`` (this file, by path),
 filling the options from the launch's environment
@@ -52,19 +53,20 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     step0: int = args.resume_step
     last_checkpoint = started
-    print(f"simulated workload: {args.duration:g}s from step {step0}", flush=True)
+    left = max(0.0, args.duration - step0)
+    print(f"simulated workload: {left:g}s of {args.duration:g}s left, from step {step0}", flush=True)
 
     def step() -> int:
-        return step0 + int(time.monotonic() - started)
+        return min(step0 + int(time.monotonic() - started), max(step0, int(args.duration)))
 
     while not stop.is_set():
         now = time.monotonic()
-        if now - started >= args.duration:
+        if now - started >= left:
             break
         if args.checkpoint_dir and args.checkpoint_every > 0 and now - last_checkpoint >= args.checkpoint_every:
             write_step(args.checkpoint_dir, step())
             last_checkpoint = now
-        stop.wait(min(0.2, max(0.0, args.duration - (now - started))))
+        stop.wait(min(0.2, max(0.0, left - (now - started))))
     if args.checkpoint_dir and (stop.is_set() or args.checkpoint_every > 0):
         write_step(args.checkpoint_dir, step())
     print(f"simulated workload: {'stopped' if stop.is_set() else 'done'} at step {step()}", flush=True)

@@ -115,7 +115,7 @@ async def test_a_run_waiting_for_gpus_that_is_stopped_never_starts(
 async def test_the_simulated_workload_checkpoints_resumes_and_stops_on_sigterm(
     executor: Executor, reports: Reports
 ) -> None:
-    env = {"TRAINYARD_SIMULATED_DURATION_S": "60", "TRAINYARD_SIMULATED_CHECKPOINT_S": "0.2"}
+    env = {"TRAINYARD_SIMULATED_DURATION_S": "1000", "TRAINYARD_SIMULATED_CHECKPOINT_S": "0.2"}
     await executor.apply(order("r-ckpt", launch(0, env=env), resume_from_step=100))
 
     async def two_steps() -> list[int] | None:
@@ -185,3 +185,12 @@ async def test_a_process_gone_with_its_shim_and_no_exit_status_is_a_failure_that
     assert (lost.exit_code, lost.signal, lost.start_error, lost.stopped) == (None, None, None, None)
     assert "gone without an exit status" in lost.log_tail
     assert exits[0].stopped == "peer_failed"
+
+
+async def test_a_resumed_simulated_workload_does_only_what_is_left(executor: Executor, reports: Reports) -> None:
+    env = {"TRAINYARD_SIMULATED_DURATION_S": "30", "TRAINYARD_SIMULATED_CHECKPOINT_S": "5"}
+    await executor.apply(order("r-rest", launch(0, env=env), resume_from_step=29))
+    exited = (await reports.exits("r-rest", 1))[0]
+    assert (exited.exit_code, exited.stopped) == (0, None)
+    assert "1s of 30s left, from step 29" in exited.log_tail and "done at step 30" in exited.log_tail
+    assert [r.step for r in reports.of(CheckpointWritten, "r-rest")] == [30]
