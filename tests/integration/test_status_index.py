@@ -4,6 +4,8 @@ to look only at the newest max(10 x limit, 1,000) jobs)."""
 
 from __future__ import annotations
 
+import httpx
+
 from trainyard.bus import Bus, PublishRequest
 from trainyard.domain import JobSpec, Role
 from trainyard.events import (
@@ -17,8 +19,11 @@ from trainyard.events import (
     job_subject,
 )
 from trainyard.store import Store, views
+from trainyard.testing.auth import Callers
 from trainyard.testing.publish import publish_event
 from trainyard.testing.streams import project
+from trainyard_gateway.jobs import JobOperations
+from trainyard_gateway.rest import create_app
 
 
 def spec(tenant: str) -> JobSpec:
@@ -100,3 +105,16 @@ async def test_a_projection_folded_before_the_status_indexes_is_read_the_slow_wa
 
     assert [j.job_id for j in running] == ["old-runner"]
     assert [j.job_id for j in cancelled] == ["short-acme-1049", "short-acme-1048", "short-acme-1047"]
+
+
+async def test_the_api_lists_the_old_running_job_by_its_status(bus: Bus, store: Store, callers: Callers) -> None:
+    """What ``GET /v1/jobs?status=running`` and ``trainyard jobs --status running`` read."""
+    await start_running(bus, "old-runner", "acme")
+    await short_jobs(bus, "acme", 1_050)
+    await project(bus, store, "JOBS")
+    app = create_app(JobOperations(bus, store), store, callers.authenticator)
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as api:
+        answer = await api.get("/v1/jobs", params={"status": "running", "limit": 10}, headers=callers.headers("acme"))
+
+    assert answer.status_code == 200 and [j["job_id"] for j in answer.json()["jobs"]] == ["old-runner"]
