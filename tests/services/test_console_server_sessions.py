@@ -207,3 +207,25 @@ async def test_a_session_started_with_a_jwt_ends_when_the_jwt_does(
         auth.sessions.clock = lambda: expires + 1  # within its 12 hours, past the JWT's expiry
 
         assert (await browser.get("/cluster")).status_code == 303
+
+
+async def test_sweeping_purges_sessions_that_ended_a_day_ago_and_keeps_the_rest(callers: Callers) -> None:
+    auth = callers.authenticator
+    assert auth.sessions is not None
+    who = await auth.authenticate(f"Bearer {callers.tokens['admin']}")
+    now = time.time()
+    started = []
+    for offset in (-2 * 86_400.0, -3_600.0, 0.0):  # logged in two days ago, an hour ago, now
+        auth.sessions.clock = lambda offset=offset: now + offset
+        started.append(await auth.sessions.start(who, callers.tokens["admin"]))
+    auth.sessions.clock = lambda: now - 1_800.0
+    assert await auth.sessions.end(started[1][1])  # logged out half an hour ago
+    auth.sessions.clock = lambda: now
+
+    assert await auth.sessions.sweep() == 1  # the one whose 12 hours ended 36 hours ago
+    assert await auth.sessions.sweep(keep_s=600.0) == 1  # and, keeping ten minutes, the logout
+
+    assert await auth.session(started[2][1]) == who
+    for _, cookie in started[:2]:
+        with pytest.raises(Unauthenticated, match="unknown console session"):
+            await auth.session(cookie)

@@ -157,6 +157,27 @@ class SessionStore:
                 continue  # changed meanwhile: read it again
             return True
 
+    async def sweep(self, keep_s: float = 86_400.0) -> int:
+        """Purge the records of sessions that ended or expired more than
+        ``keep_s`` ago (a logout, a lifetime run out), so the bucket holds
+        about a day of them; returns how many were purged.  Any gateway may
+        run it, several at once."""
+        cutoff = self.clock() - keep_s
+        watcher = await self.kv.watch("session.*", ignore_deletes=True)
+        stale = []
+        try:
+            while (entry := await watcher.updates(timeout=10.0)) is not None:
+                if not entry.value:
+                    continue
+                record = msgspec.json.decode(entry.value, type=SessionRecord)
+                if min(record.expires_at, record.ended_at or record.expires_at) < cutoff:
+                    stale.append(entry.key)
+        finally:
+            await watcher.stop()
+        for key in stale:
+            await self.kv.purge(key)
+        return len(stale)
+
     async def _check_token(self, record: SessionRecord) -> None:
         """A session lasts no longer than the API token it was started with."""
         if record.token_id is None or self.tokens is None:

@@ -115,6 +115,25 @@ async def open_authenticator(rt: Runtime) -> Authenticator:
     return Authenticator(tokens, JwtVerifier(config) if config else None)
 
 
+SWEEP_EVERY_S = 3600.0
+
+
+async def sweep_sessions(auth: Authenticator, stop: asyncio.Event) -> None:
+    """Purge the records of console sessions that ended a day ago, hourly, until ``stop``."""
+    while not stop.is_set():
+        try:
+            purged = await auth.sessions.sweep() if auth.sessions is not None else 0
+        except Exception as err:  # noqa: BLE001 - NATS away or a record unread: the next hour sweeps
+            log.warning("console sessions not swept: %r", err)
+        else:
+            if purged:
+                log.info("purged %d ended console sessions", purged)
+        try:
+            await asyncio.wait_for(stop.wait(), SWEEP_EVERY_S)
+        except TimeoutError:
+            pass
+
+
 async def main(rt: Runtime) -> None:
     gw = gateway_settings(rt.settings)
     ops = JobOperations(rt.bus, rt.store)
@@ -153,7 +172,13 @@ async def main(rt: Runtime) -> None:
     http_task = asyncio.create_task(http.serve(sockets=[sock]))
     log.info("REST API and console on http://%s:%d (OpenAPI at /docs, metrics at /metrics)", gw.host, http_port)
     try:
-        await run_tasks(rt.stop, Projector(rt.bus, rt.store, "NODES").run(rt.stop), _until_exit(http_task), following)
+        await run_tasks(
+            rt.stop,
+            Projector(rt.bus, rt.store, "NODES").run(rt.stop),
+            _until_exit(http_task),
+            following,
+            sweep_sessions(auth, rt.stop),
+        )
     finally:
         http.should_exit = True
         await asyncio.gather(http_task, return_exceptions=True)
