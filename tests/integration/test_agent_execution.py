@@ -15,7 +15,7 @@ import pytest
 
 from trainyard.agent import control
 from trainyard.agent.running import RunningAgent
-from trainyard.bus import Bus
+from trainyard.bus import Bus, ensure_streams
 from trainyard.domain.node import NodeInfo
 from trainyard.events import decode_node_event, subjects
 from trainyard.events.nodes import NodeHeartbeat, NodeRegistered
@@ -29,6 +29,7 @@ from trainyard.events.work import (
     decode_work,
 )
 from trainyard.gpu import FakeGpuBackend
+from trainyard.local.servers import Server
 from trainyard.testing.waiting import eventually
 
 NODE = NodeInfo("n1", "local", "H100", 2, address="127.0.0.1", executes=True)
@@ -153,3 +154,29 @@ async def _next_heartbeat(bus: Bus) -> NodeHeartbeat:
 async def _ask(bus: Bus, request: control.ControlRequest) -> control.ControlReply:
     msg = await bus.nc.request(control.agent_control_subject("local", "n1"), control.encode(request), timeout=10)
     return control.decode_reply(msg.data)
+
+
+async def test_an_agent_started_before_the_streams_exist_registers_once_they_do(
+    nats_server: Server, tmp_path: Path
+) -> None:
+    bus = await Bus.connect(nats_server.url, name="agent-before-streams")
+    agent = RunningAgent.build(bus, NODE, FakeGpuBackend(2, clock=time.time), tmp_path / "state")
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(agent.run(stop))
+    try:
+        await eventually(_not_done(task), what="the agent waits")  # no NODES stream: it keeps trying
+        await ensure_streams(bus.js)
+        sub = await bus.js.subscribe(subjects.node("local", "n1"), stream="NODES")
+        registered = decode_node_event((await sub.next_msg(timeout=30)).data)
+        assert isinstance(registered, NodeRegistered) and registered.node.executes
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await bus.close()
+
+
+def _not_done(task: asyncio.Future[None]):  # type: ignore[no-untyped-def]
+    async def check() -> bool:
+        return not task.done()
+
+    return check

@@ -169,12 +169,26 @@ class NodeAgent:
                     log.warning("publishing XIDs failed (%r); retrying", err)
                     await asyncio.sleep(min(0.2 * (attempt + 1), 2.0))
 
+    async def _register_until_done(self, stop: asyncio.Event) -> None:
+        """Register, retrying while NATS or the NODES stream is not there yet."""
+        delay = 0.2
+        while not stop.is_set():
+            try:
+                await self.register()
+                return
+            except Exception as err:  # noqa: BLE001 - the services may not have made the streams yet
+                log.warning("registering %s failed (%r); trying again in %.1fs", self.node.node_id, err, delay)
+            try:
+                await asyncio.wait_for(stop.wait(), delay)
+            except TimeoutError:
+                delay = min(delay * 2, 5.0)
+
     async def run(self, stop: asyncio.Event) -> None:
         """Register, answer control requests, and report until ``stop``."""
         pre = self.check()
         if not pre.passed:
             log.warning("start-up checks failed: %s", "; ".join(pre.problems))
-        await self.register()
+        await self._register_until_done(stop)
         sub = await self.bus.nc.subscribe(
             control.agent_control_subject(self.node.cluster, self.node.node_id), cb=self._on_control
         )

@@ -32,7 +32,16 @@ from trainyard.agent import control, runlogs
 from trainyard.agent.executor import Executor
 from trainyard.agent.node import NodeAgent
 from trainyard.agent.outbox import Outbox
-from trainyard.bus import Bus, ConsumerSpec, Delivery, Outcome, PoisonMessage, Subscription, run_consumer
+from trainyard.bus import (
+    Bus,
+    ConsumerSpec,
+    Delivery,
+    Outcome,
+    PoisonMessage,
+    Subscription,
+    ensure_streams,
+    run_consumer,
+)
 from trainyard.domain.node import NodeInfo
 from trainyard.events import subjects
 from trainyard.events.work import SignalRun, StartRun, StopRun, WorkOrder, decode_work
@@ -209,6 +218,10 @@ def serve_agent(make: Callable[[Bus, Settings], Awaitable[NodeAgent]]) -> None:
                     return
                 except TimeoutError:
                     delay = min(delay * 2, 5.0)
+        try:
+            await ensure_streams(bus.js, replicas=settings.stream_replicas)
+        except Exception as err:  # noqa: BLE001 - a node's NATS user may not make streams: the services do
+            log.warning("could not make or check the streams (%r); the services make them", err)
         try:
             agent = await make(bus, settings)
             log.info("agent of %s started (nats %s)", agent.node.node_id, settings.nats_url)
