@@ -149,7 +149,7 @@ class JobOrders(JobEvents):
             port=port,
             stop_signal=spec.stop_signal,
             stop_grace_s=spec.stop_grace_s,
-            deadline=event.at + self.d.start_timeout_s,
+            deadline=self.d.clock() + self.d.start_timeout_s,  # from its first orders (kept on redelivery)
         )
         kept = await self.book.open(event.run_id, meta, started=job.status == "running")
         if kept.port != port:
