@@ -102,6 +102,15 @@ async def test_an_order_on_the_nodes_subject_runs_and_is_reported_on_work(bus: B
     assert reply.ok and reply.data == b"hello from 1\n" and reply.details["next_offset"] == "13"
     missing = await _ask(bus, control.ControlRequest(op="logs", node_id="n1", job_id="j-1", attempt=2, rank=1))
     assert not missing.ok and "no log of rank 1 of attempt 2" in missing.message
+    tail = await _ask(bus, control.ControlRequest(op="logs", node_id="n1", job_id="j-1", attempt=1, rank=0, offset=-5))
+    assert tail.ok and tail.data == b"om 0\n" and tail.details["offset"] == "8"
+    on_logs = control.agent_logs_subject("local", "n1")
+    logs_only = await _ask(
+        bus, control.ControlRequest(op="logs", node_id="n1", job_id="j-1", attempt=1, rank=1), on_logs
+    )
+    assert logs_only.ok and logs_only.data == b"hello from 1\n"
+    refused = await _ask(bus, control.ControlRequest(op="check", node_id="n1"), on_logs)
+    assert not refused.ok and "only logs requests" in refused.message
 
     await bus.publish(
         subjects.work_orders("local", "n1"),
@@ -151,8 +160,9 @@ async def _next_heartbeat(bus: Bus) -> NodeHeartbeat:
         await sub.unsubscribe()
 
 
-async def _ask(bus: Bus, request: control.ControlRequest) -> control.ControlReply:
-    msg = await bus.nc.request(control.agent_control_subject("local", "n1"), control.encode(request), timeout=10)
+async def _ask(bus: Bus, request: control.ControlRequest, subject: str | None = None) -> control.ControlReply:
+    subject = subject or control.agent_control_subject("local", "n1")
+    msg = await bus.nc.request(subject, control.encode(request), timeout=10)
     return control.decode_reply(msg.data)
 
 

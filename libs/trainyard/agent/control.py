@@ -12,7 +12,10 @@ Subjects:
 Every request gets one ``ControlReply`` saying whether it was done and what
 happened; a bad request is answered ``ok=False`` with the reason.
 
-``logs`` reads one rank's current log file of one attempt of a job on that node:
+``logs`` reads one rank's current log file of one attempt of a job on that node.
+An agent that executes runs answers it on its control subject and on
+``trainyard.agent.<cluster>.<node_id>.logs`` (:func:`agent_logs_subject`), which
+answers ``logs`` only, so the gateway can be allowed that and nothing else:
 
     request  {"op": "logs", "node_id": "n1", "job_id": "j-1", "attempt": 1, "rank": 0,
               "offset": 0, "limit": 65536}

@@ -218,10 +218,11 @@ def serve_agent(make: Callable[[Bus, Settings], Awaitable[NodeAgent]]) -> None:
                     return
                 except TimeoutError:
                     delay = min(delay * 2, 5.0)
-        try:
-            await ensure_streams(bus.js, replicas=settings.stream_replicas)
-        except Exception as err:  # noqa: BLE001 - a node's NATS user may not make streams: the services do
-            log.warning("could not make or check the streams (%r); the services make them", err)
+        if not settings.nats_user:  # an open bus (a local stack): make what may be missing
+            try:
+                await ensure_streams(bus.js, replicas=settings.stream_replicas)
+            except Exception as err:  # noqa: BLE001 - the services make them too
+                log.warning("could not make or check the streams (%r); the services make them", err)
         try:
             agent = await make(bus, settings)
             log.info("agent of %s started (nats %s)", agent.node.node_id, settings.nats_url)
