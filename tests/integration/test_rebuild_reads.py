@@ -18,7 +18,8 @@ from test_projection import lifecycle, spec
 from trainyard._pb.trainyard.v1 import jobs_pb2 as pb
 from trainyard._pb.trainyard.v1 import jobs_pb2_grpc as pb_grpc
 from trainyard.bus import Bus
-from trainyard.events import JobAccepted, RunSucceeded
+from trainyard.domain import NodeInfo
+from trainyard.events import JobAccepted, NodeRegistered, RunSucceeded, subjects
 from trainyard.local.servers import free_port
 from trainyard.store import Projector, Store
 from trainyard.store.caught_up import CaughtUpReads
@@ -67,7 +68,7 @@ async def projecting(bus: Bus, store: Store) -> AsyncIterator[Projector]:
 @pytest.fixture
 async def gateway(bus: Bus, store: Store, callers: Callers) -> AsyncIterator[httpx.AsyncClient]:
     ops = JobOperations(bus, store)
-    ops.caught_up.wait_s = 0.05  # answer 503 quickly instead of waiting the rebuild out
+    ops.caught_up.wait_s = ops.nodes_caught_up.wait_s = 0.05  # answer 503 at once, not after the rebuild
     metrics = GatewayMetrics(caught_up=CaughtUpReads(bus, store, wait_s=0.05))
     app = create_app(ops, store, callers.authenticator, metrics=metrics)
     async with httpx.AsyncClient(
@@ -160,3 +161,17 @@ async def test_a_wiped_projection_nobody_rebuilds_yet_answers_rebuilding_on_rest
 
     await project(bus, store, "JOBS")  # rebuilt: the same answers as before the wipe
     assert (await gateway.get("/v1/jobs/j3")).json()["status"] == "succeeded"
+
+
+async def test_the_node_list_of_a_wiped_projection_answers_rebuilding_not_an_empty_fleet(
+    bus: Bus, store: Store, gateway: httpx.AsyncClient
+) -> None:
+    node = NodeInfo(node_id="n1", cluster="c1", gpu_type="H100", gpus=8)
+    await bus.publish(subjects.node("c1", "n1"), NodeRegistered(at=0.0, node=node, boot_id="b1"), msg_id="reg-n1")
+    await project(bus, store, "NODES")
+    assert [n["node_id"] for n in (await gateway.get("/v1/nodes")).json()["nodes"]] == ["n1"]
+    await store.redis.flushall()
+    wiped = await gateway.get("/v1/nodes")
+    assert wiped.status_code == 503 and wiped.headers["Retry-After"] == "1", wiped.text
+    await project(bus, store, "NODES")
+    assert [n["node_id"] for n in (await gateway.get("/v1/nodes")).json()["nodes"]] == ["n1"]

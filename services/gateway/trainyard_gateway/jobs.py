@@ -90,6 +90,7 @@ class JobOperations:
         self.store = store
         self.clock = clock
         self.caught_up = CaughtUpReads(bus, store)
+        self.nodes_caught_up = CaughtUpReads(bus, store, streams=("NODES",))  # the node list, by REST
 
     async def _send(
         self,

@@ -252,7 +252,7 @@ def job_router(
         "/v1/nodes", summary="List nodes with state and free GPUs", responses=answer(200, "The nodes", NodeList)
     )
     async def list_nodes(who: Principal = allow(Action.NODE_LIST)) -> Response:
-        return json_response(NodeList(await views.list_nodes(store)))
+        return json_response(NodeList(await ops.nodes_caught_up.read(lambda: views.list_nodes(store))))
 
     @router.get(
         "/v1/usage",
