@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Reports, group_members, launch, order
+from agent_fixtures import Reports, group_members, launch, order
 
 from trainyard.agent.executor import Executor
 from trainyard.agent.processes import alive

@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import Reports, launch, order
+from agent_fixtures import Reports, launch, order
 
 from trainyard.agent import runlogs
 from trainyard.agent.executor import Executor
