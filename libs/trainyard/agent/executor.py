@@ -164,6 +164,7 @@ class Executor:
         """Signal every process group of ``run`` now; SIGKILL what is left after ``grace_s``."""
         if run.stopping is None:
             run.stopping = reason
+        run.stop_signal = signal_name
         kill_at = self.clock() + max(0.0, grace_s)
         if run.kill_at is None or kill_at < run.kill_at:
             run.kill_at = kill_at
@@ -258,6 +259,8 @@ class Executor:
         run.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         base = processes.base_environment(self.run_as)
         results = await asyncio.gather(*(self._spawn(run, p, base) for p in run.procs))
+        if run.stop_signal is not None:  # stopped while starting: what started gets the signal too
+            self._signal(run, signal_number(run.stop_signal))
         if all(results):
             self._report_started(run)
 

@@ -69,6 +69,7 @@ class Run:
     checkpoint_dir: Path
     started_at: float | None = None  # when the processes were started (Unix time)
     stopping: str | None = None  # why the agent is stopping it
+    stop_signal: str | None = None  # the signal it was last told to stop with (this agent's life)
     kill_at: float | None = None  # when what is left is SIGKILLed (Unix time)
     checkpoint_step: int | None = None  # the last step reported
     started_reported: bool = False

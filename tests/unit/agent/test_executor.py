@@ -3,6 +3,7 @@ signals and grace, no process left behind, the local gang."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from agent_fixtures import Reports, group_members, launch, order
 
+from trainyard.agent import processes
 from trainyard.agent.executor import Executor
 from trainyard.agent.processes import alive
 from trainyard.events.work import ProcessesStarted, SignalRun, StopRun
@@ -173,3 +175,23 @@ async def test_a_start_order_older_than_the_limit_is_never_started(executor: Exe
     await executor.apply(order("r-old", launch(0, "sleep", "60")))  # the same run, ordered again now: still not
     assert executor.runs == {} and reports.sent == []
     assert os.listdir(executor.run_dir("r-old")) == ["done"]
+
+
+async def test_a_stop_while_the_processes_are_starting_reaches_them_once_started(
+    executor: Executor, reports: Reports, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entered, gate = asyncio.Event(), asyncio.Event()
+    real_spawn = processes.spawn
+
+    async def held_spawn(*args, **kwargs):  # type: ignore[no-untyped-def]
+        entered.set()
+        await gate.wait()
+        return await real_spawn(*args, **kwargs)
+
+    monkeypatch.setattr(processes, "spawn", held_spawn)
+    await executor.apply(order("r-mid", launch(0, "sleep", "60")))
+    await entered.wait()
+    await executor.apply(stop("r-mid", grace=60))
+    gate.set()
+    exited = (await reports.exits("r-mid", 1))[0]
+    assert (exited.signal, exited.stopped) == ("SIGTERM", "cancelled")
