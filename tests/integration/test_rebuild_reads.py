@@ -21,7 +21,7 @@ from trainyard.bus import Bus
 from trainyard.domain import NodeInfo
 from trainyard.events import JobAccepted, NodeRegistered, RunSucceeded, subjects
 from trainyard.local.servers import free_port
-from trainyard.store import Projector, Store
+from trainyard.store import Projector, Store, views
 from trainyard.store.caught_up import CaughtUpReads
 from trainyard.testing.auth import Callers
 from trainyard.testing.publish import publish_event
@@ -175,3 +175,23 @@ async def test_the_node_list_of_a_wiped_projection_answers_rebuilding_not_an_emp
     assert wiped.status_code == 503 and wiped.headers["Retry-After"] == "1", wiped.text
     await project(bus, store, "NODES")
     assert [n["node_id"] for n in (await gateway.get("/v1/nodes")).json()["nodes"]] == ["n1"]
+
+
+async def test_concurrent_reads_share_one_look_up_of_the_stream_head(
+    bus: Bus, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await publish_jobs(bus)
+    await project(bus, store, "JOBS")
+    look_ups = 0
+    stream_info = bus.js.stream_info
+
+    async def counted(*args: object, **kwargs: object) -> object:
+        nonlocal look_ups
+        look_ups += 1
+        return await stream_info(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bus.js, "stream_info", counted)
+    reads = CaughtUpReads(bus, store)
+    jobs = await asyncio.gather(*(reads.read(lambda i=i: views.get_job(store, f"j{i}")) for i in range(16)))
+    assert [j.job_id for j in jobs if j is not None] == [f"j{i}" for i in range(16)]
+    assert look_ups == 1

@@ -28,6 +28,10 @@ T = TypeVar("T")
 WAIT_S = 2.0
 #: What a caller is told to wait before asking again (HTTP ``Retry-After``).
 RETRY_AFTER_S = 1
+#: A stream head read this recently is used again (concurrent reads share one
+#: look-up too): a read may then miss events stored in the last ``HEAD_TTL_S``,
+#: as it may miss those a projector has not folded yet, but never a rebuild.
+HEAD_TTL_S = 0.05
 
 
 class ProjectionRebuilding(Exception):
@@ -53,18 +57,31 @@ class CaughtUpReads:
         self.store = store
         self.streams = tuple(streams)
         self.wait_s = wait_s
-        self._heads: dict[str, int] = {}  # the last head read from each stream
+        self._heads: dict[str, tuple[int, float]] = {}  # stream -> the last head read, and when its look-up began
+        self._looking: dict[str, asyncio.Future[int]] = {}  # stream -> the look-up in flight
 
     async def _head(self, stream: str) -> int:
-        """The stream's last sequence; while NATS does not answer, the last
-        one read (a projection that holds it is still the freshest view)."""
+        """The stream's last sequence (read at most ``HEAD_TTL_S`` ago); while
+        NATS does not answer, the last one read (a projection that holds it
+        is still the freshest view there is)."""
+        cached = self._heads.get(stream)
+        if cached is not None and asyncio.get_running_loop().time() - cached[1] < HEAD_TTL_S:
+            return cached[0]
+        looking = self._looking.get(stream)
+        if looking is None:
+            looking = self._looking[stream] = asyncio.ensure_future(self._look_up(stream))
+            looking.add_done_callback(lambda _: self._looking.pop(stream, None))
+        return await asyncio.shield(looking)
+
+    async def _look_up(self, stream: str) -> int:
+        began = asyncio.get_running_loop().time()
         try:
             head = (await self.bus.js.stream_info(stream)).state.last_seq
         except (nats.errors.Error, OSError):
             if stream not in self._heads:
                 raise
-            return self._heads[stream]
-        self._heads[stream] = head
+            return self._heads[stream][0]
+        self._heads[stream] = (head, began)
         return head
 
     async def _states(self) -> list[tuple[str, int]]:
