@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import denials
 
 from trainyard.domain import JobSpec, Role
 from trainyard.local import LocalStack, StackConfig
@@ -75,6 +76,7 @@ async def test_three_restarts_of_the_stack_leave_every_job_where_it_was(tmp_path
             for i, job_id in enumerate(job_ids):
                 await submit_rest(client, job_id, spec(i))
         before = await settled(stack, job_ids)
+        assert denials(stack) == []
     finally:
         stack.stop()
     assert stack.redis is not None
@@ -84,6 +86,7 @@ async def test_three_restarts_of_the_stack_leave_every_job_where_it_was(tmp_path
         stack = start(data_dir)
         try:
             after = await states(stack, job_ids)
+            assert denials(stack) == []
         finally:
             stack.stop()
         finished = {j: s for j, s in before.items() if s in TERMINAL}
