@@ -11,11 +11,11 @@ import msgspec
 import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, PubAck
-from nats.js.errors import APIError, NoStreamResponseError
+from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy, PubAck
+from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
 from trainyard.bus.client import ResilientClient, check_publishable
-from trainyard.bus.pull import BatchPull, ConsumerChanged, changed_settings
+from trainyard.bus.pull import BatchPull, ConsumerChanged, ack_floor, changed_settings
 from trainyard.events import encode, subjects
 
 if TYPE_CHECKING:
@@ -185,11 +185,20 @@ class Bus:
     async def pull(self, spec: ConsumerSpec) -> BatchPull:
         """A pull subscription to the durable consumer ``spec`` names: made, or
         brought up to date when it was made with older settings or changed by
-        another client.  Raises :class:`ConsumerChanged` when its settings are
-        still not these afterwards; the subscription checks them again every
-        few seconds (see trainyard.bus.pull)."""
+        another client.  A change put back is described in the subscription's
+        ``changed``, with the first stream sequence the consumer may have
+        skipped meanwhile (after its ack floor: a message it skipped before
+        one it acked is not seen; see trainyard.bus.reread).  Raises
+        :class:`ConsumerChanged` when its settings are still not these
+        afterwards; the subscription checks them again every few seconds (see
+        trainyard.bus.pull)."""
+        # A filter without wildcards travels in the create's subject
+        # (CONSUMER.CREATE.<stream>.<name>.<filter>), so a user may be allowed
+        # to create its durable with that filter only (a node agent: its own orders).
+        wildcard = any(t in ("*", ">") for t in (spec.filter_subject or ">").split("."))
         config = ConsumerConfig(
             durable_name=spec.durable,
+            name=None if wildcard else spec.durable,
             ack_policy=AckPolicy.EXPLICIT,
             deliver_policy=DeliverPolicy.ALL,
             ack_wait=spec.ack_wait_s,
@@ -197,6 +206,8 @@ class Bus:
             max_ack_pending=spec.max_ack_pending,
             filter_subject=spec.filter_subject,
         )
+        found = await self._changed(spec, config)
+        info: ConsumerInfo | None = None
         try:
             info = await self.js.add_consumer(spec.stream, config)
         except nats.errors.Error as err:
@@ -205,7 +216,24 @@ class Bus:
             changed = changed_settings(info.config, config)
             if changed:
                 raise ConsumerChanged(spec.stream, spec.durable, changed)
-        return await BatchPull(self.nc, spec.stream, spec.durable, wanted=config).start()
+        pull = BatchPull(self.nc, spec.stream, spec.durable, wanted=config)
+        pull.changed = found
+        if found is None and info is not None:
+            pull.handled_up_to = ack_floor(info)
+        return await pull.start()
+
+    async def _changed(self, spec: ConsumerSpec, config: ConsumerConfig) -> ConsumerChanged | None:
+        """How the existing consumer differs from ``config`` and what it may
+        have skipped, or None (the same, new, or not readable now)."""
+        try:
+            info = await self.js.consumer_info(spec.stream, spec.durable)
+        except NotFoundError:
+            return None
+        except nats.errors.Error as err:
+            log.warning("%s: could not read the consumer's settings: %r", spec.durable, err)
+            return None
+        changed = changed_settings(info.config, config)
+        return ConsumerChanged(spec.stream, spec.durable, changed, ack_floor(info) + 1) if changed else None
 
     def message_id(self, subject: str, msg_id: str) -> str:
         """The ``Nats-Msg-Id`` sent for ``msg_id`` on ``subject``.

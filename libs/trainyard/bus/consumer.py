@@ -38,8 +38,9 @@ import msgspec
 import nats.errors
 from nats.js.api import PubAck
 
+from trainyard.bus import reread
 from trainyard.bus.client import header_value
-from trainyard.bus.connection import WrongLastSequence
+from trainyard.bus.connection import Bus, WrongLastSequence
 from trainyard.bus.pull import ConsumerChanged, message_meta
 from trainyard.bus.subscription import (
     POISON_ERRORS,
@@ -275,16 +276,60 @@ async def fetch(sub: Puller, spec: ConsumerSpec) -> list[Pulled]:
         return list(await sub.fetch(1, timeout=0.5))
 
 
+async def catch_up(
+    bus: Broker, spec: ConsumerSpec, subscription: Subscription[Any], first: int, stop: asyncio.Event
+) -> int:
+    """Hand ``subscription`` every message of the consumer's filter from
+    stream sequence ``first`` to the stream's last, read back from the stream
+    in order (see trainyard.bus.reread): what a consumer another client had
+    changed may have skipped.  Each is settled as :func:`consume` does; a
+    nakked one is handed again after its delay.  Returns how many were read."""
+    if not isinstance(bus, Bus):
+        return 0
+    last = (await bus.js.stream_info(spec.stream)).state.last_seq
+    count = 0
+    while first <= last and not stop.is_set():
+        batch = await reread.read(bus.js, spec.stream, first, last, spec.filter_subject, spec.batch)
+        if not batch:
+            break
+        first, count = batch[-1].seq + 1, count + len(batch)
+        while batch and not stop.is_set():
+            await consume(bus, spec, subscription, batch)
+            batch = [m for m in batch if m.fate == "nak"]
+            for m in batch:
+                m.delivered += 1
+            if batch:
+                await asyncio.sleep(min(max(m.delay for m in batch), 5.0))
+    log.warning("%s: handled again %d message(s) of %s up to sequence %d", spec.durable, count, spec.stream, last)
+    return count
+
+
+def _changed(spec: ConsumerSpec, sub: Any, unsure_from: int | None) -> int | None:
+    """Where to catch up from after a pull: the earlier of ``unsure_from`` and
+    what the pull found when it put back a changed consumer (logged here)."""
+    changed = getattr(sub, "changed", None)  # Bus.pull's BatchPull; the fake has none
+    if isinstance(changed, ConsumerChanged):
+        log.error("%s: %s; its settings were put back", spec.durable, changed)
+        return _earlier(unsure_from, changed.unsure_from)
+    return unsure_from
+
+
+def _earlier(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
 async def run_consumer(bus: Broker, spec: ConsumerSpec, subscription: Subscription[Any], stop: asyncio.Event) -> None:
     """Fetch batches from a durable consumer and :func:`consume` each, until ``stop``.
 
     Only a consumer that cannot be made at start raises; after that the loop
     keeps going through lost connections and bad messages, subscribing again
     when the bus had to open its connection anew.  A consumer whose settings
-    another client changed (see trainyard.bus.pull) is put back and logged as
-    an error naming what changed and the stream sequences it went past."""
+    another client changed (see trainyard.bus.pull) is put back, logged as an
+    error naming what changed, and what it may have skipped meanwhile is
+    handled again before it pulls on (:func:`catch_up`)."""
     generation = bus.generation
     sub = await bus.pull(spec)
+    unsure_from = _changed(spec, sub, None)  # the first stream sequence to hand again, if any
     loop = asyncio.get_running_loop()
     next_fetch = 0.0  # with linger_s: the next fetch not before this (loop time)
     while not stop.is_set():
@@ -295,6 +340,7 @@ async def run_consumer(bus: Broker, spec: ConsumerSpec, subscription: Subscripti
             try:
                 generation = bus.generation
                 sub = await bus.pull(spec)
+                unsure_from = _changed(spec, sub, unsure_from)
             except ConsumerChanged as err:
                 log.error("%s: %s; its settings could not be put back, not consuming", spec.durable, err)
                 generation = -1
@@ -305,10 +351,19 @@ async def run_consumer(bus: Broker, spec: ConsumerSpec, subscription: Subscripti
                 generation = -1
                 await asyncio.sleep(0.5)
                 continue
+        if unsure_from is not None:
+            try:
+                await catch_up(bus, spec, subscription, unsure_from, stop)
+                unsure_from = None
+            except (TimeoutError, nats.errors.Error) as err:
+                log.warning("%s: could not catch up yet: %r", spec.durable, err)
+                await asyncio.sleep(0.5)
+                continue
         try:
             msgs = await fetch(sub, spec)
         except ConsumerChanged as err:
             log.error("%s: %s; putting its settings back", spec.durable, err)
+            unsure_from = _earlier(unsure_from, err.unsure_from)
             generation = -1  # pull again: Bus.pull puts the settings back
             continue
         except TimeoutError:  # nothing to fetch (nats.errors.TimeoutError is one too): a quiet spell

@@ -28,8 +28,10 @@ what the server delivered to it meanwhile is redelivered after ``ack_wait``.
 
 Every :data:`CHECK_EVERY_S` a fetch also reads the consumer's settings back
 and raises :class:`ConsumerChanged` when they are not the ones it was made
-with (another client gave it another filter, say): the consumer loop puts
-them back and says loudly what may have been skipped meanwhile.
+with (another client gave it another filter, say): the consumer loop
+subscribes again, which puts them back (``Bus.pull``), and handles again what
+the consumer may have skipped since the last check that found it right (its
+ack floor then), see trainyard.bus.reread.
 
 :func:`message_meta` reads the stream sequence, the delivery count and the
 stored time from the ack subject (``$JS.ACK.<stream>.<consumer>.<delivered>.
@@ -69,17 +71,17 @@ class ConsumerGone(nats.errors.Error):
 class ConsumerChanged(nats.errors.Error):
     """The durable consumer's settings are not those this process made it with."""
 
-    def __init__(self, stream: str, durable: str, changed: list[str], skipped: tuple[int, int] | None = None) -> None:
-        gap = (
-            f"; stream sequences {skipped[0]}-{skipped[1]} went past it meanwhile and may have been skipped "
-            "(replay them from the stream)"
-            if skipped
-            else ""
-        )
+    def __init__(self, stream: str, durable: str, changed: list[str], unsure_from: int | None = None) -> None:
+        gap = f"; it may have skipped messages from stream sequence {unsure_from} on" if unsure_from else ""
         super().__init__(f"consumer {durable} on {stream} was changed by another client: {', '.join(changed)}{gap}")
         self.changed = changed
-        #: Stream sequences the consumer went past while changed (first, last), if any.
-        self.skipped = skipped
+        #: The first stream sequence the consumer may have gone past while changed (None: unknown).
+        self.unsure_from = unsure_from
+
+
+def ack_floor(info: ConsumerInfo) -> int:
+    """The stream sequence up to which the consumer has every message acked."""
+    return (info.ack_floor.stream_seq or 0) if info.ack_floor else 0
 
 
 def changed_settings(current: ConsumerConfig, wanted: ConsumerConfig) -> list[str]:
@@ -105,7 +107,11 @@ class BatchPull:
         #: The settings the consumer was made with; checked every CHECK_EVERY_S (None: never).
         self.wanted = wanted
         self._checked_at = 0.0
-        self.seen_up_to = 0  # the highest stream sequence delivered to this subscription
+        #: The consumer's ack floor when its settings were last found right
+        #: (None: not known): no message up to it was skipped.
+        self.handled_up_to: int | None = None
+        #: Set by Bus.pull when it found the consumer changed and put it back.
+        self.changed: ConsumerChanged | None = None
         self.inbox = nc.new_inbox()
         self._sub: Any = None
         self._ready: list[Msg] = []
@@ -128,8 +134,6 @@ class BatchPull:
         status = headers.get(STATUS) if headers else None
         if status is None:
             self._ready.append(msg)
-            if isinstance(msg.reply, str) and msg.reply.startswith("$JS.ACK."):
-                self.seen_up_to = max(self.seen_up_to, message_meta(msg)[0])
             if self._open:
                 self._open -= 1
         elif status == "100":  # an idle heartbeat: the request is still open
@@ -197,9 +201,9 @@ class BatchPull:
             return
         changed = changed_settings(info.config, self.wanted)
         if changed:
-            delivered = info.delivered.stream_seq if info.delivered and info.delivered.stream_seq else 0
-            skipped = (self.seen_up_to + 1, delivered) if delivered > self.seen_up_to else None
-            raise ConsumerChanged(self.stream, self.durable, changed, skipped)
+            since = self.handled_up_to if self.handled_up_to is not None else ack_floor(info)
+            raise ConsumerChanged(self.stream, self.durable, changed, since + 1)
+        self.handled_up_to = ack_floor(info)
 
     async def fetch(self, batch: int = 1, timeout: float | None = 5) -> list[Msg]:
         """Up to ``batch`` messages, in order: what is there, else the first to
