@@ -140,11 +140,22 @@ async def test_the_agent_registers_as_an_executing_node_with_its_address(bus: Bu
         await asyncio.wait_for(task, 10)
 
 
-async def test_an_order_for_another_node_is_dead_lettered_and_runs_nothing(bus: Bus, agent: RunningAgent) -> None:
+@pytest.mark.parametrize(
+    ("order", "reason"),
+    [
+        pytest.param(start("run-x", rank(0, "true"), node_id="n2"), "for node 'n2'", id="an order for another node"),
+        pytest.param(
+            start("run-x", rank(0, "true"), rank(0, "true")), "ranks must be distinct", id="two processes of one rank"
+        ),
+    ],
+)
+async def test_an_order_the_agent_cannot_use_is_dead_lettered_and_runs_nothing(
+    bus: Bus, agent: RunningAgent, order: StartRun, reason: str
+) -> None:
     dead = await bus.js.subscribe(subjects.deadletter("WORK"), stream="DEADLETTER")
-    await bus.publish(subjects.work_orders("local", "n1"), start("run-x", rank(0, "true"), node_id="n2"), msg_id="x")
+    await bus.publish(subjects.work_orders("local", "n1"), order, msg_id="x")
     msg = await dead.next_msg(timeout=20)
-    assert "for node 'n2'" in msg.headers["Trainyard-Reason"]
+    assert reason in msg.headers["Trainyard-Reason"]
     assert agent.executor.runs == {} and not (agent.executor.state_dir / "runs" / "run-x").exists()
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Protocol
 
 from trainyard.agent import processes, runlogs, runstate
+from trainyard.agent.orders import STOP_REASONS, check_order, signal_number
 from trainyard.agent.processes import Exit, alive, group_alive, signal_group
 from trainyard.agent.runstate import Proc, Run
 from trainyard.agent.workload import STEP_FILE
@@ -51,7 +52,6 @@ from trainyard.events.work import (
     ProcessExited,
     SignalRun,
     StartRun,
-    StopReason,
     StopRun,
     WorkOrder,
     WorkReport,
@@ -59,7 +59,6 @@ from trainyard.events.work import (
 
 log = logging.getLogger(__name__)
 
-STOP_REASONS: tuple[str, ...] = typing.get_args(StopReason)
 #: A StartRun older than this is never started: the dispatcher failed the run
 #: long ago (its start timeout), and an agent with a new, empty state
 #: directory reading its orders from the start of the stream must not start
@@ -71,14 +70,6 @@ PEER_GRACE_S = 5.0
 
 class Outbox(Protocol):
     def put(self, report: WorkReport, msg_id: str, on_sent: Callable[[], None] | None = None) -> None: ...
-
-
-def signal_number(name: str) -> signal.Signals:
-    try:
-        return signal.Signals[name]
-    except KeyError:
-        log.warning("unknown signal %r: SIGTERM is sent instead", name)
-        return signal.SIGTERM
 
 
 class Executor:
@@ -127,7 +118,9 @@ class Executor:
     # --- orders ---
 
     async def apply(self, order: WorkOrder) -> None:
-        """Apply one order; every order may be applied any number of times."""
+        """Apply one order; every order may be applied any number of times.
+        Raises ValueError, changing nothing, for an order it cannot use (:func:`check_order`)."""
+        check_order(order)
         if isinstance(order, StartRun):
             self.start(order)
             return

@@ -31,6 +31,7 @@ from nats.aio.msg import Msg
 from trainyard.agent import control, runlogs
 from trainyard.agent.executor import Executor
 from trainyard.agent.node import NodeAgent
+from trainyard.agent.orders import check_order
 from trainyard.agent.outbox import Outbox
 from trainyard.bus import (
     Bus,
@@ -64,6 +65,10 @@ class Orders(Subscription[WorkOrder]):
             raise PoisonMessage(f"a {type(message).__name__} is a report, not an order")
         if message.node_id != self.node_id:
             raise PoisonMessage(f"an order for node {message.node_id!r} on the orders of {self.node_id!r}")
+        try:
+            check_order(message)
+        except ValueError as err:
+            raise PoisonMessage(f"{type(message).__name__} of run {message.run_id!r}: {err}") from None
         return message
 
     async def handle(self, batch: Sequence[Delivery[WorkOrder]]) -> list[Outcome]:

@@ -61,7 +61,7 @@ def order(run_id: str, *processes: ProcessLaunch, **kw: Any) -> StartRun:
     return StartRun(
         at=kw.pop("at", time.time()),
         job_id=f"job-{run_id}",
-        tenant="acme",
+        tenant=kw.pop("tenant_", "acme"),
         run_id=run_id,
         node_id="n1",
         attempt=kw.pop("attempt", 1),
