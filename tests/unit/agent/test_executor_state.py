@@ -194,3 +194,22 @@ async def test_a_resumed_simulated_workload_does_only_what_is_left(executor: Exe
     assert (exited.exit_code, exited.stopped) == (0, None)
     assert "1s of 30s left, from step 29" in exited.log_tail and "done at step 30" in exited.log_tail
     assert [r.step for r in reports.of(CheckpointWritten, "r-rest")] == [30]
+
+
+async def test_a_run_with_an_image_goes_through_the_container_runtime_template(tmp_path: Path) -> None:
+    runtime = tmp_path / "fake-runtime"
+    runtime.write_text('#!/bin/sh\necho "runtime got: $*"\necho "RANK in its environment: $RANK"\n')
+    runtime.chmod(0o755)
+    reports = Reports()
+    template = f"{runtime} run --gpus device={{gpus}} -w {{workdir}} {{env}} {{image}}"
+    ex = Executor(tmp_path / "state", "n1", reports, container_runtime=template, poll_s=0.05)
+    try:
+        job = launch(0, "python", "train.py", gpus=[2, 3], env={"RANK": "0"})
+        await ex.apply(order("r-img", job, image="pytorch:24.05"))
+        exited = (await reports.exits("r-img", 1))[0]
+    finally:
+        await ex.close()
+    workdir = ex.state_dir / "work" / "r-img"
+    assert f"runtime got: run --gpus device=2,3 -w {workdir} " in exited.log_tail
+    assert "-e RANK " in exited.log_tail and "pytorch:24.05 python train.py" in exited.log_tail
+    assert "RANK in its environment: 0" in exited.log_tail
