@@ -8,23 +8,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_permission_table import matches
 
 from trainyard.bus.client import named_create
 from trainyard.bus.permissions import SERVICES, permissions_for
 
 STREAMS = ("INTAKE", "JOBS", "NODES", "TELEMETRY", "WORK", "KV_trainyard-config")
 CLUSTER = "local"
-
-
-def matches(pattern: str, subject: str) -> bool:
-    """NATS subject matching: ``*`` one token, ``>`` the rest."""
-    want, have = pattern.split("."), subject.split(".")
-    for i, token in enumerate(want):
-        if token == ">":
-            return len(have) > i
-        if i >= len(have) or (token != "*" and token != have[i]):
-            return False
-    return len(want) == len(have)
 
 
 def may_publish(role: str, subject: str) -> bool:
