@@ -131,10 +131,23 @@ def test_a_period_covers_its_whole_month(month: str, days: tuple[str, str]) -> N
     assert period_days(month) == days
 
 
+def test_up_refuses_a_stack_without_nodes_before_starting_anything(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from trainyard.cli.main import app
+
+    data_dir = tmp_path / "data"
+    result = CliRunner().invoke(app, ["up", "--data-dir", str(data_dir), "--agents", "0", "--nodes", "0"])
+
+    assert result.exit_code == 2 and "no nodes" in result.output and "--agents" in result.output
+    assert not data_dir.exists()
+
+
 @pytest.mark.parametrize(
     ("args", "option"),
     [
-        pytest.param(["--nodes", "0"], "--nodes", id="no nodes (the emulator would exit and restart for ever)"),
+        pytest.param(["--nodes", "-1"], "--nodes", id="a negative number of emulated nodes"),
+        pytest.param(["--agents", "1000"], "--agents", id="more node agents than one machine runs"),
         pytest.param(["--nodes", "1000000"], "--nodes", id="more nodes than one machine emulates"),
         pytest.param(["--gpus", "0"], "--gpus", id="nodes without GPUs"),
         pytest.param(["--http-port", "70000"], "--http-port", id="a port past 65535"),

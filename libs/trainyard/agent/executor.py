@@ -281,8 +281,10 @@ class Executor:
             workdir = self.state_dir / "work" / run.run_id
             workdir.mkdir(parents=True, exist_ok=True)
             cwd = str(workdir)
-        argv = list(p.launch.argv) or processes.workload_argv(env)
-        if run.order.image and self.container_runtime:
+        argv = list(p.launch.argv)
+        if not argv and "TRAINYARD_SIMULATED_DURATION_S" in p.launch.env:
+            argv = processes.workload_argv(env)
+        if run.order.image and self.container_runtime:  # no argv: the image's entrypoint
             argv = processes.container_argv(self.container_runtime, run.order.image, p.launch.gpus, cwd, env, argv)
         p.log.parent.mkdir(parents=True, exist_ok=True)
         if self.run_as:  # the shim and the job write these as that user

@@ -220,7 +220,10 @@ def container_argv(
 def start_problem(argv: list[str], env: dict[str, str], cwd: str) -> str | None:
     """Why ``argv`` cannot start in ``cwd`` (said at once, before any process), or None."""
     if not argv or not argv[0]:
-        return "the command is empty"
+        return (
+            "the job gives no command, and this node runs no container runtime to start its image's "
+            "entrypoint: give the role a command (or run the agent with --container-runtime)"
+        )
     if not os.path.isdir(cwd):
         return f"working directory {cwd!r} does not exist or is not a directory"
     if shutil.which(argv[0], path=env.get("PATH", "")) is None:

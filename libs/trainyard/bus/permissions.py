@@ -62,6 +62,11 @@ class BusUser(msgspec.Struct, frozen=True):
     tenant: str | None = None
     node: str | None = None
 
+    @property
+    def pair(self) -> tuple[str, str]:
+        """(name, password), as a client connects with them."""
+        return self.name, self.password
+
 
 def user_name(role: str, tenant: str | None = None, node: str | None = None) -> str:
     """``portal-<tenant>`` for a portal, ``agent-<node>`` for a node agent, else the role itself."""

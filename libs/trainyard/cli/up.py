@@ -14,11 +14,19 @@ DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR", 
 
 
 MAX_NODES = 1024  # emulated nodes one machine runs (each heartbeats and reports telemetry)
+MAX_AGENTS = 64  # node agents one machine runs (a process each)
 
 
 def up(
     data_dir: str = DataDir,
-    nodes: int = typer.Option(16, min=1, max=MAX_NODES, help="Emulated GPU nodes."),
+    agents: int = typer.Option(
+        4, min=0, max=MAX_AGENTS, help="Node agents that run jobs for real, one node each (fake GPUs unless --nvml)."
+    ),
+    agent_gpus: int = typer.Option(8, min=1, max=72, help="Fake GPUs per agent."),
+    nvml: bool = typer.Option(
+        False, "--nvml", help="One agent on this machine's own GPUs (NVML) instead of fake ones."
+    ),
+    nodes: int = typer.Option(0, min=0, max=MAX_NODES, help="Emulated GPU nodes, for load tests (pretend runs)."),
     gpus: int = typer.Option(8, min=1, max=72, help="GPUs per emulated node."),
     racks: int = typer.Option(2, min=1, max=MAX_NODES, help="Racks the nodes are spread over (at most one per node)."),
     http_port: int = typer.Option(
@@ -46,17 +54,25 @@ def up(
         "or a duration such as 1s. Default: always on one node, default in a cluster (docs/reliability.md).",
     ),
 ) -> None:
-    """Start NATS, Redis, every service, the emulated cluster and the gateway, until Ctrl-C,
-    SIGTERM or SIGHUP (closing the terminal), which stop all of them."""
+    """Start NATS, Redis, every service, node agents that run jobs for real (and
+    emulated nodes with --nodes) and the gateway, until Ctrl-C, SIGTERM or SIGHUP
+    (closing the terminal), which stop all of them."""
     from trainyard.cli.settings import cli_settings
     from trainyard.local import LocalStack, PortError, StackConfig, StackRunning
     from trainyard.local.servers import ServerError
     from trainyard.local.supervisor import Supervisor
 
-    racks = min(racks, nodes)  # every rack holds a node: `--nodes 1` runs in one rack
+    if nvml:
+        agents, agent_gpus = 1, 0
+    if agents + nodes == 0:
+        _say("[red]error:[/red] no nodes: give --agents N (real processes) or --nodes N (emulated)", err=True)
+        raise typer.Exit(2)
+    racks = min(racks, max(nodes, agents))  # every rack holds a node: `--nodes 1` runs in one rack
     config = StackConfig(
         data_dir=data_dir,
         nodes=nodes,
+        agents=agents,
+        agent_gpus=agent_gpus,
         gpus_per_node=gpus,
         racks=racks,
         http_port=http_port,
@@ -89,7 +105,7 @@ def up(
             _say(f"[red]error:[/red] {err}", err=True)
             raise typer.Exit(1) from err
         if not stack.stopping.is_set():
-            _print_banner(stack, nodes, gpus, racks)
+            _print_banner(stack, nodes, gpus, racks, agents, agent_gpus)
         # Every process, nats-server and Redis included, restarts with its own
         # backoff; the backoff resets after a healthy minute.
         Supervisor(stack, say=lambda line: _say(f"[yellow]{line}[/yellow]", err=True)).run(stack.stopping)
@@ -107,7 +123,22 @@ def _say(text: str, err: bool = False, markup: bool = True) -> None:
         pass
 
 
-def _print_banner(stack, nodes: int, gpus: int, racks: int) -> None:  # type: ignore[no-untyped-def]
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def _cluster_line(nodes: int, gpus: int, racks: int, agents: int, agent_gpus: int) -> str:
+    """What the stack's cluster is made of, e.g. '4 agents x 8 fake GPUs in 2 racks'."""
+    parts = []
+    if agents:
+        what = f"{_plural(agent_gpus, 'fake GPU')}" if agent_gpus else "this machine's GPUs (NVML)"
+        parts.append(f"{_plural(agents, 'node agent')} x {what} (jobs run for real)")
+    if nodes:
+        parts.append(f"{_plural(nodes, 'emulated node')} x {_plural(gpus, 'GPU')}")
+    return " + ".join(parts) + f" in {_plural(racks, 'rack')}"
+
+
+def _print_banner(stack, nodes: int, gpus: int, racks: int, agents: int, agent_gpus: int) -> None:  # type: ignore[no-untyped-def]
     from trainyard.redaction import redact
 
     assert stack.nats and stack.redis
@@ -130,10 +161,7 @@ def _print_banner(stack, nodes: int, gpus: int, racks: int) -> None:  # type: ig
     _say(f"  ledger           {redact(stack.ledger_url)}")  # a database URL may carry its password
     _say(f"  logs             {stack.data_dir / 'logs'}")
     _say(f"  ports kept in    {stack.data_dir / 'ports.json'}")
-    _say(
-        f"  cluster          {nodes} emulated node{'s' if nodes != 1 else ''} x {gpus} GPU{'s' if gpus != 1 else ''}"
-        f" in {racks} rack{'s' if racks != 1 else ''}"
-    )
+    _say(f"  cluster          {_cluster_line(nodes, gpus, racks, agents, agent_gpus)}")
     token_file = stack.data_dir / "admin-token"
     kept = "created now" if stack.admin_token_created else "kept from the last start"
     _say(f"  admin token      {token_file}  ({kept}; the CLI reads it by itself)")
@@ -141,4 +169,8 @@ def _print_banner(stack, nodes: int, gpus: int, racks: int) -> None:  # type: ig
     _say(f"  export TRAINYARD_TOKEN=$(cat {token_file})", markup=False)
     _say(f'  curl -H "Authorization: Bearer $TRAINYARD_TOKEN" {stack.api_url}/v1/jobs', markup=False)
     _say("  trainyard auth token create --name alice --role researcher --tenant acme   # a token per person")
-    _say("Try: trainyard submit --tenant acme --gpus 8 --duration 5 && trainyard jobs   (Ctrl-C stops)")
+    _say(
+        "Try: trainyard submit --tenant acme --gpus 2 -- python3 -c \"import os; print('rank', os.environ['RANK'])\""
+        "   then trainyard logs <job-id>   (Ctrl-C stops)",
+        markup=False,
+    )

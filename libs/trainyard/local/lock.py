@@ -17,6 +17,7 @@ import fcntl
 import os
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -179,7 +180,31 @@ def signal_group(pid: int, sig: int) -> None:
             pass
 
 
+def stop_processes(procs: list[subprocess.Popen], timeout: float) -> None:  # type: ignore[type-arg]
+    """SIGTERM each process (with whatever it started) together, then SIGKILL
+    any still running after ``timeout``."""
+    running = [proc for proc in procs if proc.poll() is None]
+    for proc in running:
+        signal_group(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for proc in running:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 # --- ports ---------------------------------------------------------------------------------------------
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:``port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def port_free(port: int) -> bool:

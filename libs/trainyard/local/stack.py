@@ -1,5 +1,5 @@
-"""Start NATS, Redis, every service as its own process, the emulated cluster
-and the gateway; stop them all cleanly.
+"""Start NATS, Redis, every service as its own process, the node agents (and
+the emulated cluster when asked) and the gateway; stop them all cleanly.
 
 Each process is started with ``sys.executable`` so the stack runs from
 whatever environment ``trainyard`` was installed into.  One stack runs per
@@ -8,22 +8,17 @@ restarts.  Each process logs to ``<data dir>/logs/`` (:mod:`trainyard.local.logs
 once all are up, ``<data dir>/state.json`` tells other commands where the stack
 is (:mod:`trainyard.local.state`).
 
-The bus is locked by default: NATS and Redis start with a user per service
-(and per submission portal named in :attr:`StackConfig.portals`) whose
-passwords are kept in ``<data dir>/bus/`` (:mod:`trainyard.local.credentials`);
-each service is given only its own.  ``StackConfig(locked_bus=False)`` starts
-servers without users.
-
-``StackConfig(nats_cluster=3)`` runs NATS as a cluster of three nodes whose
-streams and buckets keep three replicas (:mod:`trainyard.local.nats_nodes`);
-services are given every node's URL.
+The bus is locked by default: NATS and Redis start with a user per service, per
+node agent and per submission portal (:attr:`StackConfig.portals`), passwords kept
+in ``<data dir>/bus/`` (:mod:`trainyard.local.credentials`); each process is given
+only its own.  ``StackConfig(nats_cluster=3)`` runs NATS as a cluster of three
+nodes keeping three replicas of everything (:mod:`trainyard.local.nats_nodes`).
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -33,16 +28,25 @@ from pathlib import Path
 
 import msgspec
 
-from trainyard.bus.permissions import BusUser
-from trainyard.local.credentials import ADMIN, BUS_DIR, Credentials, ensure_credentials, service_env, write_server_files
+from trainyard.local.agents import agent_command, agent_env, agent_nodes, agent_process, is_agent
+from trainyard.local.credentials import (
+    ADMIN,
+    BUS_DIR,
+    Credentials,
+    ensure_credentials,
+    save_credentials,
+    service_env,
+    write_server_files,
+)
 from trainyard.local.lock import (
     PORT_NAMES,
     Child,
     StackLock,
     choose_ports,
+    listening,
     process_cmdline,
-    signal_group,
     stop_leftovers,
+    stop_processes,
 )
 from trainyard.local.logs import log_path, log_size, log_tail, logged_ready
 from trainyard.local.nats_nodes import check_nats, declare_streams, port_names, replicas_for, start_stack_nats, sync_for
@@ -78,8 +82,10 @@ class StackConfig(msgspec.Struct):
     redis_port: int = 0
     http_port: int = 0
     grpc_port: int = 0
-    nodes: int = 16
+    nodes: int = 16  # emulated nodes (0: no emulator)
     gpus_per_node: int = 8
+    agents: int = 0  # node agents that run jobs' processes for real, each a node of its own
+    agent_gpus: int = 8  # fake GPUs per agent (0: the machine's own, through NVML)
     racks: int = 2
     cluster: str = "local"
     heartbeat_interval_s: float = 1.0
@@ -187,9 +193,13 @@ class LocalStack:
         if self.config.locked_bus:
             bus_dir = self.data_dir / BUS_DIR
             self.credentials = ensure_credentials(bus_dir, self.config.portals)
+            with_agents = self.credentials.with_agents(self.agent_nodes)
+            if with_agents != self.credentials:
+                save_credentials(bus_dir, with_agents)
+                self.credentials = with_agents
             nats_conf, acl = write_server_files(bus_dir, self.credentials, cluster=self.config.cluster)
-            nats_admin = _pair(self.credentials.nats_user(ADMIN))
-            redis_admin = _pair(self.credentials.redis_user(ADMIN))
+            nats_admin = self.credentials.nats_user(ADMIN).pair
+            redis_admin = self.credentials.redis_user(ADMIN).pair
             self.progress(f"bus users and passwords in {bus_dir}")
         size = self.config.nats_cluster
         what = "nats-server" if size == 1 else f"a cluster of {size} nats-servers"
@@ -239,9 +249,27 @@ class LocalStack:
         finally:
             ledger.close()
 
+    @property
+    def agent_nodes(self) -> list[str]:
+        return agent_nodes(self.config.agents)
+
+    def names(self) -> list[str]:
+        """Every process the stack starts: the services (the emulator only with
+        emulated nodes) and one ``agent-<node>`` per agent."""
+        services = [n for n in SERVICES if n != "emulator" or self.config.nodes > 0]
+        return [*services, *(agent_process(node) for node in self.agent_nodes)]
+
+    def command_for(self, name: str) -> list[str]:
+        """The command line of process ``name``."""
+        if is_agent(name):
+            return agent_command(name, self.data_dir, self.config.agents, self.config.racks, self.config.agent_gpus)
+        return [sys.executable, *SERVICES[name]]
+
     def service_env(self, name: str) -> dict[str, str]:
         """The environment of service ``name``: the stack's settings, its own
-        metrics port and, on a locked bus, its own users."""
+        metrics port and, on a locked bus, its own users (an agent: its node's NATS user, and no Redis)."""
+        if is_agent(name):
+            return agent_env(self.env, self.credentials, name)
         env = self.env if self.credentials is None else {**self.env, **service_env(self.credentials, name)}
         if name in self.metrics_ports:
             env = {**env, f"TRAINYARD_{name.upper()}_METRICS_PORT": str(self.metrics_ports[name])}
@@ -257,7 +285,7 @@ class LocalStack:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, *SERVICES[name]],
+                self.command_for(name),
                 env=self.service_env(name),
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -271,7 +299,7 @@ class LocalStack:
         """Start everything (or ``services``); returns early, with what has
         started still running, when :meth:`request_stop` is called."""
         self.start_servers()
-        names = services or list(SERVICES)
+        names = services or self.names()
         offsets: dict[str, int] = {}
         for name in names:
             if self.stopping.is_set():
@@ -311,7 +339,7 @@ class LocalStack:
             self.stopping.wait(0.1)
 
     def _ready(self, name: str, offset: int) -> bool:
-        if name == "gateway" and not _listening(self.http_port):
+        if name == "gateway" and not listening(self.http_port):
             return False
         if self.config.log_level.upper() not in ("DEBUG", "INFO"):
             return True
@@ -347,22 +375,8 @@ class LocalStack:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
 
-    def stop_service(self, name: str, timeout: float = STOP_TIMEOUT_S) -> None:
-        self._stop_procs([name], timeout)
-
     def _stop_procs(self, names: list[str], timeout: float) -> None:
-        """SIGTERM the services (each with whatever it started) together, then
-        SIGKILL any still running after ``timeout``."""
-        running = [self.procs[n] for n in names if n in self.procs and self.procs[n].poll() is None]
-        for proc in running:
-            signal_group(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for proc in running:
-            try:
-                proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                signal_group(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_processes([self.procs[n] for n in names if n in self.procs], timeout)
 
     def exited(self) -> dict[str, int]:
         return {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
@@ -383,15 +397,3 @@ class LocalStack:
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         return log_tail(self.data_dir, name, lines)
-
-
-def _pair(user: BusUser) -> tuple[str, str]:
-    return user.name, user.password
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False

@@ -67,6 +67,9 @@ async def test_the_job_environment_holds_the_launch_and_nothing_of_the_agent(
     [
         pytest.param(["no-such-binary-anywhere"], None, "not found", id="a missing binary fails with a clear reason"),
         pytest.param(["true"], "/nonexistent/dir", "working directory", id="a missing working directory fails"),
+        pytest.param(
+            [], None, "gives no command", id="an image without a command on a node without a container runtime fails"
+        ),
     ],
 )
 async def test_a_process_that_cannot_start_fails_its_run_and_stops_its_peers(

@@ -45,7 +45,7 @@ def test_exit_records_read_back_as_written(tmp_path: Path, exit: Exit) -> None:
 @pytest.mark.parametrize(
     ("argv", "cwd", "problem"),
     [
-        pytest.param([], "/", "the command is empty", id="an empty command"),
+        pytest.param([], "/", "gives no command", id="no command and no container runtime for the image"),
         pytest.param(["sh"], "/no/such/dir", "working directory '/no/such/dir' does not exist", id="no directory"),
         pytest.param(["/bin/no-such"], "/", "command '/bin/no-such' not found", id="no such file"),
         pytest.param(["sh"], "/", None, id="found on PATH"),
