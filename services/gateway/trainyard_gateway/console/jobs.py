@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+import nats.errors
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
@@ -30,6 +31,7 @@ from trainyard_gateway.console.render import fragment, page
 from trainyard_gateway.console.session import Forbidden, principal, read_form
 from trainyard_gateway.decoding import decode_submission
 from trainyard_gateway.jobs import Conflict, InvalidRequest, JobOperations, NotFound, check_job_id, check_tenant_name
+from trainyard_gateway.logs_api import read_logs
 from trainyard_gateway.metrics import JOB_STATUSES
 from trainyard_gateway.schema import JobView
 from trainyard_gateway.security import csrf_token
@@ -47,6 +49,8 @@ roles:
     gpu_type: H100
 simulated_duration_s: 30
 """
+
+OUTPUT_TAIL = 4096  # bytes of rank 0's output shown on a job's page
 
 
 def row_signature(job: JobView) -> str:
@@ -94,11 +98,24 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
             return False
         return job.status not in TERMINAL
 
+    async def output_tail(who: Principal, job: JobView | None) -> tuple[str | None, str | None]:
+        """The last few KiB of rank 0's output of the latest attempt, or why there is none."""
+        if job is None or not job.attempt or job.status in ("rejected", "admitted"):
+            return None, None
+        try:
+            chunk = await read_logs(ops, job.job_id, tenant_filter(who, Action.JOB_READ, None), offset=-OUTPUT_TAIL)
+        except (InvalidRequest, Conflict, NotFound, nats.errors.Error) as err:
+            return None, str(err) if not isinstance(err, InvalidRequest) else "; ".join(map(str, err.errors))
+        return chunk.data, None
+
     async def detail_context(who: Principal, job: JobView | None) -> dict[str, Any]:
         runs = await runs_of(job.job_id) if job is not None else []
+        output, output_note = await output_tail(who, job)
         return {
             "job": job,
             "runs": runs,
+            "output": output,
+            "output_note": output_note,
             "steps": timeline(job) if job else [],
             "can_cancel": job is not None and may_cancel(who, job),
         }
