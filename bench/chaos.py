@@ -37,6 +37,13 @@ def parse() -> argparse.Namespace:
     p.add_argument("--flushes", type=int, default=defaults.flushes)
     p.add_argument("--stalls", type=int, default=defaults.stalls)
     p.add_argument("--stall-s", type=float, default=defaults.stall_s)
+    p.add_argument(
+        "--restart-pairs",
+        type=int,
+        default=3,
+        help="the emulator stalled, nats-server killed --pair-gap-s later, then the emulator killed",
+    )
+    p.add_argument("--pair-gap-s", type=float, default=defaults.pair_gap_s)
     p.add_argument("--seed", type=int, default=defaults.seed)
     p.add_argument("--nodes", type=int, default=32)
     p.add_argument("--nats-cluster", type=int, default=1, help="NATS nodes (3: a cluster with R3 streams)")
@@ -56,6 +63,10 @@ def show(report: ChaosReport) -> None:
         ("stuck", report.stuck),
         ("GPU double allocations", report.double_allocations),
         ("dead letters", report.dead_letters),
+        ("nodes declared lost", report.nodes_lost),
+        ("runs failed by node loss", report.failed_runs.get("node_failure", 0)),
+        ("missing reads (404)", report.reads.get("missing", 0)),
+        ("stale reads", report.reads.get("stale", 0)),
         ("ledger - stream GPU-s", f"{report.ledger_minus_stream_gpu_s:.3f}"),
         ("offered in", f"{report.offered_s:.0f} s"),
         ("drained in", f"{report.drained_s:.0f} s"),
@@ -66,6 +77,7 @@ def show(report: ChaosReport) -> None:
     print(f"{'failed runs by reason':>24}  {report.failed_runs}")
     print(f"{'exited by themselves':>24}  {report.unplanned_exits}")
     print(f"{'faults by kind':>24}  {report.faults}")
+    print(f"{'reads during rebuilds':>24}  {report.reads}")
     if report.dead_letter_reasons:
         print(f"{'dead-letter reasons':>24}  {report.dead_letter_reasons}")
     for v in report.violations:
@@ -80,6 +92,8 @@ async def main(args: argparse.Namespace) -> int:
         flushes=args.flushes,
         stalls=args.stalls,
         stall_s=args.stall_s,
+        restart_pairs=args.restart_pairs,
+        pair_gap_s=args.pair_gap_s,
         seed=args.seed,
         drain_timeout_s=args.drain_timeout_s,
     )

@@ -2,11 +2,14 @@
 
 A :class:`Chaos` run offers jobs through REST and the portals' intake subject
 while it SIGKILLs processes (every service, nats-server and Redis), wipes
-Redis (FLUSHALL) and stalls processes (SIGSTOP, then SIGCONT).  Then it reads
-the JOBS stream back and counts, from the log alone: submissions lost, jobs
-accepted twice, jobs run twice to success, jobs stuck short of a terminal
-state, GPUs given to two runs at once, dead letters, and the difference
-between the ledger's GPU-seconds and the runs' intervals on the log.
+Redis (FLUSHALL) and stalls processes (SIGSTOP, then SIGCONT), and restarts
+the nodes' host and nats-server within seconds of each other (see
+:mod:`trainyard.testing.chaos_faults`).  Then it reads the JOBS stream back
+and counts, from the log alone: submissions lost, jobs accepted twice, jobs
+run twice to success, jobs stuck short of a terminal state, GPUs given to
+two runs at once, dead letters, runs failed by a node loss, and the
+difference between the ledger's GPU-seconds and the runs' intervals on the
+log; and how the gateway answered reads of finished jobs during each rebuild.
 
 Used by ``bench/chaos.py`` (the benchmark) and a short run in the e2e suite.
 """
@@ -20,7 +23,8 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import httpx
 import msgspec
@@ -45,6 +49,7 @@ from trainyard.ledger import Ledger
 from trainyard.local import LocalStack
 from trainyard.local.supervisor import Backoff, Supervisor, restart_server, servers
 from trainyard.store import Store, views
+from trainyard.testing.chaos_faults import finished_jobs, nodes_lost, read_back, restart_pair
 from trainyard.testing.streams import read_job_events
 
 TERMINAL = ("succeeded", "failed", "cancelled", "rejected")
@@ -60,6 +65,8 @@ class ChaosPlan(msgspec.Struct, frozen=True):
     seed: int = 1
     drain_timeout_s: float = 600.0  # after the offering, how long every job may take to finish
     victims: tuple[str, ...] = ()  # processes faults may hit; () = every service, nats and redis
+    restart_pairs: int = 0  # the emulator stalled, nats-server killed pair_gap_s later, then the emulator
+    pair_gap_s: float = 4.0
 
 
 class ChaosReport(msgspec.Struct):
@@ -80,6 +87,8 @@ class ChaosReport(msgspec.Struct):
     violations: list[str]
     offered_s: float
     drained_s: float
+    reads: dict[str, int] = {}  # reads of finished jobs during rebuilds: ok, rebuilding, missing, stale
+    nodes_lost: int = 0  # NodeLost on the NODES stream: every one false (no node really dies here)
 
     @property
     def clean(self) -> bool:
@@ -90,6 +99,9 @@ class ChaosReport(msgspec.Struct):
             or self.stuck
             or self.double_allocations
             or abs(self.ledger_minus_stream_gpu_s) > 1e-3
+            or self.reads.get("missing")
+            or self.reads.get("stale")
+            or self.nodes_lost
         )
 
 
@@ -132,6 +144,7 @@ class Chaos:
         self.supervisor = Supervisor(stack, say=progress, backoff=lambda: Backoff(first_s=0.5, max_s=5.0))
         self._procs_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
+        self.reads: Counter[str] = Counter()  # answers of the reads during rebuilds
 
     # --- processes -------------------------------------------------------------
 
@@ -190,28 +203,40 @@ class Chaos:
 
     def schedule(self, window_s: float) -> list[tuple[float, str]]:
         kinds = ["kill"] * self.plan.kills + ["flush"] * self.plan.flushes + ["stall"] * self.plan.stalls
+        kinds += ["pair"] * self.plan.restart_pairs
         return sorted((self.rng.uniform(0.05, 0.95) * window_s, kind) for kind in kinds)
 
     async def inject(self, window_s: float) -> None:
         started = time.monotonic()
         for at, kind in self.schedule(window_s):
             await asyncio.sleep(max(0.0, started + at - time.monotonic()))
-            choices = self.victims()
+            choices, name = self.victims(), ""
             if kind == "flush":
+                try:
+                    finished = await finished_jobs(self.store)
+                except Exception:  # noqa: BLE001 - Redis restarting: nothing known to read back
+                    finished = {}
                 await self.flush()
+                self._spawn(read_back(self, finished))
                 self.faults["flush"] += 1
+            elif kind == "pair":
+                self._spawn(restart_pair(self, self.plan.pair_gap_s))
+                self.faults["pair"] += 1
             elif choices:
                 name = self.rng.choice(choices)
                 if kind == "kill":
                     async with self._procs_lock:
                         await asyncio.to_thread(self.kill, name)
                 else:
-                    task = asyncio.create_task(self.stall(name))
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
+                    self._spawn(self.stall(name))
                 self.faults[f"{kind}:{name}"] += 1
-            self.progress(f"{time.monotonic() - started:6.1f}s {kind} {'' if kind == 'flush' else name}")
+            self.progress(f"{time.monotonic() - started:6.1f}s {kind} {name if kind in ('kill', 'stall') else ''}")
         await asyncio.gather(*self._tasks)
+
+    def _spawn(self, fault: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(fault)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def offer(self, jobs: list[tuple[str, JobSpec]], token: str | None) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -284,6 +309,8 @@ class Chaos:
             violations=fold.violations[:20],
             offered_s=offered,
             drained_s=drained,
+            reads=dict(self.reads),
+            nodes_lost=await nodes_lost(self.bus),
         )
 
     async def ledger_difference(self, events: list[JobEvent], timeout: float = 120.0) -> float:
