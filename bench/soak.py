@@ -23,7 +23,6 @@ import contextlib
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import msgspec
 
@@ -33,17 +32,7 @@ from trainyard.domain import JobSpec, Role
 from trainyard.local import LocalStack, StackConfig
 from trainyard.store import Store, views
 from trainyard.testing.chaos import submit_event
-
-
-def rss_mib(pid: int) -> float | None:
-    """Resident memory of ``pid`` in MiB, None when it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
+from trainyard.testing.procs import rss_mib
 
 
 def slope(points: list[tuple[float, float]]) -> float:
