@@ -305,7 +305,7 @@ class Executor:
         for p in run.procs:
             if p.live:
                 await self._observe(run, p)
-        if run.stopping is None and (failed := next((p for p in run.procs if p.failed), None)):
+        if run.stopping is None and (failed := min((p for p in run.procs if p.failed), key=_exited_at, default=None)):
             log.info("rank %d of run %s failed: stopping its other processes here", failed.rank, run.run_id)
             self.stop(run, run.order.stop_signal, min(run.order.stop_grace_s, PEER_GRACE_S), "peer_failed")
         limit = run.order.max_runtime_s
@@ -321,9 +321,9 @@ class Executor:
             for p in run.procs:
                 if p.live:
                     runlogs.rotate(p.log, self.log_max_bytes)
-        for p in run.procs:
-            if p.exit is not None and not p.reported:
-                self._report_exit(run, p)
+        # In the order they ended: the first rank to fail is the one the run's failure names.
+        for p in sorted((p for p in run.procs if p.exit is not None and not p.reported), key=_exited_at):
+            self._report_exit(run, p)
 
     async def _observe(self, run: Run, p: Proc) -> None:
         assert p.pids is not None
@@ -388,3 +388,11 @@ class Executor:
             "run_id": order.run_id,
             "node_id": self.node_id,
         }
+
+
+def _exited_at(p: Proc) -> float:
+    """When ``p`` ended, as its exit record's time says (records written together keep rank order)."""
+    try:
+        return (p.dir / "exit").stat().st_mtime
+    except OSError:
+        return float("inf")

@@ -14,7 +14,7 @@ from agent_fixtures import Reports, group_members, launch, order
 from trainyard.agent import processes
 from trainyard.agent.executor import Executor
 from trainyard.agent.processes import alive
-from trainyard.events.work import ProcessesStarted, SignalRun, StopRun
+from trainyard.events.work import ProcessesStarted, ProcessExited, SignalRun, StopRun
 from trainyard.testing.waiting import eventually
 
 WAIT_FOR_SIGNAL = "trap 'echo got $0; exit 7' USR1; echo ready; while :; do sleep 0.05; done"
@@ -198,3 +198,19 @@ async def test_a_stop_while_the_processes_are_starting_reaches_them_once_started
     gate.set()
     exited = (await reports.exits("r-mid", 1))[0]
     assert (exited.signal, exited.stopped) == ("SIGTERM", "cancelled")
+
+
+async def test_exits_seen_together_are_reported_in_the_order_they_happened(tmp_path: Path, reports: Reports) -> None:
+    # A poll slower than the two exits: rank 1 fails first and rank 0 fails because of it
+    # (as a peer whose connection dropped does); the run's failure must name rank 1.
+    slow = Executor(tmp_path / "slow", "n1", reports, boot_id="b1", poll_s=1.5, checkpoint_poll_s=5.0)
+    marker = tmp_path / "rank-1-failing"
+    try:
+        rank0 = launch(0, "sh", "-c", f"while [ ! -e {marker} ]; do sleep 0.01; done; sleep 0.2; exit 1")
+        rank1 = launch(1, "sh", "-c", f"sleep 0.2; touch {marker}; exit 3")
+        await slow.apply(order("r-order", rank0, rank1))
+        await reports.exits("r-order", 2)
+        exits = reports.of(ProcessExited, "r-order")
+        assert [e.rank for e in exits] == [1, 0] and exits[0].exit_code == 3
+    finally:
+        await slow.close()
