@@ -22,7 +22,7 @@ from trainyard.domain import NodeInfo
 from trainyard.events import JobAccepted, NodeRegistered, RunSucceeded, subjects
 from trainyard.local.servers import free_port
 from trainyard.store import Projector, Store, views
-from trainyard.store.caught_up import CaughtUpReads
+from trainyard.store.caught_up import CaughtUpReads, ProjectionRebuilding
 from trainyard.testing.auth import Callers
 from trainyard.testing.publish import publish_event
 from trainyard.testing.streams import project
@@ -134,7 +134,15 @@ async def test_a_wiped_projection_nobody_rebuilds_yet_answers_rebuilding_on_rest
     await publish_jobs(bus)
     await project(bus, store, "JOBS")
     assert (await gateway.get("/v1/jobs/j3")).json()["status"] == "succeeded"
+    assert "trainyard_projection_rebuilding 0.0" in (await gateway.get("/metrics")).text
     await store.redis.flushall()  # Redis restarted empty; no projector has noticed yet
+
+    scrape = await gateway.get("/metrics")  # the last caught-up counts, marked as such
+    assert scrape.status_code == 200 and "trainyard_projection_rebuilding 1.0" in scrape.text
+    assert succeeded_gauge(scrape.text) == SUCCEEDED
+    fresh = GatewayMetrics(caught_up=CaughtUpReads(bus, store, wait_s=0.05))  # no caught-up scrape to show yet
+    with pytest.raises(ProjectionRebuilding):
+        await fresh.render(store)
 
     got = await gateway.get("/v1/jobs/j3")
     assert got.status_code == 503 and got.headers["Retry-After"] == "1", got.text
