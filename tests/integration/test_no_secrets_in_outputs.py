@@ -7,9 +7,12 @@ the admin token."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,7 +24,7 @@ from redis import Redis
 from trainyard.domain.node import NodeInfo
 from trainyard.ledger import Ledger
 from trainyard.local.credentials import ADMIN, BUS_DIR, Credentials, ensure_credentials, write_server_files
-from trainyard.local.servers import Server, free_port, start_redis
+from trainyard.local.servers import Server, ServerError, free_port, start_redis, url_with_user, wait_jetstream
 from trainyard.local.state import StackState, write_state
 from trainyard.redaction import redact
 from trainyard.reports import capacity_report
@@ -162,7 +165,32 @@ def test_the_banner_of_trainyard_up_names_its_servers_without_a_password(
         ledger_url=f"postgresql://trainyard:{secret}@db.internal:5432/ledger",
         admin_token_created=True,
     )
-    _print_banner(stack, nodes=2, gpus=8, racks=1)
+    _print_banner(stack, nodes=2, gpus=8, racks=1, agents=4, agent_gpus=8)
     said = capsys.readouterr()
     assert "postgresql://trainyard:***@db.internal:5432/ledger" in said.out
     assert secret not in said.out + said.err
+
+
+@pytest.fixture
+def not_nats() -> Iterator[int]:
+    """A port that takes connections and closes them at once, as no NATS server would."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def refuse() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                server.accept()[0].close()
+
+    threading.Thread(target=refuse, daemon=True).start()
+    yield server.getsockname()[1]
+    server.close()
+
+
+def test_trainyard_up_says_which_nats_did_not_answer_without_its_password(not_nats: int) -> None:
+    """``trainyard up`` waits for JetStream on the admin's URL; when it does
+    not answer, the error (on the terminal and in the log) names the server."""
+    secret = "nats-Adm1n-pass"
+    url = url_with_user(f"nats://127.0.0.1:{not_nats}", "admin", secret)
+    with pytest.raises(ServerError) as failed:
+        wait_jetstream(url, timeout=0.5)
+    assert "nats://admin:***@127.0.0.1" in str(failed.value) and secret not in str(failed.value)

@@ -4,7 +4,6 @@ of an installation, written straight into the NATS KV bucket)."""
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import re
 import time
@@ -133,6 +132,8 @@ def bootstrap(
 ) -> None:
     """Create an admin token directly in the NATS KV bucket, for an installation
     that has none yet (needs NATS credentials that may write the bucket)."""
+    import asyncio
+
     from trainyard.auth import Role, TokenStore
     from trainyard.bus import Bus
     from trainyard.bus.audit import audit
@@ -163,6 +164,8 @@ def bootstrap(
     try:
         token, info = asyncio.run(run())
     except Exception as err:
-        err_console.print(f"[red]error:[/red] cannot create the token through NATS at {url}: {err}")
+        from trainyard.redaction import redact
+
+        err_console.print(f"[red]error:[/red] {redact(f'cannot create the token through NATS at {url}: {err}')}")
         raise typer.Exit(1) from err
     _show_created(token, info)

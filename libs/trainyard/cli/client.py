@@ -1,19 +1,26 @@
 """A small HTTP client for the gateway, used by the CLI, and where the CLI's
 credentials come from: ``--token``, else ``$TRAINYARD_TOKEN``, else the local
-stack's admin token (``<data_dir>/admin-token``, written by ``trainyard up``)."""
+stack's admin token (``<data_dir>/admin-token``, written by ``trainyard up``).
+Which gateway and data directory: :mod:`trainyard.cli.discovery`.
+
+httpx is imported when a request is made, not before: ``trainyard --help``
+never pays for it."""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import httpx
-
-from trainyard.auth.bootstrap import read_admin_token
+from trainyard.cli.discovery import DEFAULT_API_URL, find_api_url, find_data_dir
 from trainyard.cli.settings import cli_settings
-from trainyard.local.state import read_state
 
-DEFAULT_API_URL = "http://127.0.0.1:8080"
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["DEFAULT_API_URL", "ApiError", "Client", "resolve_api_url", "resolve_token", "use_token"]
+
 TOKEN_ENV = "TRAINYARD_TOKEN"
+ADMIN_TOKEN_FILE = "admin-token"  # as trainyard.auth.bootstrap writes it (that package is slow to import)
 _chosen: dict[str, str] = {}  # "token": the global --token option, when given
 
 
@@ -24,13 +31,8 @@ class ApiError(Exception):
 
 
 def resolve_api_url(api_url: str | None, data_dir: str) -> str:
-    if api_url:
-        return api_url
-    given = cli_settings().api_url
-    if given:
-        return given
-    state = read_state(data_dir)
-    return state.api_url if state else DEFAULT_API_URL
+    """``--api-url``, else ``TRAINYARD_API_URL``, else the stack found from here (:mod:`.discovery`)."""
+    return find_api_url(api_url, cli_settings().api_url, data_dir)
 
 
 def use_token(token: str | None) -> None:
@@ -43,7 +45,15 @@ def use_token(token: str | None) -> None:
 
 def resolve_token(token: str | None, data_dir: str) -> str | None:
     """``token``, else ``--token``, else ``$TRAINYARD_TOKEN``, else the local stack's admin token."""
-    return token or _chosen.get("token") or cli_settings().token.strip() or read_admin_token(data_dir)
+    return token or _chosen.get("token") or cli_settings().token.strip() or _admin_token(find_data_dir(data_dir))
+
+
+def _admin_token(data_dir: str) -> str | None:
+    try:
+        text = (Path(data_dir) / ADMIN_TOKEN_FILE).read_text().strip()
+    except OSError:
+        return None
+    return text or None
 
 
 def auth_headers(token: str | None) -> dict[str, str]:
@@ -57,6 +67,8 @@ def grpc_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
 
 class Client:
     def __init__(self, api_url: str, token: str | None = None, timeout: float = 10.0) -> None:
+        import httpx
+
         self.http = httpx.Client(base_url=api_url, timeout=timeout, headers=auth_headers(token))
         self.api_url = api_url
         self.token = token
@@ -67,6 +79,8 @@ class Client:
         return cls(resolve_api_url(api_url, data_dir), resolve_token(None, data_dir), timeout)
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx
+
         try:
             response = self.http.request(method, path, **kwargs)
         except httpx.HTTPError as err:

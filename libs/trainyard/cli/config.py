@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
-from trainyard.config.store import ConfigStore, parse_and_validate
-from trainyard.config.tenancy import TenancyConfigError
+from trainyard.cli.discovery import find_data_dir
+
+if TYPE_CHECKING:  # imported where used: `trainyard --help` does not load the configuration code
+    from trainyard.config.store import ConfigStore
 
 config_app = typer.Typer(help="Tenancy configuration: organisations, teams, queues, quotas.", no_args_is_help=True)
 console = Console()
@@ -36,6 +38,7 @@ def stack_state(data_dir: str, variables: str):  # type: ignore[no-untyped-def]
     there, it would write Trainyard's streams and keys into that server."""
     from trainyard.local.state import read_state
 
+    data_dir = find_data_dir(data_dir)
     state = read_state(data_dir)
     if state is None:
         err_console.print(
@@ -63,6 +66,9 @@ def read_file(path: Path, what: str) -> str:
 
 
 def _validated(path: Path):  # type: ignore[no-untyped-def]
+    from trainyard.config.store import parse_and_validate
+    from trainyard.config.tenancy import TenancyConfigError
+
     try:
         return parse_and_validate(read_file(path, "the tenancy file"))
     except TenancyConfigError as err:
@@ -72,14 +78,25 @@ def _validated(path: Path):  # type: ignore[no-untyped-def]
         raise typer.Exit(1) from err
 
 
+def _run(work):  # type: ignore[no-untyped-def]
+    import asyncio  # here, not at the top: `trainyard --help` never loads the event loop
+
+    return asyncio.run(work)
+
+
 async def _with_store(url: str, fn):  # type: ignore[no-untyped-def]
     from trainyard.bus import Bus
 
     try:
         bus = await Bus.connect(url, "trainyard-cli")
     except Exception as err:
-        err_console.print(f"[red]error:[/red] cannot reach NATS at {url} ({err}); is `trainyard up` running?")
+        from trainyard.redaction import redact
+
+        said = redact(f"cannot reach NATS at {url} ({err}); is `trainyard up` running?")
+        err_console.print(f"[red]error:[/red] {said}")
         raise typer.Exit(1) from err
+    from trainyard.config.store import ConfigStore
+
     try:
         return await fn(await ConfigStore.open(bus))
     finally:
@@ -111,7 +128,7 @@ def diff(file: Path = FileArg, data_dir: str = DataDir) -> None:
         for line in changes or ["no changes"]:
             console.print(f"  {line}")
 
-    asyncio.run(_with_store(nats_url(data_dir), run))
+    _run(_with_store(nats_url(data_dir), run))
 
 
 @config_app.command()
@@ -135,7 +152,7 @@ def apply(
         for line in changes:
             console.print(f"  {line}")
 
-    asyncio.run(_with_store(nats_url(data_dir), run))
+    _run(_with_store(nats_url(data_dir), run))
 
 
 @config_app.command()
@@ -150,4 +167,4 @@ def show(data_dir: str = DataDir) -> None:
         console.print(f"# revision {current.revision}")
         console.print(current.text, markup=False, highlight=False)
 
-    asyncio.run(_with_store(nats_url(data_dir), run))
+    _run(_with_store(nats_url(data_dir), run))

@@ -8,7 +8,6 @@ gateway instead, with the caller's token (finance or admin).
 
 from __future__ import annotations
 
-import asyncio
 import calendar
 import csv
 import datetime as dt
@@ -18,12 +17,15 @@ import time
 from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
 import typer
 from rich.console import Console
 
 from trainyard.cli.settings import cli_settings
+
+if TYPE_CHECKING:
+    import httpx
 
 export_app = typer.Typer(help="Chargeback exports for finance.", no_args_is_help=True)
 report_app = typer.Typer(help="Capacity-planning and usage reports.", no_args_is_help=True)
@@ -87,6 +89,8 @@ def _get(
     api_url: str | None, data_dir: str, path: str, params: Mapping[str, str | int | float | None]
 ) -> httpx.Response:
     """GET from the gateway with the caller's token (``--token``, ``$TRAINYARD_TOKEN``, the stack's admin token)."""
+    import httpx
+
     from trainyard.cli.client import auth_headers, describe_error, resolve_api_url, resolve_token
 
     url, token = resolve_api_url(api_url, data_dir), resolve_token(None, data_dir)
@@ -190,6 +194,8 @@ def _capacity(capacity: str | None, data_dir: str) -> tuple[dict[str, int], str]
     if state is None:
         raise _fail("no capacity: pass --capacity H100=128 (GPUs) or H100=16x8 (nodes x GPUs), or run `trainyard up`")
     prefix = cli_settings().redis_prefix
+    import asyncio
+
     import redis.exceptions
 
     try:

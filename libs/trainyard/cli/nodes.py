@@ -4,7 +4,6 @@ emulated cluster."""
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import json
 import socket
@@ -213,6 +212,8 @@ def emulate_inject(
     data_dir: str = DataDir,
 ) -> None:
     """Inject a fault into a running emulated cluster (over NATS request/reply)."""
+    import asyncio
+
     from trainyard.agent.control import ControlRequest, decode_reply, emulator_control_subject, encode
 
     chosen = {
@@ -263,7 +264,10 @@ def emulate_inject(
     try:
         reply = decode_reply(asyncio.run(send()))
     except Exception as err:
-        err_console.print(f"[red]error:[/red] no answer from the emulator of cluster {cluster!r} at {url}: {err!r}")
+        from trainyard.redaction import redact
+
+        said = redact(f"no answer from the emulator of cluster {cluster!r} at {url}: {err!r}")
+        err_console.print(f"[red]error:[/red] {said}")
         raise typer.Exit(1) from err
     if not reply.ok:
         err_console.print(f"[red]refused:[/red] {reply.message}")

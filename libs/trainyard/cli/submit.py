@@ -7,13 +7,11 @@ import json
 import time
 from pathlib import Path
 
-import msgspec
 import typer
 from rich.console import Console
 
 from trainyard.cli.client import ApiError, Client
 from trainyard.cli.config import read_file
-from trainyard.yaml_input import check_yaml
 
 console = Console()
 err_console = Console(stderr=True)
@@ -55,6 +53,7 @@ def submit(
         10.0, help="Seconds to wait for admission to accept or reject the job (0: do not wait)."
     ),
     as_json: bool = typer.Option(False, "--json"),
+    nodes: int | None = typer.Option(None, "--nodes", "-N", hidden=True, help="Slurm's; answered with --replicas."),
     api_url: str | None = ApiUrl,
     data_dir: str = DataDir,
     command: list[str] = typer.Argument(None, help="The command every process runs, after `--`."),
@@ -65,7 +64,18 @@ def submit(
     with the torch.distributed environment (docs/execution.md):
     `trainyard submit --tenant acme --gpus 2 -- python3 train.py`.  Without one,
     `--duration` runs a simulated workload of that many seconds."""
+    if nodes is not None:
+        err_console.print(
+            f"[red]error:[/red] submit has no --nodes: a job is --replicas N of --gpus G GPUs each "
+            f"(Slurm's `--nodes {nodes} --gpus-per-node 8` is `--replicas {nodes} --gpus 8`)",
+            highlight=False,
+        )
+        raise typer.Exit(2)
     if file is not None:
+        import msgspec
+
+        from trainyard.yaml_input import check_yaml
+
         text = read_file(file, "the job spec")
         try:
             if file.suffix in (".yaml", ".yml"):

@@ -106,6 +106,7 @@ def up(
             raise typer.Exit(1) from err
         if not stack.stopping.is_set():
             _print_banner(stack, nodes, gpus, racks, agents, agent_gpus)
+            _remember(stack.api_url, stack.data_dir)
         # Every process, nats-server and Redis included, restarts with its own
         # backoff; the backoff resets after a healthy minute.
         Supervisor(stack, say=lambda line: _say(f"[yellow]{line}[/yellow]", err=True)).run(stack.stopping)
@@ -121,6 +122,18 @@ def _say(text: str, err: bool = False, markup: bool = True) -> None:
         (err_console if err else console).print(text, markup=markup, highlight=markup)
     except OSError:
         pass
+
+
+def _remember(api_url: str, data_dir: object) -> None:
+    """Name this stack in the per-user config, so the CLI finds it from any directory (docs/cli.md)."""
+    from trainyard.cli.discovery import remember_stack
+
+    try:
+        path = remember_stack(api_url, str(data_dir))
+    except OSError as err:  # a read-only home: the CLI still finds the stack from here and below
+        _say(f"[yellow]note:[/yellow] cannot write the per-user config ({err})", err=True)
+        return
+    _say(f"  CLI config       {path}  (the trainyard command finds this stack from any directory)")
 
 
 def _plural(n: int, word: str) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from trainyard.redaction import redact
 from trainyard.settings import load_settings
 
 
@@ -310,7 +311,8 @@ def wait_jetstream(url: str, timeout: float = 30.0) -> None:
                     await nc.close()
             except Exception as err:  # not ready yet: try again until the deadline
                 if time.monotonic() > deadline:
-                    raise ServerError(f"JetStream at {url} did not answer within {timeout}s: {err!r}") from err
+                    said = redact(f"JetStream at {url} did not answer within {timeout}s: {err!r}")
+                    raise ServerError(said) from err
                 await asyncio.sleep(0.2)
 
     with ThreadPoolExecutor(1) as pool:

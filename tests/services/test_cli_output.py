@@ -1,0 +1,163 @@
+"""The ``trainyard`` command run as a user runs it, piped into other
+programs, against a gateway on real NATS and Redis: tables are printed whole
+(never cut to 80 columns), every list and show command takes ``-o
+table|wide|json|yaml|name`` and ``--no-headers``, ``--json`` stays an alias,
+a job shows its name, times, elapsed time and nodes, and the stack is found
+from a directory below its data directory or from the per-user config."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_fixtures import LONG_NAME, NODES, served
+
+from trainyard.bus import Bus
+from trainyard.cli.discovery import remember_stack
+from trainyard.store import Store
+from trainyard.testing.auth import Callers
+
+
+def user_env(home: Path) -> dict[str, str]:
+    """This process's environment without TRAINYARD_* settings, with its own home."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
+    env["HOME"] = str(home)
+    env["COLUMNS"] = "80"  # what a narrow terminal reports: a pipe must not be cut to it
+    return env
+
+
+async def trainyard(*args: str, home: Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``trainyard ARGS`` in a process of its own, its output piped (not a terminal)."""
+    argv = [sys.executable, "-m", "trainyard.cli.main", *args]
+    return await asyncio.to_thread(
+        subprocess.run, argv, capture_output=True, text=True, env=user_env(home), cwd=cwd, timeout=120
+    )
+
+
+@pytest.fixture
+async def gateway(bus: Bus, store: Store, callers: Callers) -> AsyncIterator[str]:
+    async with served(bus, store, callers) as url:
+        yield url
+
+
+async def test_piped_jobs_are_printed_whole_so_grep_and_awk_see_every_cell(
+    gateway: str, callers: Callers, tmp_path: Path
+) -> None:
+    base = ["--token", callers.tokens["admin"]]
+    listed = await trainyard(*base, "jobs", "--api-url", gateway, home=tmp_path)
+
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == ["JOB", "NAME", "TENANT", "QUEUE", "GPUS", "STATUS", "ELAPSED", "NODES", "AGE", "REASON"]
+    assert "…" not in listed.stdout and "│" not in listed.stdout
+    running = [line for line in lines if "running" in line]  # `trainyard jobs | grep running`
+    assert sorted(line.split()[0] for line in running) == ["cli-long", "cli-short"]
+    long = next(line.split() for line in lines if line.startswith("cli-long"))
+    assert long[1] == LONG_NAME and long[4] == "40" and long[5] == "running"
+    assert long[6].startswith("1:02:") and long[7] == ",".join(NODES[:3]) + ",+2"
+    done = next(line.split() for line in lines if line.startswith("cli-done"))
+    assert done[5] == "succeeded" and done[6] == "1:35" and done[7] == NODES[1]  # elapsed is start to end; where it ran
+    bad = next(line for line in lines if line.startswith("cli-bad"))
+    assert "rejected" in bad and "tenant: unknown tenant 'nobody'" in bad  # why, not a blank cell
+    assert all(len(line.split()) >= 9 for line in lines[1:])  # an empty cell is "-": awk counts fields
+
+    bare = await trainyard(*base, "jobs", "--no-headers", "--api-url", gateway, home=tmp_path)
+    assert [line.split() for line in bare.stdout.splitlines()] == [line.split() for line in lines[1:]]
+
+
+@pytest.mark.parametrize("flag", [["-o", "json"], ["--json"], ["--output", "JSON"]])
+async def test_json_is_the_api_s_jobs_and_json_stays_an_alias(
+    gateway: str, callers: Callers, tmp_path: Path, flag: list[str]
+) -> None:
+    listed = await trainyard("--token", callers.tokens["admin"], "jobs", *flag, "--api-url", gateway, home=tmp_path)
+
+    jobs = json.loads(listed.stdout)
+    assert {j["job_id"] for j in jobs} == {"cli-long", "cli-short", "cli-done", "cli-wait", "cli-bad"}
+    assert next(j for j in jobs if j["job_id"] == "cli-long")["name"] == LONG_NAME
+
+
+async def test_every_format_of_the_list_and_show_commands(gateway: str, callers: Callers, tmp_path: Path) -> None:
+    base = ["--token", callers.tokens["admin"]]
+
+    async def run(*args: str) -> str:
+        done = await trainyard(*base, *args, "--api-url", gateway, home=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert sorted((await run("jobs", "-o", "name")).split()) == [
+        "cli-bad",
+        "cli-done",
+        "cli-long",
+        "cli-short",
+        "cli-wait",
+    ]
+    wide = (await run("jobs", "-o", "wide")).splitlines()
+    assert {"PRIORITY", "RUN"} <= set(wide[0].split())
+    assert ",".join(NODES) in next(line for line in wide if line.startswith("cli-long"))  # wide names every node
+    as_yaml = yaml.safe_load(await run("jobs", "-o", "yaml", "--status", "running"))
+    assert sorted(j["job_id"] for j in as_yaml) == ["cli-long", "cli-short"]
+
+    assert (await run("nodes", "-o", "name")).split() == NODES
+    nodes = (await run("nodes", "--no-headers")).splitlines()
+    assert len(nodes) == len(NODES) and all(line.split()[2] == "H100" for line in nodes)
+    assert json.loads(await run("nodes", "--json"))[0]["node_id"] == NODES[0]
+
+    assert json.loads(await run("job", "cli-done", "-o", "json"))["name"] == "finished"
+    assert yaml.safe_load(await run("job", "cli-done", "-o", "yaml"))["status"] == "succeeded"
+    assert (await run("job", "cli-done", "-o", "name")).strip() == "cli-done"
+
+
+async def test_a_job_shows_its_name_times_elapsed_time_and_nodes(
+    gateway: str, callers: Callers, tmp_path: Path
+) -> None:
+    shown = await trainyard("--token", callers.tokens["admin"], "job", "cli-done", "--api-url", gateway, home=tmp_path)
+
+    assert shown.returncode == 0, shown.stderr
+    fields = {
+        line.split()[0]: line.split(None, 1)[1] for line in shown.stdout.splitlines()[1:] if line.startswith("  ")
+    }
+    assert fields["name"] == "finished" and fields["elapsed"] == "1:35" and fields["nodes"] == NODES[1]
+    for label in ("submitted", "started", "ended"):
+        assert fields[label][:2] == "20", fields  # a date, e.g. 2026-12-07 18:40:00 UTC
+
+
+async def test_the_stack_is_found_from_a_directory_below_its_data_directory(
+    gateway: str, callers: Callers, tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    data = project / ".trainyard"
+    data.mkdir(parents=True)
+    (data / "state.json").write_text(json.dumps({"api_url": gateway}))
+    (data / "admin-token").write_text(callers.tokens["admin"] + "\n")
+    deep = project / "src" / "models"
+    deep.mkdir(parents=True)
+
+    listed = await trainyard("jobs", "-o", "name", home=tmp_path, cwd=deep)
+
+    assert listed.returncode == 0, listed.stderr
+    assert "cli-long" in listed.stdout.split()
+
+
+async def test_the_stack_is_found_from_the_per_user_config_anywhere(
+    gateway: str, callers: Callers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "stacks" / "main"
+    data.mkdir(parents=True)
+    (data / "admin-token").write_text(callers.tokens["admin"] + "\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    remember_stack(gateway, data)  # as `trainyard up` does once it is up
+
+    listed = await trainyard("jobs", "-o", "name", home=home, cwd=elsewhere)
+
+    assert listed.returncode == 0, listed.stderr
+    assert "cli-short" in listed.stdout.split()
