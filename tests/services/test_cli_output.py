@@ -161,3 +161,21 @@ async def test_the_stack_is_found_from_the_per_user_config_anywhere(
 
     assert listed.returncode == 0, listed.stderr
     assert "cli-short" in listed.stdout.split()
+
+
+async def test_jobs_loads_none_of_the_services_libraries(gateway: str, callers: Callers, tmp_path: Path) -> None:
+    script = (
+        "import sys\n"
+        "from trainyard.cli.main import app\n"
+        f"sys.argv = ['trainyard', '--token', {callers.tokens['admin']!r}, 'jobs', '--api-url', {gateway!r}]\n"
+        "try:\n    app()\nexcept SystemExit:\n    pass\n"
+        "print(' '.join(sorted(sys.modules)), file=sys.stderr)\n"
+    )
+    heavy = ("fastapi", "starlette", "uvicorn", "grpc", "nats", "redis", "pyarrow", "matplotlib", "trainyard_gateway")
+    heavy += ("trainyard.bus", "trainyard.store", "trainyard.auth", "trainyard.local", "trainyard.config")
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", script], capture_output=True, text=True, env=user_env(tmp_path)
+    )
+
+    assert "cli-long" in done.stdout
+    assert [m for m in done.stderr.split() if m.startswith(heavy)] == []
