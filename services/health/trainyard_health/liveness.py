@@ -13,8 +13,9 @@ Each check:
    projected nodes (kept while the NODES projection stands still:
    ``Monitor.roster``), moves the evidence floor (silence counts only from
    the first heartbeat read after this process started, and after every
-   fleet-wide gap: a restart of the bus or of the nodes' host), and asks the
-   core which nodes are lost;
+   interruption: the whole fleet silent for longer than ``gap_s``, or this
+   process's connection to NATS lost and made again), and asks the core
+   which nodes are lost;
 3. publishes ``NodeLost`` for each (the node events handler then isolates the
    node and fails its runs, fenced), and evacuates runs still on nodes already
    lost;
@@ -32,7 +33,14 @@ import nats.errors
 from nats.js.errors import NotFoundError
 
 from trainyard.bus import Bus, PublishRequest
-from trainyard.core.health.liveness import HeartbeatView, LivenessVerdict, NodeWatch, evidence_floor, judge_liveness
+from trainyard.core.health.liveness import (
+    HeartbeatView,
+    LivenessVerdict,
+    NodeWatch,
+    evidence_floor,
+    fleet_interrupted,
+    judge_liveness,
+)
 from trainyard.events import NodeLost, subjects
 from trainyard.store import Store, views
 from trainyard.store.projector import wait_until_projected
@@ -65,9 +73,11 @@ class LivenessCheck:
         self.clock = clock
         self.durable = durable  # the heartbeat consumer whose progress says what has been read
         self.catch_up_wait_s = catch_up_wait_s
-        self.gap_s = timeout_s / 2 if gap_s is None else gap_s  # a fleet silent this long: a restart, not a loss
+        self.gap_s = timeout_s / 2 if gap_s is None else gap_s  # a fleet silent this long: an interruption
         self.floor: float | None = None  # stream time from which silence counts (see evidence_floor)
         self.previous_newest: float | None = None  # the newest heartbeat of the previous caught-up read
+        self.interrupted = False  # an interruption not yet followed by a heartbeat
+        self._connection = self._connections()  # the bus connection the previous caught-up read was made on
         self.first_seen: dict[tuple[str, str], float] = {}  # boots never heard from -> when this process first saw them
         self.last_verdict: LivenessVerdict | None = None
         self.judged_nodes: tuple[views.ProjectedNode, ...] = ()  # the projected nodes the last verdict was judged on
@@ -86,6 +96,10 @@ class LivenessCheck:
             if time.monotonic() > deadline:
                 return False
             await asyncio.sleep(0.05)
+
+    def _connections(self) -> tuple[int, int]:
+        """Changes whenever the connection to NATS was lost and made again."""
+        return self.bus.generation, int(self.bus.nc.stats.get("reconnects", 0))
 
     async def roster_caught_up(self) -> bool:
         """True once the NODES projection holds every event its stream held when called."""
@@ -107,7 +121,15 @@ class LivenessCheck:
             roster_caught_up=roster_caught_up,
         )
         if caught_up:
-            self.floor = evidence_floor(self.floor, self.previous_newest, heartbeats.values(), self.gap_s)
+            connection = self._connections()
+            if connection != self._connection:  # NATS was away: heartbeats sent meanwhile were never stored
+                self.interrupted, self._connection = True, connection
+            floor = evidence_floor(self.floor, self.previous_newest, heartbeats.values(), self.interrupted)
+            if floor != self.floor and self.previous_newest is not None:
+                log.info("liveness: silence counts from %.3f again, after an interruption", floor)
+                self.interrupted = False
+            self.floor = floor
+            self.interrupted = self.interrupted or fleet_interrupted(view, self.gap_s)
             self.previous_newest = view.newest_at if view.newest_at is not None else self.previous_newest
         start = min(view.newest_at, now) if view.newest_at is not None else now
         watches, stale = [], []

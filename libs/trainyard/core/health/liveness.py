@@ -19,10 +19,12 @@ is measured on the heartbeats' own clock, never on the judge's:
    keeps the new boot alive nor makes it lost; a boot never heard from is
    watched from its registration or from when the judge first saw it.
 5. Silence counts only from the evidence floor (:func:`evidence_floor`): the
-   first heartbeat this judge read after its own start, and again after every
-   fleet-wide gap (no heartbeat from any node for longer than ``gap_s``: the
-   bus restarting, the host of the nodes restarting, both at once).  During
-   such a gap nobody's silence says anything about one node, and while the
+   newest heartbeat of this judge's first read after its own start, and the
+   first heartbeat read after every interruption: the whole fleet seen
+   silent for longer than ``gap_s`` (the nodes' host stalled or restarting),
+   or the judge's connection to the bus lost and made again (the bus
+   restarting: heartbeats sent meanwhile were never stored).  During an
+   interruption nobody's silence says anything about one node, and while the
    fleet comes back node by node, the first node's heartbeat must not turn
    the others' shared silence into losses.
 6. Nobody is judged while the node projection catches up (``roster_caught_up``):
@@ -117,26 +119,33 @@ def judge_liveness(nodes: Iterable[NodeWatch], view: HeartbeatView, timeout_s: f
 
 
 def evidence_floor(
-    floor: float | None, previous_newest: float | None, heartbeats: Iterable[float], gap_s: float
+    floor: float | None, previous_newest: float | None, heartbeats: Iterable[float], interrupted: bool
 ) -> float | None:
     """The stream time from which a node's silence counts, after a caught-up
     read of the fleet's ``heartbeats`` (each node's newest).
 
     ``floor`` and ``previous_newest`` are what the previous caught-up read left
-    (None: this judge's first).  The first read starts the floor at its newest
-    heartbeat.  A read whose heartbeats newer than ``previous_newest`` all came
-    more than ``gap_s`` after it shows a fleet-wide gap (none were stored in
-    between, or the previous read would have seen them): the floor moves to
-    the first heartbeat read after the gap."""
+    (None: this judge's first), ``interrupted`` whether an interruption (see
+    :func:`fleet_interrupted`, or the bus reconnecting) has not yet been
+    followed by a heartbeat.  The first read starts the floor at its newest
+    heartbeat; after an interruption the floor moves to the first heartbeat
+    newer than ``previous_newest``.  It never moves back.  Without an
+    interruption it stays, so a judge that reads seldom (stalled, loaded)
+    still counts every node's silence in full."""
     beats = list(heartbeats)
     if not beats:
         return floor
     if previous_newest is None:
         return max(beats) if floor is None else max(floor, max(beats))
     resumed = [t for t in beats if t > previous_newest]
-    if resumed and min(resumed) - previous_newest > gap_s:
-        return min(resumed) if floor is None else max(floor, min(resumed))
-    return floor
+    if not interrupted or not resumed:
+        return floor
+    return min(resumed) if floor is None else max(floor, min(resumed))
+
+
+def fleet_interrupted(view: HeartbeatView, gap_s: float) -> bool:
+    """Whether a caught-up read shows the whole fleet silent for longer than ``gap_s``."""
+    return view.caught_up and view.newest_at is not None and view.now - view.newest_at > gap_s
 
 
 def heartbeat_counts(registered_boot: str | None, heartbeat_boot: str) -> bool:
