@@ -85,7 +85,7 @@ def ack_floor(info: ConsumerInfo) -> int:
 
 
 def changed_settings(current: ConsumerConfig, wanted: ConsumerConfig) -> list[str]:
-    """``name: now (wanted)`` for each :data:`CHECKED` setting of ``current`` that is not ``wanted``'s."""
+    """``<setting> is <now>, not <wanted>`` for each :data:`CHECKED` setting of ``current`` that is not ``wanted``'s."""
     out = []
     for name in CHECKED:
         now, then = getattr(current, name), getattr(wanted, name)
