@@ -90,11 +90,6 @@ class CaughtUpReads:
             pipe.hmget(self.store.key("proj", stream.lower()), ["epoch", "last_seq"])
         return [(epoch or "", int(last or 0)) for epoch, last in await pipe.execute()]
 
-    async def check(self) -> None:
-        """Return once every projection holds its stream's head (waiting up to
-        ``wait_s``); :class:`ProjectionRebuilding` otherwise."""
-        await self.read(_nothing)
-
     async def read(self, fn: Callable[[], Awaitable[T]]) -> T:
         """``fn()`` read from projections that hold every event their stream
         held when this call began, and were not wiped or rebuilt while it ran."""
@@ -121,7 +116,3 @@ class CaughtUpReads:
                 raise ProjectionRebuilding(stream.lower(), applied, head)
             await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
             delay = min(delay * 2, 0.2)
-
-
-async def _nothing() -> None:
-    return None
