@@ -39,7 +39,7 @@ import nats.errors
 from nats.js.api import PubAck
 
 from trainyard.bus import reread
-from trainyard.bus.client import header_value
+from trainyard.bus.client import PublishDenied, header_value
 from trainyard.bus.connection import Bus, WrongLastSequence
 from trainyard.bus.pull import ConsumerChanged, message_meta
 from trainyard.bus.subscription import (
@@ -354,6 +354,9 @@ async def run_consumer(bus: Broker, spec: ConsumerSpec, subscription: Subscripti
         if unsure_from is not None:
             try:
                 await catch_up(bus, spec, subscription, unsure_from, stop)
+                unsure_from = None
+            except PublishDenied as err:  # this user may not read its stream back: say so, once
+                log.error("%s: cannot read %s back from sequence %d: %s", spec.durable, spec.stream, unsure_from, err)
                 unsure_from = None
             except (TimeoutError, nats.errors.Error) as err:
                 log.warning("%s: could not catch up yet: %r", spec.durable, err)
