@@ -226,7 +226,7 @@ class Jobs(JobEvents):
 async def test_what_does_not_decode_or_disagrees_with_its_subject_never_reaches_the_handler(broker: Broker) -> None:
     await broker.publish_raw(JOB, b'{"type": "Nonsense"}', {"Nats-Msg-Id": "junk"})
     forged = RunSucceeded(at=9.0, job_id="j1", tenant="acme", run_id="r1")
-    await broker.publish(subjects.job("acme", "j1", "placement"), forged, msg_id="forged")  # placement ends no runs
+    await broker.publish(subjects.job("acme", "j1", "admission"), forged, msg_id="forged")  # admission ends no run well
     await broker.publish(JOB, accepted(), msg_id="good")
     spec = ConsumerSpec(stream="JOBS", durable="jobs", filter_subject=subjects.JOBS_ALL)
     handler = Jobs()
@@ -236,7 +236,7 @@ async def test_what_does_not_decode_or_disagrees_with_its_subject_never_reaches_
     assert fates == ["dead-letter", "dead-letter", "ack"]
     assert [(d.seq, d.subject, d.event) for d in handler.seen] == [(3, JOB, accepted())]
     junk, wrong = [m.headers["Trainyard-Reason"] for m in await stream(broker, "DEADLETTER")]
-    assert junk.startswith("not a job event") and "may not be written by 'placement'" in wrong
+    assert junk.startswith("not a job event") and "may not be written by 'admission'" in wrong
 
 
 async def test_a_failing_message_is_retried_until_max_deliver_then_dead_lettered(broker: Broker) -> None:

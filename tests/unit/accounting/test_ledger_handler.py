@@ -63,12 +63,12 @@ async def test_an_event_on_another_writers_subject_is_dead_lettered_and_never_bi
 ) -> None:
     await publish(bus, lifecycle(ended_at=None))
     forged = RunSucceeded(at=T0 + HOUR, job_id="j1", tenant="acme", run_id="r1")
-    await bus.publish(subjects.job("acme", "j1", "placement"), forged, msg_id="forged")  # placement ends no runs
+    await bus.publish(subjects.job("acme", "j1", "admission"), forged, msg_id="forged")  # admission ends no run well
 
     assert await bus.consume_once(consumer(), LedgerHandler(ledger)) == ["ack"] * 4 + ["dead-letter"]
 
     [dead] = bus.messages("DEADLETTER")
-    assert "may not be written by 'placement'" in dead.headers["Trainyard-Reason"]
+    assert "may not be written by 'admission'" in dead.headers["Trainyard-Reason"]
     [run] = ledger.runs()
     assert run.outcome is None and run.ended_at is None
 
