@@ -14,7 +14,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy, PubAck
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
-from trainyard.bus.client import ResilientClient, check_publishable
+from trainyard.bus.client import PublishDenied, ResilientClient, check_publishable
 from trainyard.bus.pull import BatchPull, ConsumerChanged, ack_floor, changed_settings
 from trainyard.events import encode, subjects
 
@@ -229,7 +229,7 @@ class Bus:
             info = await self.js.consumer_info(spec.stream, spec.durable)
         except NotFoundError:
             return None
-        except nats.errors.Error as err:
+        except (nats.errors.Error, PublishDenied) as err:
             log.warning("%s: could not read the consumer's settings: %r", spec.durable, err)
             return None
         changed = changed_settings(info.config, config)
