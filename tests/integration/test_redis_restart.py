@@ -165,3 +165,18 @@ async def test_a_projection_that_does_not_hold_what_its_marker_claims_is_rebuilt
     rebuilt = await joined(bus, store)
     assert rebuilt.lost_count == 1 and rebuilt.epoch != first.epoch
     assert await snapshot(store) == whole
+
+
+async def test_newest_events_the_fold_did_not_apply_to_their_job_do_not_make_a_whole_projection_rebuild(
+    bus: Bus, store: Store
+) -> None:
+    await jobs_in_every_state(bus)
+    # The newest events: a success forged on admission's subject (the fold only moves the
+    # sequence past it), and an event for a job that never existed.
+    forged = RunSucceeded(at=9.5, job_id="j1", tenant="acme", run_id="j1-r1")
+    await publish_event(bus, forged, msg_id="forged", writer="admission")
+    await publish_event(bus, RunSucceeded(at=9.5, job_id="nobody", tenant="acme", run_id="x"), msg_id="nobody")
+    first = await joined(bus, store)
+    assert (await views.get_job(store, "j1")).status == "running"  # type: ignore[union-attr]
+    again = await joined(bus, store)
+    assert again.epoch == first.epoch and again.lost_count == 0

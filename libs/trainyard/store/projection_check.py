@@ -26,6 +26,7 @@ import nats.js.errors
 
 from trainyard.bus import Bus
 from trainyard.events import JobAccepted, JobRejected, decode_job_event, subject_disagrees
+from trainyard.store.lua_args import job_event_args
 from trainyard.store.store import Store
 
 #: How many of the newest messages the marker claims are checked.
@@ -53,10 +54,11 @@ async def jobs_missing(bus: Bus, store: Store, last: int) -> str | None:
         seq, subject, data = found
         try:
             event = decode_job_event(data)
-        except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
-            continue  # the fold only moved the sequence past it
-        if subject_disagrees(subject, event):
-            continue
+            if subject_disagrees(subject, event):
+                continue
+            job_event_args(seq, event, data, epoch="", after=0)
+        except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError, RecursionError):
+            continue  # as the projector: the fold only moved the sequence past it
         status, job_seq = await store.redis.hmget(store.key("job", event.job_id), ["status", "last_seq"])
         if status is None:
             if isinstance(event, _CREATING):
