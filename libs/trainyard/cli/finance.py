@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
+from trainyard.cli.discovery import find_data_dir
 from trainyard.cli.settings import cli_settings
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def _ledger_url(ledger_url: str | None, data_dir: str) -> str:
     given = cli_settings().given("ledger_url")
     if given:
         return given
-    state = read_state(data_dir)
+    state = read_state(find_data_dir(data_dir))
     if state is not None:
         return state.ledger_url
     raise _fail(f"no ledger: pass --ledger-url, set TRAINYARD_LEDGER_URL, or run `trainyard up` (data dir {data_dir})")
@@ -190,7 +191,7 @@ def _capacity(capacity: str | None, data_dir: str) -> tuple[dict[str, int], str]
             return parse_capacity(capacity), "--capacity"
         except ValueError as err:
             raise _fail(str(err)) from err
-    state = read_state(data_dir)
+    state = read_state(find_data_dir(data_dir))
     if state is None:
         raise _fail("no capacity: pass --capacity H100=128 (GPUs) or H100=16x8 (nodes x GPUs), or run `trainyard up`")
     prefix = cli_settings().redis_prefix
