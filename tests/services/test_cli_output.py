@@ -184,3 +184,26 @@ async def test_jobs_loads_none_of_the_services_libraries(gateway: str, callers: 
 
     assert "cli-long" in done.stdout
     assert [m for m in done.stderr.split() if m.startswith(heavy)] == []
+
+
+async def test_the_other_list_and_show_commands_take_the_same_flags(
+    gateway: str, callers: Callers, tmp_path: Path
+) -> None:
+    base = ["--token", callers.tokens["admin"]]
+
+    async def run(*args: str) -> str:
+        done = await trainyard(*base, *args, "--api-url", gateway, home=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    tokens = json.loads(await run("auth", "token", "list", "-o", "json"))
+    assert sorted((await run("auth", "token", "list", "-o", "name")).split()) == sorted(t["id"] for t in tokens)
+    listed = (await run("auth", "token", "list", "--no-headers")).splitlines()
+    assert len(listed) == len(tokens) and not listed[0].startswith("ID")
+
+    assert json.loads(await run("dlq", "list", "-o", "json")) == []
+    assert yaml.safe_load(await run("dlq", "list", "-o", "yaml")) == []
+
+    history = yaml.safe_load(await run("node", "history", NODES[0], "-o", "yaml"))
+    assert history["node_id"] == NODES[0]
+    assert json.loads(await run("node", "history", NODES[0], "--json"))["node_id"] == NODES[0]

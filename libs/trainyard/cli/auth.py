@@ -10,9 +10,9 @@ import time
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from trainyard.cli.client import ApiError, Client
+from trainyard.cli.output import AsJson, Column, NoHeaders, Output, OutputOpt, chosen, print_items
 
 auth_app = typer.Typer(help="API tokens: create, list, revoke; the first admin token.", no_args_is_help=True)
 token_app = typer.Typer(help="API tokens for people, portals and services.", no_args_is_help=True)
@@ -84,31 +84,33 @@ def create(
     _show_created(created["token"], created["info"])
 
 
+def _state(t: dict, now: float) -> str:  # type: ignore[type-arg]
+    expired = t.get("expires_at") is not None and t["expires_at"] <= now
+    return "revoked" if t["revoked"] else "expired" if expired else "active"
+
+
 @token_app.command("list")
 def list_tokens(
-    as_json: bool = typer.Option(False, "--json"), api_url: str | None = ApiUrl, data_dir: str = DataDir
+    output: Output = OutputOpt,
+    as_json: bool = AsJson,
+    no_headers: bool = NoHeaders,
+    api_url: str | None = ApiUrl,
+    data_dir: str = DataDir,
 ) -> None:
-    """List API tokens (never their secrets)."""
+    """List API tokens (never their secrets); -o wide|json|yaml|name, --no-headers."""
     tokens = _call(api_url, data_dir, "GET", "/v1/auth/tokens")["tokens"]
-    if as_json:
-        console.print_json(data=tokens)
-        return
-    table = Table("id", "name", "role", "tenant", "created", "by", "expires", "state")
     now = time.time()
-    for t in tokens:
-        expired = t.get("expires_at") is not None and t["expires_at"] <= now
-        state = "revoked" if t["revoked"] else "expired" if expired else "active"
-        table.add_row(
-            t["id"],
-            t["name"],
-            t["role"],
-            t.get("tenant") or "-",
-            _when(t["created_at"]),
-            t["created_by"],
-            _when(t.get("expires_at")),
-            state,
-        )
-    console.print(table)
+    columns = [
+        Column("id", lambda t: t["id"]),
+        Column("name", lambda t: t["name"]),
+        Column("role", lambda t: t["role"]),
+        Column("tenant", lambda t: t.get("tenant") or "-"),
+        Column("created", lambda t: _when(t["created_at"])),
+        Column("by", lambda t: t["created_by"]),
+        Column("expires", lambda t: _when(t.get("expires_at"))),
+        Column("state", lambda t: _state(t, now)),
+    ]
+    print_items(tokens, columns, chosen(output, as_json), no_headers)
 
 
 @token_app.command("revoke")

@@ -9,9 +9,9 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from trainyard.cli.client import ApiError, Client
+from trainyard.cli.output import AsJson, Column, NoHeaders, Output, OutputOpt, chosen, print_data, print_items
 
 dlq_app = typer.Typer(
     help="Dead letters: messages a service could never handle, with the reason.", no_args_is_help=True
@@ -22,7 +22,6 @@ err_console = Console(stderr=True)
 
 DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR", help="Where `up` keeps its state.")
 ApiUrl = typer.Option(None, "--api-url", help="Gateway URL (default: the running `trainyard up`, else :8080).")
-AsJson = typer.Option(False, "--json", help="Print the API's JSON.")
 
 
 def _request(api_url: str | None, data_dir: str, method: str, path: str, **kwargs: Any) -> Any:
@@ -41,12 +40,26 @@ def _size(letter: dict[str, Any]) -> str:
     return f"{letter['size']} B" + (f" (kept {letter['kept']})" if letter["truncated"] else "")
 
 
+LETTER_COLUMNS = [
+    Column("seq", lambda d: str(d["seq"])),
+    Column("at", lambda d: _ts(d["at"])),
+    Column("stream", lambda d: d["stream"]),
+    Column("subject", lambda d: d["subject"]),
+    Column("stream seq", lambda d: str(d["stream_seq"] or "-")),
+    Column("size", _size),
+    Column("replay", lambda d: "yes" if d["replayable"] else "no"),
+    Column("reason", lambda d: d["reason"]),
+]
+
+
 @dlq_app.command("list")
 def list_command(
     stream: str | None = typer.Option(None, "--stream", help="Only those from INTAKE, JOBS, NODES or TELEMETRY."),
     limit: int = typer.Option(50, "--limit", help="At most this many (1-1000)."),
     before: int | None = typer.Option(None, "--before", help="Only those below this sequence (the next page)."),
+    output: Output = OutputOpt,
     as_json: bool = AsJson,
+    no_headers: bool = NoHeaders,
     api_url: str | None = ApiUrl,
     data_dir: str = DataDir,
 ) -> None:
@@ -57,35 +70,26 @@ def list_command(
     if before:
         params["before"] = before
     letters = _request(api_url, data_dir, "GET", "/v1/deadletters", params=params)["deadletters"]
-    if as_json:
-        console.print_json(data=letters)
+    output = chosen(output, as_json)
+    if not letters and output in (Output.table, Output.wide):
+        err_console.print("no dead letters")
         return
-    if not letters:
-        console.print("no dead letters")
-        return
-    table = Table("seq", "at", "stream", "subject", "stream seq", "size", "replay", "reason")
-    for d in letters:
-        table.add_row(
-            str(d["seq"]),
-            _ts(d["at"]),
-            d["stream"],
-            escape(d["subject"]),
-            str(d["stream_seq"] or "-"),
-            _size(d),
-            "yes" if d["replayable"] else "no",
-            escape(d["reason"]),
-        )
-    console.print(table)
-    if len(letters) == limit:
-        console.print(f"more may follow: trainyard dlq list --before {letters[-1]['seq']}")
+    print_items(letters, LETTER_COLUMNS, output, no_headers, name=lambda d: str(d["seq"]))
+    if len(letters) == limit and output in (Output.table, Output.wide):
+        err_console.print(f"more may follow: trainyard dlq list --before {letters[-1]['seq']}")
 
 
 @dlq_app.command("show")
-def show_command(seq: int, as_json: bool = AsJson, api_url: str | None = ApiUrl, data_dir: str = DataDir) -> None:
-    """One dead letter in full, with the data it kept."""
+def show_command(
+    seq: int, output: Output = OutputOpt, as_json: bool = AsJson, api_url: str | None = ApiUrl, data_dir: str = DataDir
+) -> None:
+    """One dead letter in full, with the data it kept (-o json|yaml for the API's object)."""
     d = _request(api_url, data_dir, "GET", f"/v1/deadletters/{seq}")
-    if as_json:
-        console.print_json(data=d)
+    output = chosen(output, as_json)
+    if print_data(d, output):
+        return
+    if output is Output.name:
+        print(d["seq"])
         return
     rows = [
         ("seq", d["seq"]),

@@ -12,10 +12,10 @@ import time
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from trainyard.cli.client import ApiError, Client
 from trainyard.cli.config import stack_state
+from trainyard.cli.output import AsJson, NoHeaders, Output, OutputOpt, chosen, print_data, print_table
 from trainyard.cli.settings import cli_settings
 
 node_app = typer.Typer(help="Cordon, drain, uncordon and inspect GPU nodes.", no_args_is_help=True)
@@ -76,12 +76,20 @@ def _ts(value: float | None) -> str:
 
 @node_app.command("history")
 def history(
-    node_id: str, as_json: bool = typer.Option(False, "--json"), api_url: str | None = ApiUrl, data_dir: str = DataDir
+    node_id: str,
+    output: Output = OutputOpt,
+    as_json: bool = AsJson,
+    no_headers: bool = NoHeaders,
+    api_url: str | None = ApiUrl,
+    data_dir: str = DataDir,
 ) -> None:
-    """A node's health state, current incident and history of transitions."""
+    """A node's health state, current incident and history of transitions (-o json|yaml: the API's object)."""
     h = _request(api_url, data_dir, "GET", f"/v1/nodes/{node_id}/history")
-    if as_json:
-        console.print_json(data=h)
+    output = chosen(output, as_json)
+    if print_data(h, output):
+        return
+    if output is Output.name:
+        print(h["node_id"])
         return
     lemon = "  [red]lemon[/red]" if h.get("lemon") else ""
     console.print(f"[bold]{h['node_id']}[/bold]  {h['state']} since {_ts(h['since'])}{lemon}  {h['reason']}")
@@ -89,10 +97,8 @@ def history(
         console.print(
             f"  remedy: {h['remedy']}  GPUs: {h.get('gpus') or '-'}  incidents: {len(h.get('incidents', []))}"
         )
-    table = Table("at", "from", "to", "cause", "detail")
-    for e in h.get("history", []):
-        table.add_row(_ts(e["at"]), e["from_state"], e["to_state"], e["cause"], e["detail"])
-    console.print(table)
+    rows = [[_ts(e["at"]), e["from_state"], e["to_state"], e["cause"], e["detail"]] for e in h.get("history", [])]
+    print_table(["at", "from", "to", "cause", "detail"], rows, no_headers)
 
 
 # --- the node agent: registered as `trainyard agent` ---
