@@ -12,10 +12,12 @@ its default, then records, atomically:
 - ``<rank-dir>/exit``: ``exit <code>``, ``signal <number>`` or ``error <why>``
   (the command could not be started).
 
-It tells its parent (the agent) ``started`` or ``error ...`` on stdout.  The
-shim sits outside the job's process group and ignores the stop signals, so a
-signal to the group, SIGKILL included, never loses the exit status; it
-outlives an agent restart, and the agent reads the files when it comes back.
+It tells its parent (the agent) ``started`` or ``error ...`` on stdout; when
+the agent is gone (killed while the process was being started) it goes on
+without telling.  The shim sits outside the job's process group and ignores
+the stop signals, so a signal to the group, SIGKILL included, never loses the
+exit status; it outlives an agent restart, and the agent reads the files when
+it comes back.
 Standard library only: it starts in milliseconds.
 """
 
@@ -71,6 +73,15 @@ def spawn(argv: list[str], log: int) -> int:
     return pid
 
 
+def tell(text: str) -> None:
+    """Say ``text`` to the agent; an agent that is gone (a broken pipe) hears
+    nothing, and the shim goes on: the exit status must still be recorded."""
+    try:
+        os.write(1, text.encode())
+    except OSError:
+        pass
+
+
 def main(rank_dir: str, log_path: str, argv: list[str]) -> int:
     for sig in IGNORED:
         signal.signal(sig, signal.SIG_IGN)
@@ -81,10 +92,10 @@ def main(rank_dir: str, log_path: str, argv: list[str]) -> int:
         why = f"cannot start {argv[0]!r}: {err}"
         os.write(log, f"trainyard: {why}\n".encode())
         record(rank_dir, "exit", f"error {why}")
-        os.write(1, f"error {why}\n".encode())
+        tell(f"error {why}\n")
         return 0
     record(rank_dir, "pid", f"{pid} {start_time(pid)} {os.getpid()} {start_time(os.getpid())}")
-    os.write(1, b"started\n")
+    tell("started\n")
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)  # the agent may be gone: nothing more is said on the pipe
     os.close(log)

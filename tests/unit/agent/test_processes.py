@@ -4,11 +4,14 @@ command, the base environment, exit records, start problems."""
 from __future__ import annotations
 
 import getpass
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from trainyard.agent.processes import Exit, base_environment, container_argv, read_exit, start_problem, write_exit
+from trainyard.agent.processes import SHIM, Exit, base_environment, container_argv, read_exit, start_problem, write_exit
 
 
 def test_the_container_template_gets_the_image_gpus_workdir_and_the_jobs_variable_names() -> None:
@@ -54,3 +57,30 @@ def test_exit_records_read_back_as_written(tmp_path: Path, exit: Exit) -> None:
 def test_start_problems_are_named(argv: list[str], cwd: str, problem: str | None) -> None:
     found = start_problem(argv, {"PATH": "/usr/bin:/bin"}, cwd)
     assert found == problem if problem is None else problem in (found or "")
+
+
+@pytest.mark.parametrize(
+    ("argv", "recorded"),
+    [
+        pytest.param(["sh", "-c", "sleep 0.2; exit 4"], "exit 4", id="a process that starts"),
+        pytest.param(["/bin/no-such"], "error cannot start", id="a process that cannot start"),
+    ],
+)
+def test_the_shim_records_the_exit_when_the_agent_that_started_it_is_gone(
+    tmp_path: Path, argv: list[str], recorded: str
+) -> None:
+    """An agent killed while a process starts: the shim's word to it hits a
+    broken pipe, and the shim still waits for its process and writes the exit."""
+    readable, writable = os.pipe()
+    os.close(readable)  # the agent is gone before the shim says "started"
+    try:
+        shim = subprocess.run(
+            [sys.executable, "-I", "-S", SHIM, str(tmp_path), str(tmp_path / "rank.log"), *argv],
+            stdout=writable,
+            stderr=subprocess.PIPE,
+            timeout=60,
+        )
+    finally:
+        os.close(writable)
+    assert shim.returncode == 0, shim.stderr.decode()
+    assert (tmp_path / "exit").read_text().startswith(recorded)
