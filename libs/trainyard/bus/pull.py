@@ -73,7 +73,10 @@ class ConsumerChanged(nats.errors.Error):
 
     def __init__(self, stream: str, durable: str, changed: list[str], unsure_from: int | None = None) -> None:
         gap = f"; it may have skipped messages from stream sequence {unsure_from} on" if unsure_from else ""
-        super().__init__(f"consumer {durable} on {stream} was changed by another client: {', '.join(changed)}{gap}")
+        super().__init__(
+            f"consumer {durable} on {stream} was changed by another client (or made by another version): "
+            f"{', '.join(changed)}{gap}"
+        )
         self.changed = changed
         #: The first stream sequence the consumer may have gone past while changed (None: unknown).
         self.unsure_from = unsure_from
