@@ -42,6 +42,8 @@ async def locked_bus(
         await ensure_streams((await as_user(ADMIN)).js)
         yield as_user, credentials
     finally:
-        for bus in opened:
-            await bus.close()
-        server.stop()
+        try:
+            for bus in opened:
+                await bus.close()
+        finally:
+            server.stop()
