@@ -177,7 +177,7 @@ async def test_jobs_loads_none_of_the_services_libraries(gateway: str, callers: 
         "print(' '.join(sorted(sys.modules)), file=sys.stderr)\n"
     )
     heavy = ("fastapi", "starlette", "uvicorn", "grpc", "nats", "redis", "pyarrow", "matplotlib", "trainyard_gateway")
-    heavy += ("trainyard.bus", "trainyard.store", "trainyard.auth", "trainyard.local", "trainyard.config")
+    heavy += ("httpx", "trainyard.bus", "trainyard.store", "trainyard.auth", "trainyard.local", "trainyard.config")
     done = await asyncio.to_thread(
         subprocess.run, [sys.executable, "-c", script], capture_output=True, text=True, env=user_env(tmp_path)
     )
@@ -207,3 +207,14 @@ async def test_the_other_list_and_show_commands_take_the_same_flags(
     history = yaml.safe_load(await run("node", "history", NODES[0], "-o", "yaml"))
     assert history["node_id"] == NODES[0]
     assert json.loads(await run("node", "history", NODES[0], "--json"))["node_id"] == NODES[0]
+
+
+async def test_submit_posts_the_job_and_prints_its_id_then_the_next_step(
+    gateway: str, callers: Callers, tmp_path: Path
+) -> None:
+    argv = ["--token", callers.tokens["admin"], "submit", "--tenant", "acme", "--gpus", "2", "--wait", "0"]
+    done = await trainyard(*argv, "--job-id", "cli-new", "--api-url", gateway, home=tmp_path, cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "cli-new"  # only the id on stdout: `JOB=$(trainyard submit ...)`
+    assert "next: trainyard job cli-new" in done.stderr

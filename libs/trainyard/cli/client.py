@@ -3,11 +3,13 @@ credentials come from: ``--token``, else ``$TRAINYARD_TOKEN``, else the local
 stack's admin token (``<data_dir>/admin-token``, written by ``trainyard up``).
 Which gateway and data directory: :mod:`trainyard.cli.discovery`.
 
-httpx is imported when a request is made, not before: ``trainyard --help``
-never pays for it."""
+Requests go through the standard library (:class:`Client`): no HTTP library
+to import, so a command answers in a few hundred milliseconds."""
 
 from __future__ import annotations
 
+import json as _json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,41 +67,88 @@ def grpc_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
 
+class Reply:
+    """An HTTP answer: what :func:`describe_error` reads (an ``httpx.Response`` has the same)."""
+
+    def __init__(self, status_code: int, content: bytes) -> None:
+        self.status_code = status_code
+        self.content = content
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        return _json.loads(self.content)
+
+
 class Client:
+    """The gateway's REST API over the standard library's ``http.client``: the
+    command answers sooner than it would after importing an HTTP library, and
+    a plain-HTTP gateway (the local stack) costs no TLS set-up.  It connects
+    directly; ``HTTP(S)_PROXY`` are not used."""
+
     def __init__(self, api_url: str, token: str | None = None, timeout: float = 10.0) -> None:
-        import httpx
-
-        verify: Any = True
-        if api_url.startswith("http://"):
-            # No TLS to a plain-HTTP gateway (the local stack): skip loading the CA bundle, which takes
-            # longer than the request.  The context still verifies: it trusts no one, and is never used.
-            import ssl
-
-            verify = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        self.http = httpx.Client(base_url=api_url, timeout=timeout, headers=auth_headers(token), verify=verify)
         self.api_url = api_url
         self.token = token
+        self.timeout = timeout
 
     @classmethod
     def for_cli(cls, api_url: str | None, data_dir: str, timeout: float = 10.0) -> Client:
         """The gateway the CLI talks to, with the credentials it finds."""
         return cls(resolve_api_url(api_url, data_dir), resolve_token(None, data_dir), timeout)
 
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        import httpx
+    def request(self, method: str, path: str, params: Mapping[str, Any] | None = None, json: Any = None) -> Any:
+        """``method path`` with query ``params`` and a JSON body; the decoded answer, or
+        :class:`ApiError` saying what went wrong."""
+        import http.client  # here: `trainyard --help` sends nothing
 
         try:
-            response = self.http.request(method, path, **kwargs)
-        except httpx.HTTPError as err:
+            reply = self._send(method, path, params, json)
+        except (OSError, http.client.HTTPException, ValueError) as err:
             raise ApiError(
                 f"cannot reach the Trainyard API at {self.api_url} ({err}); is `trainyard up` running?"
             ) from err
-        if response.status_code >= 400:
-            raise ApiError(describe_error(response, self.token is not None), response.status_code)
-        return response.json() if response.content else None
+        if reply.status_code >= 400:
+            raise ApiError(describe_error(reply, self.token is not None), reply.status_code)
+        return reply.json() if reply.content else None
+
+    def _send(self, method: str, path: str, params: Mapping[str, Any] | None, body: Any) -> Reply:
+        import http.client
+        from urllib.parse import urlencode, urlsplit
+
+        url = urlsplit(self.api_url)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"{self.api_url!r} is not an http:// or https:// URL")
+        connection: http.client.HTTPConnection
+        if url.scheme == "https":
+            import ssl
+
+            context = ssl.create_default_context()
+            connection = http.client.HTTPSConnection(url.hostname, url.port, timeout=self.timeout, context=context)
+        else:
+            connection = http.client.HTTPConnection(url.hostname, url.port, timeout=self.timeout)
+        query = {k: _query_value(v) for k, v in (params or {}).items() if v is not None}
+        target = url.path.rstrip("/") + path + (f"?{urlencode(query, doseq=True)}" if query else "")
+        headers = {"Accept": "application/json", "User-Agent": "trainyard-cli", **auth_headers(self.token)}
+        data = None
+        if body is not None:
+            data = _json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        try:
+            connection.request(method, target, body=data, headers=headers)
+            answer = connection.getresponse()
+            return Reply(answer.status, answer.read())
+        finally:
+            connection.close()
 
 
-def describe_error(response: httpx.Response, token_sent: bool) -> str:
+def _query_value(value: Any) -> Any:
+    """A query value as httpx writes it: booleans as true/false."""
+    return ("true" if value else "false") if isinstance(value, bool) else value
+
+
+def describe_error(response: Reply | httpx.Response, token_sent: bool) -> str:
     """What went wrong, with a hint on credentials for a 401."""
     try:
         body: Any = response.json()
