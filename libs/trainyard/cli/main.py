@@ -29,7 +29,9 @@ HELP = (
     "tables are printed whole (`trainyard jobs | grep running`). The stack is found from any directory: "
     "--api-url, TRAINYARD_API_URL, a .trainyard here or above, then ~/.config/trainyard/config.toml."
 )
-app = typer.Typer(cls=HintingGroup, help=HELP, no_args_is_help=True)
+# Plain help and errors: rich's help rendering imports Markdown and traceback support, which took
+# longer than the rest of `trainyard --help` (docs/cli.md, bench/cli.py).
+app = typer.Typer(cls=HintingGroup, help=HELP, no_args_is_help=True, rich_markup_mode=None)
 events_app = typer.Typer(help="The event vocabulary.", no_args_is_help=True)
 emulate_app = typer.Typer(help="Emulated GPU nodes.", no_args_is_help=True)
 admin_app = typer.Typer(help="Operator maintenance.", no_args_is_help=True)
@@ -44,12 +46,9 @@ app.add_typer(traces_app, name="traces")
 app.add_typer(config_app, name="config")
 app.add_typer(auth_app, name="auth")
 app.add_typer(dlq_app, name="dlq")
-app.command("agent")(agent_command)
-app.command("submit")(submit)
-app.command("logs")(logs)
-app.command("up")(up)
-for command in (jobs, job, why, cancel):
+for command in (submit, jobs, job, logs, why, cancel, up):  # --help lists the everyday commands first
     app.command()(command)
+app.command("agent")(agent_command)
 emulate_app.command("inject")(emulate_inject)
 
 console = Console()
