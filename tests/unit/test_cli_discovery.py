@@ -100,3 +100,24 @@ def test_help_loads_none_of_the_heavy_libraries() -> None:
     loaded = done.stderr.split()
     assert "Usage" in done.stdout
     assert [m for m in loaded if m.startswith(HEAVY_FOR_HELP)] == []
+
+
+def test_up_names_its_stack_in_the_user_config_and_says_where(
+    tmp_path: Path, home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainyard.cli.up import _remember
+
+    _remember("http://127.0.0.1:7005", tmp_path / "stack")
+
+    assert read_user_config() == {"api_url": "http://127.0.0.1:7005", "data_dir": str((tmp_path / "stack").resolve())}
+    assert str(user_config_path()) in "".join(capsys.readouterr().out.split())  # rich wraps a long path
+
+
+def test_up_on_a_read_only_home_carries_on_with_a_note(tmp_path: Path, home: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from trainyard.cli.up import _remember
+
+    (home / ".config").write_text("a file where the folder would go")
+
+    _remember("http://127.0.0.1:7006", tmp_path / "stack")
+
+    assert "cannot write the per-user config" in capsys.readouterr().err
