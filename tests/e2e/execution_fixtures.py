@@ -44,7 +44,7 @@ def agent_stack(directory: Path, agents: int, agent_gpus: int, heartbeat_timeout
             nodes=0,
             agent_gpus=agent_gpus,
             heartbeat_timeout_s=heartbeat_timeout_s,
-            log_level="WARNING",
+            log_level=os.environ.get("E2E_LOG_LEVEL", "WARNING"),
         )
     )
     try:
@@ -125,6 +125,7 @@ class Proc:
     pid: int
     state: str  # R, S, T, ...
     env: dict[str, str]
+    shim: bool  # the shim a rank's command is started through, not the command
 
     @property
     def rank(self) -> int:
@@ -149,7 +150,11 @@ def _read_proc(pid: int) -> Proc | None:
     if state in ("Z", "X") or b"TRAINYARD_JOB_ID=" not in raw:
         return None
     env = dict(item.decode(errors="replace").partition("=")[::2] for item in raw.split(b"\0") if b"=" in item)
-    return Proc(pid, state, env)
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    return Proc(pid, state, env, shim=any(a.endswith(b"agent/shim.py") for a in argv))
 
 
 def job_processes(stack: LocalStack, job_id: str | None = None) -> list[Proc]:
@@ -171,15 +176,7 @@ def job_processes(stack: LocalStack, job_id: str | None = None) -> list[Proc]:
 
 def commands(stack: LocalStack, job_id: str) -> list[Proc]:
     """The job's commands: its processes less the shims (which run ``python -I -S .../shim.py``)."""
-    out = []
-    for proc in job_processes(stack, job_id):
-        try:
-            argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if not any(a.endswith(b"agent/shim.py") for a in argv):
-            out.append(proc)
-    return out
+    return [p for p in job_processes(stack, job_id) if not p.shim]
 
 
 @dataclass(frozen=True)
