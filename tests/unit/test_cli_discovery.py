@@ -121,3 +121,22 @@ def test_up_on_a_read_only_home_carries_on_with_a_note(tmp_path: Path, home: Pat
     _remember("http://127.0.0.1:7006", tmp_path / "stack")
 
     assert "cannot write the per-user config" in capsys.readouterr().err
+
+
+def test_a_stack_that_does_not_answer_is_named_with_where_it_was_found(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from trainyard.cli.main import app
+    from trainyard.local.servers import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    remember_stack(dead, tmp_path / "gone")
+    monkeypatch.chdir(tmp_path)
+
+    result = CliRunner().invoke(app, ["jobs"], env={"HOME": str(home), "TRAINYARD_API_URL": None})
+
+    assert result.exit_code == 1
+    said = "".join(result.output.split())
+    assert f"cannotreachtheTrainyardAPIat{dead},from{user_config_path()}" in said

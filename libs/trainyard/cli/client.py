@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainyard.cli.discovery import DEFAULT_API_URL, find_api_url, find_data_dir
+from trainyard.cli.discovery import DEFAULT_API_URL, find_data_dir, locate_api_url
 from trainyard.cli.settings import cli_settings
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ class ApiError(Exception):
 
 def resolve_api_url(api_url: str | None, data_dir: str) -> str:
     """``--api-url``, else ``TRAINYARD_API_URL``, else the stack found from here (:mod:`.discovery`)."""
-    return find_api_url(api_url, cli_settings().api_url, data_dir)
+    return locate_api_url(api_url, cli_settings().api_url, data_dir)[0]
 
 
 def use_token(token: str | None) -> None:
@@ -88,15 +88,17 @@ class Client:
     a plain-HTTP gateway (the local stack) costs no TLS set-up.  It connects
     directly; ``HTTP(S)_PROXY`` are not used."""
 
-    def __init__(self, api_url: str, token: str | None = None, timeout: float = 10.0) -> None:
+    def __init__(self, api_url: str, token: str | None = None, timeout: float = 10.0, found_in: str = "") -> None:
         self.api_url = api_url
         self.token = token
         self.timeout = timeout
+        self.found_in = found_in  # where the URL came from, said when it does not answer
 
     @classmethod
     def for_cli(cls, api_url: str | None, data_dir: str, timeout: float = 10.0) -> Client:
         """The gateway the CLI talks to, with the credentials it finds."""
-        return cls(resolve_api_url(api_url, data_dir), resolve_token(None, data_dir), timeout)
+        url, found_in = locate_api_url(api_url, cli_settings().api_url, data_dir)
+        return cls(url, resolve_token(None, data_dir), timeout, found_in)
 
     def request(self, method: str, path: str, params: Mapping[str, Any] | None = None, json: Any = None) -> Any:
         """``method path`` with query ``params`` and a JSON body; the decoded answer, or
@@ -106,8 +108,9 @@ class Client:
         try:
             reply = self._send(method, path, params, json)
         except (OSError, http.client.HTTPException, ValueError) as err:
+            where = f", from {self.found_in}" if self.found_in else ""
             raise ApiError(
-                f"cannot reach the Trainyard API at {self.api_url} ({err}); is `trainyard up` running?"
+                f"cannot reach the Trainyard API at {self.api_url}{where} ({err}); is `trainyard up` running?"
             ) from err
         if reply.status_code >= 400:
             raise ApiError(describe_error(reply, self.token is not None), reply.status_code)

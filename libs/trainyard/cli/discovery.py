@@ -85,11 +85,20 @@ def state_api_url(data_dir: str) -> str | None:
 
 def find_api_url(api_url: str | None, env_api_url: str, data_dir: str | None) -> str:
     """The gateway to talk to (see the module's order); ``env_api_url`` is ``TRAINYARD_API_URL``."""
+    return locate_api_url(api_url, env_api_url, data_dir)[0]
+
+
+def locate_api_url(api_url: str | None, env_api_url: str, data_dir: str | None) -> tuple[str, str]:
+    """The gateway to talk to, and where it was found (said when it does not answer)."""
     if api_url:
-        return api_url
+        return api_url, "--api-url"
     if env_api_url:
-        return env_api_url
-    found = state_api_url(find_data_dir(data_dir))
+        return env_api_url, "TRAINYARD_API_URL"
+    found_dir = find_data_dir(data_dir)
+    found = state_api_url(found_dir)
     if found:
-        return found
-    return read_user_config().get("api_url") or DEFAULT_API_URL
+        return found, f"the running stack of {found_dir}"
+    remembered = read_user_config().get("api_url")
+    if remembered:
+        return remembered, str(user_config_path())
+    return DEFAULT_API_URL, "the default: no stack found here, above or in the per-user config"
