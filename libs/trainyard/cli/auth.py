@@ -22,7 +22,7 @@ console = Console()
 err_console = Console(stderr=True)
 
 DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR", help="Where `up` keeps its state.")
-ApiUrl = typer.Option(None, "--api-url", help="Gateway URL (default: the running `trainyard up`, else :8080).")
+ApiUrl = typer.Option(None, "--api-url", help="Gateway URL (default: the stack found from here; see docs/cli.md).")
 ExpiresIn = typer.Option(None, "--expires-in", help="Lifetime, e.g. 30d, 12h, 90m, 2w (default: until revoked).")
 
 _DURATION = re.compile(r"(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[smhdw])")

@@ -17,7 +17,7 @@ CHUNK = 64 * 1024
 FOLLOW_POLL_S = 1.0
 
 DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR", help="Where `up` keeps its state.")
-ApiUrl = typer.Option(None, "--api-url", help="Gateway URL (default: the running `trainyard up`, else :8080).")
+ApiUrl = typer.Option(None, "--api-url", help="Gateway URL (default: the stack found from here; see docs/cli.md).")
 
 
 def logs(

@@ -17,7 +17,7 @@ console = Console()
 err_console = Console(stderr=True)
 
 DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR", help="Where `up` keeps its state.")
-ApiUrl = typer.Option(None, "--api-url", help="Gateway URL (default: the running `trainyard up`, else :8080).")
+ApiUrl = typer.Option(None, "--api-url", help="Gateway URL (default: the stack found from here; see docs/cli.md).")
 
 
 def _call(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
