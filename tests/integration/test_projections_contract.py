@@ -97,7 +97,9 @@ async def test_an_event_whose_subject_disagrees_with_it_is_not_applied(side: Sid
         JobAdmitted(at=2.0, job_id="j1", tenant="acme", run_id="r1", attempt=1),
     )
     forged = RunSucceeded(at=3.0, job_id="j1", tenant="acme", run_id="r1")
-    await side.bus.publish(subjects.job("acme", "j1", "admission"), forged, msg_id="forged")  # admission ends no run well
+    await side.bus.publish(
+        subjects.job("acme", "j1", "admission"), forged, msg_id="forged"
+    )  # admission ends no run well
     await side.caught_up()
 
     job = await side.projections.job("j1")
