@@ -139,7 +139,10 @@ def show_real(report: RealChaosReport) -> None:
         ("GPU double alloc (log)", report.log_double_allocations),
         ("/proc samples", f"{report.live.samples} (at most {report.live.max_live} live job processes)"),
         ("ledger runs compared", report.ledger.compared),
-        ("ledger over 1 s", len(report.ledger.over)),
+        (
+            "ledger over 1 s",
+            f"{len(report.ledger.over)} ({report.ledger_over_near_kill} ran while their agent was killed)",
+        ),
         ("ledger - measured", f"max |d| {report.ledger.max_abs_s:.3f} s, mean {report.ledger.mean_s:+.3f} s"),
         ("offered in", f"{report.offered_s:.0f} s"),
         ("drained in", f"{report.drained_s:.0f} s"),

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from trainyard.testing.procs import CLOCK_TICKS, boot_epoch, node_of
-from trainyard.testing.real_checks import LiveChecks, measured_intervals, sample
+from trainyard.testing.real_checks import LiveChecks, measured_intervals, near_kills, sample
 
 
 @pytest.fixture
@@ -80,3 +80,16 @@ def test_a_runs_interval_runs_from_its_first_process_start_to_its_last_exit(tmp_
 def test_a_node_is_named_by_the_agent_directory_that_holds_the_path() -> None:
     assert node_of("/d/agents/a03/checkpoints/acme/j1", "/d/agents") == "a03"
     assert node_of("/elsewhere/a03", "/d/agents") == ""
+
+
+def test_runs_off_in_the_ledger_are_traced_to_an_agent_killed_on_their_node_while_they_ran(tmp_path: Path) -> None:
+    booted, now = boot_epoch(), time.time()
+    for node, run in [("a00", "j1-r1"), ("a01", "j2-r1")]:
+        rank_dir = tmp_path / node / "runs" / run / "rank-0"
+        rank_dir.mkdir(parents=True)
+        ticks = int((now - 10 - booted) * CLOCK_TICKS)
+        (rank_dir / "pid").write_text(f"100 {ticks} 99 {ticks}\n")
+        (rank_dir / "exit").write_text("exit 0\n")
+        os.utime(rank_dir / "exit", (now - 2, now - 2))
+    killed = [("a00", now - 5), ("a01", now - 60)]  # a01's agent was killed long before its run
+    assert near_kills(str(tmp_path), {"j1-r1", "j2-r1"}, killed) == {"j1-r1"}

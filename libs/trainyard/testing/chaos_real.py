@@ -40,7 +40,7 @@ from trainyard.store import Store
 from trainyard.testing.agent_stack import TERMINAL, agents_dir, wait_terminal
 from trainyard.testing.chaos import submit_event
 from trainyard.testing.procs import boot_epoch
-from trainyard.testing.real_checks import LedgerCheck, LiveChecks, check_ledger, watch
+from trainyard.testing.real_checks import LedgerCheck, LiveChecks, check_ledger, near_kills, watch
 from trainyard.testing.streams import read_job_events
 
 FAIL_RANK_1 = 'if [ "$RANK" = 1 ]; then sleep 0.3; exit 3; fi; exec sleep 10'
@@ -76,6 +76,7 @@ class RealChaosReport(msgspec.Struct):
     log_double_allocations: int  # GPU given to two runs at once, on the log
     live: LiveChecks
     ledger: LedgerCheck
+    ledger_over_near_kill: int  # of the runs over 1 s, those on a node whose agent was killed while they ran
     violations: list[str]
     offered_s: float
     drained_s: float
@@ -168,6 +169,7 @@ class RealChaos:
         self.faults: Counter[str] = Counter()
         self.supervisor = Supervisor(stack, say=progress, backoff=lambda: Backoff(first_s=0.3, max_s=2.0))
         self.live = LiveChecks()
+        self.killed: list[tuple[str, float]] = []  # (node, when its agent was SIGKILLed)
 
     async def supervise(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -188,6 +190,7 @@ class RealChaos:
             if self.stack.procs[name].poll() is None:
                 await asyncio.to_thread(self.stack.kill, name)
                 self.faults[name] += 1
+                self.killed.append((node, time.time()))
                 self.progress(f"{time.monotonic() - started:6.1f}s SIGKILL {name}")
 
     async def cancel_later(self, client: httpx.AsyncClient, job_id: str) -> None:
@@ -258,6 +261,7 @@ class RealChaos:
             log_double_allocations=sum(1 for v in fold.violations if "while held by" in v),
             live=self.live,
             ledger=ledger,
+            ledger_over_near_kill=len(near_kills(agents_dir(self.stack), set(ledger.over), self.killed)),
             violations=fold.violations[:20],
             offered_s=offered,
             drained_s=drained,

@@ -114,3 +114,16 @@ def check_ledger(
         max_abs_s=max((abs(d) for d in diffs.values()), default=0.0),
         mean_s=sum(diffs.values()) / len(diffs) if diffs else 0.0,
     )
+
+
+def near_kills(agents_dir: str, runs: set[str], killed: list[tuple[str, float]], margin_s: float = 1.0) -> set[str]:
+    """Those of ``runs`` with a process on a node whose agent was killed
+    (``killed``: node, Unix time) while they ran, give or take ``margin_s``."""
+    measured = measured_intervals(agents_dir)
+    found = set()
+    for run in runs & set(measured):
+        start, end = measured[run]
+        nodes = {path.parent.parent.name for path in Path(agents_dir).glob(f"*/runs/{run}")}
+        if any(node in nodes and start - margin_s <= at <= end + margin_s for node, at in killed):
+            found.add(run)
+    return found
