@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from trainyard.cli.client import ApiError, Client
-from trainyard.cli.output import AsJson, Column, NoHeaders, Output, OutputOpt, chosen, print_data, print_items
+from trainyard.cli.output import AsJson, Column, NoHeaders, Output, OutputOpt, chosen, print_items, print_shown
 
 dlq_app = typer.Typer(
     help="Dead letters: messages a service could never handle, with the reason.", no_args_is_help=True
@@ -85,11 +85,7 @@ def show_command(
 ) -> None:
     """One dead letter in full, with the data it kept (-o json|yaml for the API's object)."""
     d = _request(api_url, data_dir, "GET", f"/v1/deadletters/{seq}")
-    output = chosen(output, as_json)
-    if print_data(d, output):
-        return
-    if output is Output.name:
-        print(d["seq"])
+    if print_shown(d, chosen(output, as_json), str(d["seq"])):
         return
     rows = [
         ("seq", d["seq"]),

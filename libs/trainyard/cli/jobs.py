@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from trainyard.cli.client import ApiError, Client
-from trainyard.cli.output import AsJson, Column, Item, NoHeaders, Output, OutputOpt, chosen, print_data, print_items
+from trainyard.cli.output import AsJson, Column, Item, NoHeaders, Output, OutputOpt, chosen, print_items, print_shown
 
 console = Console()
 err_console = Console(stderr=True)
@@ -140,11 +140,7 @@ def job(
     if job_id in _RAY_JOB_VERBS:
         err_console.print(f"hint: `trainyard job` shows one job; for `job {job_id}` use: {_RAY_JOB_VERBS[job_id]}")
     j = request(api_url, data_dir, "GET", f"/v1/jobs/{job_id}")
-    output = chosen(output, as_json)
-    if print_data(j, output):
-        return
-    if output is Output.name:
-        print(j["job_id"])
+    if print_shown(j, chosen(output, as_json), str(j["job_id"])):
         return
     show_job(j, time.time())
 

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from trainyard.cli.client import ApiError, Client
 from trainyard.cli.config import stack_state
-from trainyard.cli.output import AsJson, NoHeaders, Output, OutputOpt, chosen, print_data, print_table
+from trainyard.cli.output import AsJson, NoHeaders, Output, OutputOpt, chosen, print_shown, print_table
 from trainyard.cli.settings import cli_settings
 
 node_app = typer.Typer(help="Cordon, drain, uncordon and inspect GPU nodes.", no_args_is_help=True)
@@ -85,11 +85,7 @@ def history(
 ) -> None:
     """A node's health state, current incident and history of transitions (-o json|yaml: the API's object)."""
     h = _request(api_url, data_dir, "GET", f"/v1/nodes/{node_id}/history")
-    output = chosen(output, as_json)
-    if print_data(h, output):
-        return
-    if output is Output.name:
-        print(h["node_id"])
+    if print_shown(h, chosen(output, as_json), str(h["node_id"])):
         return
     lemon = "  [red]lemon[/red]" if h.get("lemon") else ""
     console.print(f"[bold]{h['node_id']}[/bold]  {h['state']} since {_ts(h['since'])}{lemon}  {h['reason']}")

@@ -65,6 +65,17 @@ def print_data(data: Any, output: Output) -> bool:
     return False
 
 
+def print_shown(item: Any, output: Output, name: str) -> bool:
+    """For a show command: print ``item`` as JSON or YAML, or only its ``name``, when
+    asked; whether it did (else the command prints it for people)."""
+    if print_data(item, output):
+        return True
+    if output is Output.name:
+        sys.stdout.write(f"{name}\n")
+        return True
+    return False
+
+
 def print_items(
     items: Sequence[Item],
     columns: Sequence[Column],
