@@ -122,7 +122,11 @@ def main() -> int:
     while step < args.steps:
         if rank == args.fail_rank and step == args.fail_at_step:
             print(f"rank {rank}: failing at step {step} as asked", file=sys.stderr, flush=True)
-            return 3
+            sys.stdout.flush()
+            # At once, as a crash would: the peers see the connection drop only as this process dies,
+            # so it ends before the peers that fail because of it (a return would close the sockets
+            # first, and the interpreter's shutdown could outlast the peers' own failures).
+            os._exit(3)
         value = (rank + 1) * (step + 1)
         if rank == 0:
             total, stop = value, stopping
