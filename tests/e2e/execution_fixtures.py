@@ -4,6 +4,7 @@ about each rank, and the CLI run as a subprocess."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -18,7 +19,11 @@ from typing import Any
 
 import httpx
 
+from trainyard.bus import Bus
+from trainyard.events import JobEvent, decode_job_event, subjects
+from trainyard.events.work import WorkReport, decode_work
 from trainyard.local import LocalStack, StackConfig
+from trainyard.testing.streams import read_raw
 
 ROOT = Path(__file__).resolve().parents[2]
 ALLREDUCE = str(ROOT / "examples" / "distributed" / "allreduce.py")
@@ -60,6 +65,30 @@ def agent_stack(directory: Path, agents: int, agent_gpus: int, heartbeat_timeout
         for proc in job_processes(s):
             with suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGKILL)
+
+
+def _read(stack: LocalStack, stream: str, subject: str) -> list[bytes]:
+    async def read() -> list[bytes]:
+        assert stack.nats
+        bus = await Bus.connect(stack.nats.admin_url, "e2e")
+        try:
+            return [data for _, _, data in await read_raw(bus, stream, subject)]
+        finally:
+            await bus.close()
+
+    return asyncio.run(read())
+
+
+def job_events(stack: LocalStack, job_id: str) -> list[JobEvent]:
+    """The job's events in JOBS, in order."""
+    events = [decode_job_event(data) for data in _read(stack, "JOBS", ">")]
+    return [e for e in events if getattr(e, "job_id", None) == job_id]
+
+
+def work_reports(stack: LocalStack, run_id: str) -> list[WorkReport]:
+    """What the agents reported about ``run_id``, in order."""
+    reports = [decode_work(data) for data in _read(stack, "WORK", subjects.work_reports_of(stack.config.cluster))]
+    return [r for r in reports if isinstance(r, WorkReport) and r.run_id == run_id]
 
 
 class Api:

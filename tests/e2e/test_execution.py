@@ -4,18 +4,15 @@ and the output of every rank can be read back (docs/execution.md)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 
 import pytest
-from execution_fixtures import ALLREDUCE, Api, agent_stack, cli, commands, job_processes, rank_records
+from execution_fixtures import ALLREDUCE, Api, agent_stack, cli, commands, job_events, job_processes, rank_records
 
-from trainyard.bus import Bus
 from trainyard.events import RunFailed, RunStarted
 from trainyard.ledger import Ledger
 from trainyard.local import LocalStack
-from trainyard.testing.streams import read_job_events
 
 pytestmark = pytest.mark.e2e
 
@@ -29,18 +26,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 @pytest.fixture
 def api(stack: LocalStack) -> Api:
     return Api(stack)
-
-
-def job_events(stack: LocalStack, job_id: str) -> list[object]:
-    async def read() -> list[object]:
-        assert stack.nats
-        bus = await Bus.connect(stack.nats.admin_url, "e2e")
-        try:
-            return [e for e in await read_job_events(bus) if getattr(e, "job_id", None) == job_id]
-        finally:
-            await bus.close()
-
-    return asyncio.run(read())
 
 
 def allreduce(job_id: str, *args: str, replicas: int = 3, **spec: object) -> dict[str, object]:

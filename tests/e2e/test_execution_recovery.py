@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from contextlib import suppress
 
 import pytest
-from execution_fixtures import ALLREDUCE, Api, Sampler, agent_stack, commands, job_processes, rank_records
+from execution_fixtures import ALLREDUCE, Api, Sampler, agent_stack, commands, job_processes, rank_records, work_reports
 
 from trainyard.bus import Bus
 from trainyard.config.store import ConfigStore
+from trainyard.events.work import ProcessExited
 from trainyard.local import LocalStack
 
 pytestmark = pytest.mark.e2e
@@ -111,9 +112,11 @@ def test_a_preempted_all_reduce_checkpoints_exits_before_the_preemptor_starts_an
         assert api.wait_status(urgent, {"succeeded", "failed"}, timeout=60) == "succeeded", api.job(urgent)
         api.wait(lambda: len(commands(stack, victim)) == 3, 60, "the victim's second run")
 
-    # The victim was told, saved a checkpoint and exited 0 on every rank.
+    # Every rank of the victim was signalled, rank 0 saved a checkpoint, and all exited 0.
     victim_exits = rank_records(stack, first_run)
     assert sorted(r.exit for r in victim_exits) == ["exit 0"] * 3
+    exits = [r for r in work_reports(stack, first_run) if isinstance(r, ProcessExited)]
+    assert sorted((r.rank, r.exit_code, r.stopped) for r in exits) == [(rank, 0, "preempted") for rank in range(3)]
     first_logs = [log_of(api, victim, rank, 1) for rank in range(3)]
     for rank, out in enumerate(first_logs):
         assert f"rank {rank}: stopping after step" in out, out[-500:]
