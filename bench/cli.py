@@ -9,7 +9,10 @@ p50, p90 and max wall-clock time per command, with a bare ``python -c pass``
 for the interpreter's own start and the same ``GET /v1/jobs`` sent from the
 benchmark's process (the gateway's share of ``trainyard jobs``).
 
-    python bench/cli.py [--jobs 10000] [--runs 15]
+    python bench/cli.py [--jobs 10000] [--runs 15] [--baseline OLD/libs]
+
+``--baseline`` times the same two commands from another copy of ``libs/``
+(``git archive <commit> libs | tar -x -C /tmp/old``), before the others.
 """
 
 from __future__ import annotations
@@ -76,7 +79,7 @@ def row(what: str, times: list[float]) -> str:
     return f"{what:<40} {statistics.median(ms):>7.0f} {p90:>7.0f} {ms[-1]:>7.0f}"
 
 
-async def main(n_jobs: int, runs: int) -> None:
+async def main(n_jobs: int, runs: int, baseline: str | None) -> None:
     with tempfile.TemporaryDirectory(prefix="trainyard-bench-") as tmp:
         nats, redis = start_nats(Path(tmp) / "nats"), start_redis(Path(tmp) / "redis")
         bus = await Bus.connect(nats.url, "bench")
@@ -124,6 +127,12 @@ async def main(n_jobs: int, runs: int) -> None:
                 ("trainyard jobs --limit 1000", [*cli, "jobs", "--limit", "1000"]),
                 ("trainyard jobs -o json", [*cli, "jobs", "-o", "json"]),
             ]
+            if baseline:  # the same commands from another checkout's libs/, e.g. an earlier commit
+                old = [sys.executable, "-m", "trainyard.cli.main"]
+                old_env = {**env, "PYTHONPATH": str(Path(baseline).resolve())}
+                for what, argv in cases[1:3]:
+                    times = await asyncio.to_thread(timed, [*old, *argv[len(cli) :]], old_env, runs)
+                    print(row(f"{what} [baseline]", times), flush=True)
             for what, argv in cases:
                 times = await asyncio.to_thread(timed, argv, env, runs)
                 print(row(what, times), flush=True)
@@ -145,5 +154,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--baseline", help="also time --help and jobs from this libs/ folder (an earlier commit's)")
     args = parser.parse_args()
-    asyncio.run(main(args.jobs, args.runs))
+    asyncio.run(main(args.jobs, args.runs, args.baseline))
