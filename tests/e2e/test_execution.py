@@ -116,6 +116,7 @@ def test_a_three_replica_all_reduce_runs_one_rank_per_agent_sums_right_and_is_me
     assert row.run_id == run_id
     assert abs(row.gpu_seconds - 3 * wall) <= 0.02 * 3 * wall, (row, wall)
     api.cancel(blocker)
+    assert api.wait_status(blocker, {"cancelled"}) == "cancelled"
     api.wait(lambda: not job_processes(stack, blocker), 30, "the blocker's processes to be gone")
 
 
@@ -123,11 +124,16 @@ def test_a_rank_exiting_3_stops_its_peers_within_5_s_and_the_failure_names_rank_
     stack: LocalStack, api: Api
 ) -> None:
     """Rank 1 of the all-reduce exits 3 at step 2: ranks 0 and 2 are gone within 5 s of its exit, and the
-    job fails with a message naming rank 1, its node, exit code 3 and the end of its output."""
+    job fails with a message naming rank 1, its node, exit code 3 and the end of its output.
+
+    On an empty cluster the gang is packed onto one agent, which reports its ranks' exits in the order
+    they ended. (Over several agents the run dispatcher names the first failure report to arrive, and a
+    peer that lost its connection to rank 1 can be reported first: not checked here.)"""
     job_id = api.submit(allreduce("fails", "--fail-rank", "1", "--fail-at-step", "2", max_retries=0))
     assert api.wait_status(job_id, {"failed", "succeeded"}, timeout=90) == "failed"
     job = api.job(job_id)
     records = {r.rank: r for r in rank_records(stack, job["run_id"])}
+    assert len({r.node for r in records.values()}) == 1, "the gang packed onto one agent"
     assert records[1].exit == "exit 3"
     api.wait(lambda: not job_processes(stack, job_id), 10, "every process of the job to be gone")
     failed_at = records[1].exited_at
