@@ -177,7 +177,15 @@ async def test_jobs_loads_none_of_the_services_libraries(gateway: str, callers: 
         "print(' '.join(sorted(sys.modules)), file=sys.stderr)\n"
     )
     heavy = ("fastapi", "starlette", "uvicorn", "grpc", "nats", "redis", "pyarrow", "matplotlib", "trainyard_gateway")
-    heavy += ("httpx", "trainyard.bus", "trainyard.store", "trainyard.auth", "trainyard.local", "trainyard.config")
+    heavy += (
+        "httpx",
+        "pydantic",
+        "trainyard.bus",
+        "trainyard.store",
+        "trainyard.auth",
+        "trainyard.local",
+        "trainyard.config",
+    )
     done = await asyncio.to_thread(
         subprocess.run, [sys.executable, "-c", script], capture_output=True, text=True, env=user_env(tmp_path)
     )

@@ -8,6 +8,7 @@ import sys
 import typer
 from rich.console import Console
 
+from trainyard.cli import coercion
 from trainyard.cli.auth import auth_app
 from trainyard.cli.client import use_token
 from trainyard.cli.config import config_app
@@ -31,6 +32,7 @@ HELP = (
 )
 # Plain help and errors: rich's help rendering imports Markdown and traceback support, which took
 # longer than the rest of `trainyard --help` (docs/cli.md, bench/cli.py).
+coercion.install()  # plain options converted without importing pydantic
 app = typer.Typer(cls=HintingGroup, help=HELP, no_args_is_help=True, rich_markup_mode=None)
 events_app = typer.Typer(help="The event vocabulary.", no_args_is_help=True)
 emulate_app = typer.Typer(help="Emulated GPU nodes.", no_args_is_help=True)
