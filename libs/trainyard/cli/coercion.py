@@ -1,7 +1,7 @@
 """Option values converted without pydantic, so ``trainyard jobs`` answers sooner.
 
 Typer 0.29 converts every option's text through a pydantic ``TypeAdapter``,
-and importing pydantic takes about a third of ``trainyard jobs`` (bench/cli.py).
+and importing pydantic takes about a quarter of ``trainyard jobs`` (bench/cli.py).
 The options of the list and show commands are of plain kinds (text, flags,
 whole numbers without bounds, a choice from an Enum); those are converted here as
 typer's adapters would.  Every other kind (paths, bounded numbers, lists,
