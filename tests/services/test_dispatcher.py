@@ -111,6 +111,23 @@ async def test_a_failing_rank_fails_the_run_once_naming_it_and_stops_the_other_n
     assert await cluster.of("j1", RunSucceeded) == []
 
 
+async def test_the_failure_names_the_rank_that_ended_first_even_when_a_peers_report_comes_first(
+    cluster: Cluster,
+) -> None:
+    """Rank 1 exits 3; rank 2, which lost its connection to it, exits 1 a little later, but its node
+    reports first (the agents poll on their own clocks): the run's one RunFailed names rank 1."""
+    await cluster.start()
+    run_id, orders = await started_run(cluster, max_retries=0)
+    t = time.time()
+    await cluster.agents["n03"].exited(orders["n03"], 2, exit_code=1, exited_at=t - 0.02, log_tail="reset by peer")
+    await cluster.agents["n02"].exited(orders["n02"], 1, exit_code=3, exited_at=t - 0.05, log_tail="nan at step 7")
+    await eventually(lambda: _is(cluster, "j1", "failed"), what="the job failed")
+    [failed] = await cluster.of("j1", RunFailed)
+    assert failed.message.startswith("rank 1 on n02 exited with code 3") and failed.node_id == "n02"
+    [stop] = cluster.agents["n01"].of(StopRun)
+    assert (stop.run_id, stop.reason) == (run_id, "peer_failed")
+
+
 async def test_a_rank_that_cannot_start_fails_the_run_with_the_reason(cluster: Cluster) -> None:
     await cluster.start()
     run_id = await cluster.place("j1", spec(max_retries=0))

@@ -358,6 +358,7 @@ class Executor:
             start_error=p.exit.start_error,
             stopped=stopped,  # type: ignore[arg-type]
             log_tail=runlogs.tail(p.log),
+            exited_at=ended if (ended := _exited_at(p)) != float("inf") else None,
         )
 
         def sent() -> None:

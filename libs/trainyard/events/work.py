@@ -105,6 +105,7 @@ class ProcessExited(_Work, tag="ProcessExited", frozen=True):
     start_error: str | None = None  # why it could not start (missing binary, bad directory)
     stopped: StopReason | None = None  # it was stopped by the agent, and why
     log_tail: str = ""  # the last lines of its output
+    exited_at: float | None = None  # when it ended, by the node's clock (None: not known); ``at`` is when it was seen
 
     @property
     def ok(self) -> bool:

@@ -3,10 +3,11 @@ events (``dispatcher-reports-<cluster>``, see dispatch.py).
 
 - ``ProcessesStarted`` from every node of the run -> one ``RunStarted``
   (``<run_id>:started``).
-- The first ``ProcessExited`` that is neither ok nor stopped by the agent ->
-  one ``RunFailed(workload_error)`` naming the rank, node, exit code or signal
-  and the tail of its log, and ``StopRun(peer_failed)`` to every node still
-  holding a rank.
+- A ``ProcessExited`` that is neither ok nor stopped by the agent -> one
+  ``RunFailed(workload_error)``, :data:`SETTLE_S` after the first such report,
+  naming of the ranks that failed by then the one that ended first (rank,
+  node, exit code or signal and the tail of its log), and ``StopRun(peer_failed)``
+  to every node still holding a rank.
 - Every rank exited: ``RunSucceeded`` when all exited 0; after a preemption
   notice ``RunFailed(preempted)``, so the preemptor's GPUs are given only
   once the victim's processes are gone.
@@ -32,6 +33,10 @@ log = logging.getLogger(__name__)
 
 #: How much of a failed rank's output its RunFailed quotes.
 LOG_TAIL_CHARS = 2000
+#: How long after the first failed rank's report the run's failure is decided: the exits of the
+#: peers that failed because of it (a lost connection) come in meanwhile, and the earliest exit
+#: (by the nodes' clocks) is the one named, whichever node's report came first.
+SETTLE_S = 0.5
 
 
 def exit_kind(report: ProcessExited) -> str:
@@ -111,7 +116,7 @@ class Reports(Subscription[WorkReport]):
             return Outcome.done(job_event(meta, saved, f"{report.run_id}:checkpoint:{report.step}"))
         if isinstance(report, ProcessesStarted):
             return Outcome.done(*await self._started(report))
-        return Outcome.done(*await self._exited(report))
+        return await self._exited(report)
 
     async def _started(self, report: ProcessesStarted) -> list[PublishRequest]:
         await self.book.started(report.run_id, report.node_id)
@@ -123,22 +128,30 @@ class Reports(Subscription[WorkReport]):
         started = RunStarted(at=self.clock(), job_id=meta.job_id, tenant=meta.tenant, run_id=report.run_id)
         return [job_event(meta, started, f"{report.run_id}:started")]
 
-    async def _exited(self, report: ProcessExited) -> list[PublishRequest]:
+    async def _exited(self, report: ProcessExited) -> Outcome:
         run_id = report.run_id
         kind = exit_kind(report)
         await self.book.exited(run_id, report.rank, kind)
         state = await self.book.get(run_id)
         if state is None:
-            return []
+            return Outcome.done()
         out: list[PublishRequest] = []
-        if kind == "failed" and not state.signalled and not state.over:
-            # The first failure wins; a redelivery publishes the same event again under the same id.
-            message = await self.book.mark(run_id, "failure", failure_message(report))
+        if kind == "failed" and not state.signalled and not state.over and state.failure is None:
+            # The failure is decided SETTLE_S after the first failed rank's report, naming the rank
+            # that ended first: a peer that lost its connection to it may be reported before it.
             now = self.clock()
-            out.append(run_failed(state.meta, run_id, "workload_error", message, now, report.node_id))
+            exited_at = report.at if report.exited_at is None else report.exited_at
+            message = failure_message(report)
+            due = await self.book.failed_rank(run_id, report.rank, exited_at, report.node_id, message, now + SETTLE_S)
+            if now < due:
+                return Outcome.retry("the run's first failure is decided once its peers' exits are in", due - now)
+            first = await self.book.first_failure(run_id)
+            node_id, message = first if first is not None else (report.node_id, message)
+            message = await self.book.mark(run_id, "failure", message)
+            out.append(run_failed(state.meta, run_id, "workload_error", message, now, node_id))
             out += self.stop_orders(run_id, state.meta, state.holding(), now)
             log.info("dispatch: run %s failed: %s", run_id, message.splitlines()[0])
-        return out + await self.conclude(run_id)
+        return Outcome.done(*out, *await self.conclude(run_id))
 
     async def conclude(self, run_id: str) -> list[PublishRequest]:
         """Once every rank has exited: the run's end, unless JOBS already has it or a failure was reported."""

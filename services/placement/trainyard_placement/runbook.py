@@ -11,7 +11,9 @@ message handled twice leaves the same state; each run's hash expires
   ``stopped``), ``signalled`` (a preemption notice was delivered),
   ``failure`` (the first failure, which the run's one ``RunFailed`` names:
   kept, so a redelivery publishes the same event under the same id) and
-  ``over`` (JOBS says the run ended; why).
+  ``over`` (JOBS says the run ended; why); ``failed:<rank>`` (its exit time, node and
+  message) for each rank that failed on its own before the failure was decided, and
+  ``failing-until`` (when it is decided: the first such report plus a short settling time).
 - ``dispatch:ports:<node>`` (hash): run id -> MASTER_PORT of the runs whose
   rank 0 is on that node.
 - ``dispatch:starting`` (sorted set): runs not yet started, by the time their
@@ -74,6 +76,7 @@ class RunState(msgspec.Struct, frozen=True):
 
 _meta = msgspec.json.Decoder(RunMeta)
 _encode = msgspec.json.Encoder().encode
+_failed = msgspec.json.Decoder(tuple[float, str, str])
 
 
 class RunBook:
@@ -139,6 +142,24 @@ class RunBook:
 
     async def exited(self, run_id: str, rank: int, how: str) -> None:
         await self.mark(run_id, f"exit:{rank}", how)
+
+    async def failed_rank(
+        self, run_id: str, rank: int, exited_at: float, node_id: str, message: str, decide_at: float
+    ) -> float:
+        """Note a rank that failed on its own; returns when the run's failure is to be decided (the
+        first such report's ``decide_at``, kept): the earliest failure noted by then is the one named."""
+        await self.mark(run_id, f"failed:{rank}", _encode([exited_at, node_id, message]).decode())
+        return float(await self.mark(run_id, "failing-until", repr(decide_at)))
+
+    async def first_failure(self, run_id: str) -> tuple[str, str] | None:
+        """The (node, message) of the rank that failed first, by its exit time (then its rank)."""
+        fields = await self.redis.hgetall(self._run(run_id))
+        found = []
+        for k, v in fields.items():
+            if k.startswith("failed:"):
+                exited_at, node_id, message = _failed.decode(v)
+                found.append((exited_at, int(k.split(":", 1)[1]), node_id, message))
+        return (min(found)[2], min(found)[3]) if found else None
 
     async def done_starting(self, run_id: str) -> None:
         await self.redis.zrem(self._starting, run_id)

@@ -212,5 +212,9 @@ async def test_exits_seen_together_are_reported_in_the_order_they_happened(tmp_p
         await reports.exits("r-order", 2)
         exits = reports.of(ProcessExited, "r-order")
         assert [e.rank for e in exits] == [1, 0] and exits[0].exit_code == 3
+        # Each report says when its process ended, not when the poll saw it: 0.2 s apart, both before the poll.
+        ended = [e.exited_at for e in exits]
+        assert ended[0] is not None and ended[1] is not None
+        assert ended[0] + 0.1 < ended[1] < exits[0].at
     finally:
         await slow.close()
