@@ -64,18 +64,7 @@ def test_a_three_replica_all_reduce_runs_one_rank_per_agent_sums_right_and_is_me
     its 3 GPUs for another job, the gang gets exactly one process per agent, ranks 0..2 once each,
     one MASTER_ADDR:MASTER_PORT, GPUs disjoint from the other job's on the same agent; every step's
     sum is right, the run starts once, and the ledger's GPU-seconds are 3 x its wall time within 2 %."""
-    blocker = api.submit(
-        {
-            "job_id": "blocker",
-            "tenant": "acme",
-            "queue": "default",
-            "roles": [{"name": "hold", "replicas": 3, "gpus_per_replica": 2, "command": ["sleep", "600"]}],
-            "stop_grace_s": 2,
-        }
-    )
-    api.wait(lambda: len(commands(stack, blocker)) == 6, 60, "the blocker's six processes")
-    blocker_nodes = {r.node for r in rank_records(stack, api.job(blocker)["run_id"])}
-    assert blocker_nodes == {"a00", "a01", "a02"}
+    blocker = hold_two_gpus_per_agent(stack, api, "blocker")
 
     job_id = api.submit(allreduce("allreduce", "--steps", "30", "--step-seconds", "0.5", "--checkpoint-every", "5"))
     procs = api.wait(lambda: len(p := commands(stack, job_id)) == 3 and p, 60, "the all-reduce's three processes")
@@ -115,25 +104,44 @@ def test_a_three_replica_all_reduce_runs_one_rank_per_agent_sums_right_and_is_me
         ledger.close()
     assert row.run_id == run_id
     assert abs(row.gpu_seconds - 3 * wall) <= 0.02 * 3 * wall, (row, wall)
-    api.cancel(blocker)
-    assert api.wait_status(blocker, {"cancelled"}) == "cancelled"
-    api.wait(lambda: not job_processes(stack, blocker), 30, "the blocker's processes to be gone")
+    release(stack, api, blocker)
+
+
+def hold_two_gpus_per_agent(stack: LocalStack, api: Api, job_id: str) -> str:
+    """A job of 3 replicas x 2 GPUs, one replica per agent (3 GPUs each), so that a gang of
+    3 x 1 GPU submitted next gets one GPU on every agent."""
+    api.submit(
+        {
+            "job_id": job_id,
+            "tenant": "acme",
+            "queue": "default",
+            "roles": [{"name": "hold", "replicas": 3, "gpus_per_replica": 2, "command": ["sleep", "600"]}],
+            "stop_grace_s": 2,
+        }
+    )
+    api.wait(lambda: len(commands(stack, job_id)) == 6, 60, f"the six processes of {job_id}")
+    assert {r.node for r in rank_records(stack, api.job(job_id)["run_id"])} == {"a00", "a01", "a02"}
+    return job_id
+
+
+def release(stack: LocalStack, api: Api, job_id: str) -> None:
+    api.cancel(job_id)
+    assert api.wait_status(job_id, {"cancelled"}) == "cancelled"
+    api.wait(lambda: not job_processes(stack, job_id), 30, f"the processes of {job_id} to be gone")
 
 
 def test_a_rank_exiting_3_stops_its_peers_within_5_s_and_the_failure_names_rank_node_code_and_output(
     stack: LocalStack, api: Api
 ) -> None:
-    """Rank 1 of the all-reduce exits 3 at step 2: ranks 0 and 2 are gone within 5 s of its exit, and the
-    job fails with a message naming rank 1, its node, exit code 3 and the end of its output.
-
-    On an empty cluster the gang is packed onto one agent, which reports its ranks' exits in the order
-    they ended. (Over several agents the run dispatcher names the first failure report to arrive, and a
-    peer that lost its connection to rank 1 can be reported first: not checked here.)"""
+    """Rank 1 of the all-reduce, one rank per agent, exits 3 at step 2: ranks 0 and 2 are gone within
+    5 s of its exit, and the job fails with a message naming rank 1, its node, exit code 3 and the end
+    of its output (not a peer that failed, a little later, because its connection to rank 1 dropped)."""
+    blocker = hold_two_gpus_per_agent(stack, api, "holder")
     job_id = api.submit(allreduce("fails", "--fail-rank", "1", "--fail-at-step", "2", max_retries=0))
     assert api.wait_status(job_id, {"failed", "succeeded"}, timeout=90) == "failed"
     job = api.job(job_id)
     records = {r.rank: r for r in rank_records(stack, job["run_id"])}
-    assert len({r.node for r in records.values()}) == 1, "the gang packed onto one agent"
+    assert sorted(r.node for r in records.values()) == ["a00", "a01", "a02"], "one rank per agent"
     assert records[1].exit == "exit 3"
     api.wait(lambda: not job_processes(stack, job_id), 10, "every process of the job to be gone")
     failed_at = records[1].exited_at
@@ -148,6 +156,7 @@ def test_a_rank_exiting_3_stops_its_peers_within_5_s_and_the_failure_names_rank_
     assert "rank 1: failing at step 2 as asked" in failure.message
     assert failure.node_id == records[1].node
     assert job["message"] == failure.message
+    release(stack, api, blocker)
 
 
 def test_cancel_and_the_time_limit_leave_no_process_of_the_job_behind_after_the_grace_period(
