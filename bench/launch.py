@@ -2,7 +2,7 @@
 node agents (fake GPUs) running real processes; and what an agent costs.
 
 Starts ``trainyard up``'s stack with N agents and no emulated nodes on
-127.0.0.1, offers short real jobs (``true`` by default) on the intake subject
+127.0.0.1, offers short real jobs (``sleep 1`` by default) on the intake subject
 at a fixed rate for a fixed time, waits for every job to end, then reads JOBS
 and WORK back and prints, from the ``at`` of each event (one clock):
 
@@ -52,7 +52,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=10.0, help="how long runs are offered")
     p.add_argument("--replicas", type=int, default=1)
     p.add_argument("--gpus-per-replica", type=int, default=1)
-    p.add_argument("--command", default="true", help="what every rank runs")
+    p.add_argument("--command", default="sleep 1", help="what every rank runs (1 s: the runs spread over the agents)")
     p.add_argument("--idle-s", type=float, default=30.0, help="how long idle agents are measured")
     p.add_argument("--drain-timeout-s", type=float, default=180.0)
     p.add_argument("--quick", action="store_true", help="2 agents, 10 runs/s for 2 s, 3 s idle")
@@ -107,6 +107,7 @@ async def idle_cpu(pids: dict[str, int], seconds: float) -> dict[str, float]:
 
 
 async def measure(args: argparse.Namespace, tmp: str) -> dict:
+    load_before = os.getloadavg()
     stack = agent_stack(tmp, args.agents, args.gpus)
     t0 = time.monotonic()
     await asyncio.to_thread(stack.start)
@@ -120,6 +121,7 @@ async def measure(args: argparse.Namespace, tmp: str) -> dict:
         pids = {n: p for n, p in agent_pids(stack).items() if f"agent-{n}" not in exited}
         print(f"stack up in {up_s:.0f}s; {healthy} of {args.agents} agents' nodes healthy", file=sys.stderr)
         services = {name: proc.pid for name, proc in stack.procs.items() if not name.startswith("agent-")}
+        services |= {f"{server.name}-server": server.proc.pid for server in (stack.nats, stack.redis) if server}
         before, t_offer = cpu_of({**pids, **services}), time.monotonic()
         ids = await offer(bus, args, "launch")
         offered_s = time.monotonic() - t_offer
@@ -155,7 +157,7 @@ async def measure(args: argparse.Namespace, tmp: str) -> dict:
             "command": args.command,
             "idle_s": args.idle_s,
             "cpus": os.cpu_count(),
-            "load_before": os.getloadavg(),
+            "load_before": load_before,
         },
         "agents_healthy": healthy,
         "jobs_offered": len(ids),
@@ -202,7 +204,7 @@ def show(r: dict) -> None:
     kids = [v["children_ms"] for v in launches if v["launches"]]
     if own:
         print(
-            f"agent CPU per launch: itself {min(own):.1f}-{max(own):.1f} ms (mean {sum(own) / len(own):.1f}),"
+            f"agent CPU per launch ({len(own)} agents launched): itself {min(own):.1f}-{max(own):.1f} ms (mean {sum(own) / len(own):.1f}),"
             f" its shims and commands {min(kids):.1f}-{max(kids):.1f} ms (mean {sum(kids) / len(kids):.1f})"
         )
     services = ", ".join(f"{n} {ms:.2f}" for n, ms in sorted(r["service_cpu_ms_per_run"].items()))
