@@ -226,3 +226,13 @@ async def test_submit_posts_the_job_and_prints_its_id_then_the_next_step(
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "cli-new"  # only the id on stdout: `JOB=$(trainyard submit ...)`
     assert "next: trainyard job cli-new" in done.stderr
+
+
+async def test_a_job_with_a_long_name_shows_it_on_one_line_when_piped(
+    gateway: str, callers: Callers, tmp_path: Path
+) -> None:
+    shown = await trainyard("--token", callers.tokens["admin"], "job", "cli-long", "--api-url", gateway, home=tmp_path)
+
+    assert shown.returncode == 0, shown.stderr
+    assert f"  name       {LONG_NAME}" in shown.stdout.splitlines()
+    assert f"  nodes      {','.join(NODES)}" in shown.stdout.splitlines()

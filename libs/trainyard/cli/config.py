@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -164,7 +165,7 @@ def show(data_dir: str = DataDir) -> None:
         if current is None:
             console.print("no tenancy configuration is in force: any tenant may submit, first in first out")
             return
-        console.print(f"# revision {current.revision}")
-        console.print(current.text, markup=False, highlight=False)
+        text = current.text if current.text.endswith("\n") else current.text + "\n"
+        sys.stdout.write(f"# revision {current.revision}\n{text}")  # as written: never wrapped when piped
 
     _run(_with_store(nats_url(data_dir), run))

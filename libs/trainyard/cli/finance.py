@@ -284,7 +284,7 @@ def report_usage(
 ) -> None:
     """GPU usage through GET /v1/usage, over a window and grouped (every tenant's for a finance
     or admin token, the token's own tenant's for a researcher or tenant-admin)."""
-    from rich.table import Table
+    from trainyard.cli.output import print_table
 
     params = {k: v for k, v in {"from": start, "to": end, "group_by": group_by, "tenant": tenant}.items() if v}
     rows = _get(api_url, data_dir, "/v1/usage", params).json()
@@ -296,7 +296,5 @@ def report_usage(
         writer.writerows(rows)
         sys.stdout.write(buffer.getvalue())
         return
-    table = Table(*columns)
-    for row in rows:
-        table.add_row(*(f"{row[c]:,.3f}" if isinstance(row[c], float) else str(row[c]) for c in columns))
-    console.print(table)
+    cells = [[f"{row[c]:,.3f}" if isinstance(row[c], float) else str(row[c]) for c in columns] for row in rows]
+    print_table(columns, cells)  # piped, printed whole

@@ -13,7 +13,7 @@ from rich.markup import escape
 from trainyard.cli.client import ApiError, Client
 from trainyard.cli.output import AsJson, Column, Item, NoHeaders, Output, OutputOpt, chosen, print_items, print_shown
 
-console = Console()
+console = Console(soft_wrap=True)  # a long line is not broken at 80 columns when piped
 err_console = Console(stderr=True)
 
 DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR", help="Where `up` keeps its state.")
