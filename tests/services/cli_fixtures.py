@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import uvicorn
 from gateway_fixtures import gateway_app
@@ -78,8 +79,9 @@ def seed_events(now: float) -> list[PublishRequest]:
 
 
 @contextlib.asynccontextmanager
-async def served(bus: Bus, store: Store, callers: Callers) -> AsyncIterator[str]:
-    """The gateway holding :func:`seed_events`, served on a free loopback port; yields its URL."""
+async def served(bus: Bus, store: Store, callers: Callers, folder: Path) -> AsyncIterator[str]:
+    """The gateway holding :func:`seed_events` (and an empty ledger in ``folder``), served on a free
+    loopback port; yields its URL."""
     for result in await bus.publish_many(seed_events(time.time())):
         if isinstance(result, Exception):
             raise result
@@ -88,7 +90,7 @@ async def served(bus: Bus, store: Store, callers: Callers) -> AsyncIterator[str]
     tasks = [asyncio.create_task(p.run(stop)) for p in projectors]
     for p in projectors:
         await p.caught_up(timeout=60)
-    app = gateway_app(bus, store, callers.authenticator, Settings())
+    app = gateway_app(bus, store, callers.authenticator, Settings(ledger_url=f"sqlite:///{folder / 'ledger.db'}"))
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     serving = asyncio.create_task(server.serve())

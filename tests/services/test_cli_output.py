@@ -42,8 +42,8 @@ async def trainyard(*args: str, home: Path, cwd: Path | None = None) -> subproce
 
 
 @pytest.fixture
-async def gateway(bus: Bus, store: Store, callers: Callers) -> AsyncIterator[str]:
-    async with served(bus, store, callers) as url:
+async def gateway(bus: Bus, store: Store, callers: Callers, tmp_path: Path) -> AsyncIterator[str]:
+    async with served(bus, store, callers, tmp_path) as url:
         yield url
 
 
@@ -236,3 +236,13 @@ async def test_a_job_with_a_long_name_shows_it_on_one_line_when_piped(
     assert shown.returncode == 0, shown.stderr
     assert f"  name       {LONG_NAME}" in shown.stdout.splitlines()
     assert f"  nodes      {','.join(NODES)}" in shown.stdout.splitlines()
+
+
+async def test_usage_takes_the_same_flags(gateway: str, callers: Callers, tmp_path: Path) -> None:
+    base = ["--token", callers.tokens["admin"], "usage", "--api-url", gateway]
+
+    as_json = await trainyard(*base, "-o", "json", home=tmp_path)
+    table = await trainyard(*base, home=tmp_path)
+
+    assert as_json.returncode == 0 and json.loads(as_json.stdout) == [], as_json.stderr  # an empty ledger
+    assert table.returncode == 0 and table.stdout.split() == ["TENANT", "GPU_SECONDS"]
