@@ -57,3 +57,12 @@ def test_help_points_to_the_output_formats_and_where_the_stack_is_found() -> Non
 
     code, out = run("jobs", "--help")
     assert code == 0 and "--output" in out and "--no-headers" in out and "The same as -o json" in out
+
+
+@pytest.mark.parametrize(
+    ("verb", "instead"), [("list", "trainyard jobs"), ("logs", "trainyard logs JOB"), ("stop", "trainyard cancel JOB")]
+)
+def test_ray_s_job_verbs_after_job_name_the_trainyard_command(verb: str, instead: str) -> None:
+    result = CliRunner().invoke(app, ["job", verb], env={"COLUMNS": "200", "TRAINYARD_API_URL": "http://127.0.0.1:9"})
+
+    assert f"for `job {verb}` use: {instead}" in " ".join(result.output.split())
