@@ -114,7 +114,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], no_header
 
 def plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]], no_headers: bool = False) -> str:
     """Columns aligned with spaces, as kubectl and squeue print them; the last one unpadded.
-    An empty cell reads ``-`` so that every line has as many fields as the header."""
+    An empty cell reads ``-``, so awk counts the same fields on every line (up to a cell with a space)."""
     lines = [list(row) for row in rows] if no_headers else [[h.upper() for h in headers], *map(list, rows)]
     lines = [[cell.replace("\n", " ") or "-" for cell in line] for line in lines]
     if not lines:
