@@ -65,6 +65,12 @@ def agent_stack(directory: Path, agents: int, agent_gpus: int, heartbeat_timeout
         for proc in job_processes(s):
             with suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGKILL)
+    # On the locked bus every service and agent did its whole job with its own user.
+    assert s.nats and s.nats.admin
+    refused = [line for line in s.nats.log_path.read_text(errors="replace").splitlines() if "Violation" in line]
+    for name in s.procs:
+        refused += [f"{name}: {line}" for line in s.log_tail(name, 100_000).splitlines() if "NOPERM" in line]
+    assert refused == []
 
 
 def _read(stack: LocalStack, stream: str, subject: str) -> list[bytes]:
