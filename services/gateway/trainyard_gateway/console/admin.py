@@ -19,6 +19,8 @@ from trainyard.config.store import BUCKET, TENANCY_KEY
 from trainyard.config.tenancy import QuotaLimits, TenancyConfig, TenancyConfigError, load_tenancy
 from trainyard.core.admission import queue_key
 from trainyard.store import Store, views
+from trainyard.store.caught_up import CaughtUpReads
+from trainyard_gateway.console.rebuilding import answers_rebuilding
 from trainyard_gateway.console.render import page
 from trainyard_gateway.console.session import principal, refusal
 
@@ -122,8 +124,10 @@ async def revisions(bus: Bus) -> list[dict[str, Any]]:
 
 def build_router(bus: Bus, store: Store) -> APIRouter:
     router = APIRouter(include_in_schema=False)
+    jobs_caught_up = CaughtUpReads(bus, store, streams=("JOBS",))  # what each queue holds: never a half-rebuilt view
 
     @router.get("/admin/tenancy")
+    @answers_rebuilding
     async def tenancy_page(request: Request) -> Response:
         who = principal(request)
         refused = refusal(request, who, Action.TENANCY_READ)
@@ -141,7 +145,7 @@ def build_router(bus: Bus, store: Store) -> APIRouter:
             "tenancy.html",
             who,
             current=current,
-            tree=quota_tree(cfg, await in_use(store)),
+            tree=quota_tree(cfg, await jobs_caught_up.read(lambda: in_use(store))),
             shares=fair_share(cfg, usage),
             history=history,
         )

@@ -36,6 +36,6 @@ def build_router(ops: JobOperations, store: Store, auth: Authenticator, settings
     router.include_router(session.build_router(auth))
     router.include_router(jobs.build_router(ops, ledger))
     router.include_router(cluster.build_router(ops.bus, store))
-    router.include_router(finance.build_router(store, ledger))
+    router.include_router(finance.build_router(store, ledger, ops.nodes_caught_up))
     router.include_router(admin.build_router(ops.bus, store))
     return router

@@ -18,7 +18,9 @@ from trainyard.bus import Bus
 from trainyard.domain.node import NodeInfo
 from trainyard.events.jobs import ReplicaPlacement
 from trainyard.store import Store, views
+from trainyard.store.caught_up import CaughtUpReads
 from trainyard_gateway.console.live import Baselines, Events, stream
+from trainyard_gateway.console.rebuilding import answers_rebuilding
 from trainyard_gateway.console.render import fragment, page
 from trainyard_gateway.console.session import Forbidden, principal, read_form, refusal
 from trainyard_gateway.nodes_api import MAX_REASON_CHARS, NODE_ID_RE, NodeCommandRefused, health_record, node_command
@@ -48,14 +50,20 @@ class NodeTile(msgspec.Struct):
 class FleetReader:
     """The fleet as the map draws it: every node with its state and, per GPU,
     the job (and tenant) holding it.  A run's replicas never change, so each is
-    decoded once and kept while the run holds GPUs."""
+    decoded once and kept while the run holds GPUs.  It reads the NODES and
+    JOBS projections only once both are caught up (``caught_up``): while one is
+    rebuilt it raises ``ProjectionRebuilding`` rather than draw a part of the fleet."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, caught_up: CaughtUpReads) -> None:
         self.store = store
+        self.caught_up = caught_up
         self.placements: dict[str, tuple[str, list[ReplicaPlacement]]] = {}  # run id -> (tenant, replicas)
 
     async def tiles(self, only: str | None = None) -> list[NodeTile]:
         """Every node's tile, or only the tile of node ``only``."""
+        return await self.caught_up.read(lambda: self._tiles(only))
+
+    async def _tiles(self, only: str | None) -> list[NodeTile]:
         nodes = [n for n in await views.node_views(self.store) if only is None or n[0].node_id == only]
         pipe = self.store.redis.pipeline(transaction=False)
         for info, _, _ in nodes:
@@ -126,13 +134,15 @@ def summary(tiles: list[NodeTile]) -> dict[str, Any]:
 def build_router(bus: Bus, store: Store) -> APIRouter:
     router = APIRouter(include_in_schema=False)
     baselines = Baselines()
+    caught_up = CaughtUpReads(bus, store, streams=("NODES", "JOBS"))
 
     @router.get("/cluster")
+    @answers_rebuilding
     async def cluster_page(request: Request, colour: str = "tenant") -> Response:
         who = principal(request)
         if (refused := refusal(request, who, Action.NODE_LIST)) is not None:
             return refused
-        tiles = await FleetReader(store).tiles()
+        tiles = await FleetReader(store, caught_up).tiles()
         view = baselines.keep({t.info.node_id: t.signature() for t in tiles})
         return page(
             request,
@@ -151,7 +161,7 @@ def build_router(bus: Bus, store: Store) -> APIRouter:
         if (refused := refusal(request, who, Action.NODE_LIST)) is not None:
             return refused
         shown = baselines.take(view)
-        reader = FleetReader(store)
+        reader = FleetReader(store, caught_up)
 
         async def poll() -> Events:
             nonlocal shown
@@ -173,15 +183,16 @@ def build_router(bus: Bus, store: Store) -> APIRouter:
         return stream(request, poll)
 
     @router.get("/nodes/{node_id}")
+    @answers_rebuilding
     async def node_page(request: Request, node_id: str, done: str = "", error: str = "") -> Response:
         who = principal(request)
         if (refused := refusal(request, who, Action.NODE_HISTORY)) is not None:
             return refused
-        record = await health_record(store, node_id) if NODE_ID_RE.fullmatch(node_id) else None
+        record = await caught_up.read(lambda: health_record(store, node_id)) if NODE_ID_RE.fullmatch(node_id) else None
         if record is None:
             return page(request, "error.html", who, status_code=404, message=f"no node {node_id!r}")
-        tile = next(iter(await FleetReader(store).tiles(only=node_id)), None)
-        runs = await views.jobs_on_node(store, node_id)
+        tile = next(iter(await FleetReader(store, caught_up).tiles(only=node_id)), None)
+        runs = await caught_up.read(lambda: views.jobs_on_node(store, node_id))
         return page(
             request,
             "node.html",

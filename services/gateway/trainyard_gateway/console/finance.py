@@ -19,6 +19,8 @@ from trainyard.ledger import Ledger, RateCardError, period_bounds
 from trainyard.ledger.records import LedgerRun
 from trainyard.reports import capacity_from_nodes, window_problem
 from trainyard.store import Store, views
+from trainyard.store.caught_up import CaughtUpReads
+from trainyard_gateway.console.rebuilding import answers_rebuilding
 from trainyard_gateway.console.render import page, tenant_colour
 from trainyard_gateway.console.session import principal, refusal
 from trainyard_gateway.finance_api import (
@@ -66,7 +68,8 @@ def usage_series(
     }
 
 
-def build_router(store: Store, ledger: Callable[[], Ledger] | None) -> APIRouter:
+def build_router(store: Store, ledger: Callable[[], Ledger] | None, nodes_caught_up: CaughtUpReads) -> APIRouter:
+    """``nodes_caught_up``: how the capacity page reads the fleet (the NODES projection)."""
     router = APIRouter(include_in_schema=False)
 
     def no_ledger(request: Request, who: Any) -> Response:
@@ -146,6 +149,7 @@ def build_router(store: Store, ledger: Callable[[], Ledger] | None) -> APIRouter
         return Response(content=body, media_type=FORMATS[format], headers=headers)
 
     @router.get("/finance/capacity")
+    @answers_rebuilding
     async def capacity(request: Request, start: str = "", end: str = "") -> Response:
         who = principal(request)
         if (refused := refusal(request, who, Action.CAPACITY_READ)) is not None:
@@ -164,7 +168,8 @@ def build_router(store: Store, ledger: Callable[[], Ledger] | None) -> APIRouter
             return page(request, "error.html", who, status_code=422, message=too_long)
         if ledger is None:
             return no_ledger(request, who)
-        gpus = capacity_from_nodes((info.gpu_type, info.gpus) for info, _, _ in await views.node_views(store))
+        fleet = await nodes_caught_up.read(lambda: views.node_views(store))  # never an empty fleet while rebuilt
+        gpus = capacity_from_nodes((info.gpu_type, info.gpus) for info, _, _ in fleet)
         opened = ledger
         report = await asyncio.to_thread(lambda: build_capacity_report(opened(), gpus, lo, hi, time.time(), DAY_S, 14))
         totals: dict[str, dict[str, float]] = {}

@@ -27,6 +27,7 @@ from trainyard.store import views
 from trainyard.store.views import TERMINAL
 from trainyard.yaml_input import YamlTooLarge, check_yaml
 from trainyard_gateway.console.live import Baselines, Events, stream
+from trainyard_gateway.console.rebuilding import answers_rebuilding
 from trainyard_gateway.console.render import fragment, page
 from trainyard_gateway.console.session import Forbidden, principal, read_form
 from trainyard_gateway.decoding import decode_submission
@@ -127,6 +128,7 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
             return None
 
     @router.get("")
+    @answers_rebuilding
     async def jobs_page(request: Request, status: str = "", tenant: str = "") -> Response:
         who = principal(request)
         status = status if status in JOB_STATUSES else ""
@@ -146,7 +148,7 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
             tenant=tenant,
             statuses=JOB_STATUSES,
             view=view,
-            counts=await views.status_counts(ops.store) if who.tenant is None else None,
+            counts=await ops.caught_up.read(lambda: views.status_counts(ops.store)) if who.tenant is None else None,
         )
 
     @router.get("/stream")
@@ -181,6 +183,7 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
         return page(request, "job_new.html", who, **_form_context(who, {}, []))
 
     @router.post("/new")
+    @answers_rebuilding
     async def submit(request: Request) -> Response:
         who = principal(request)
         try:
@@ -200,6 +203,7 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
         return RedirectResponse(f"/jobs/{job_id}?submitted=1", status_code=303)
 
     @router.get("/{job_id}")
+    @answers_rebuilding
     async def job_page(request: Request, job_id: str, submitted: int = 0) -> Response:
         who = principal(request)
         if check_job_id(job_id):
@@ -237,6 +241,7 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
         return stream(request, poll)
 
     @router.post("/{job_id}/cancel")
+    @answers_rebuilding
     async def cancel(request: Request, job_id: str) -> Response:
         who = principal(request)
         try:
