@@ -16,8 +16,14 @@ runs whose ledger interval is more than 1 s off the measured one
 (``trainyard.testing.chaos_real``); ``--jobs``, ``--rate``, ``--kills``,
 ``--seed`` and ``--drain-timeout-s`` apply when given.
 
+After each wipe and at the end, ``GET /v1/jobs?status=<s>`` (all tenants and
+each tenant) is checked against every job's own read: a job its read puts in
+``s`` that the list leaves out, or a job listed under ``s`` that reads as
+another status, is a filtered-list mismatch (``trainyard.testing.chaos_lists``).
+
 Exits 1 if anything was lost, accepted twice, run twice, stuck or
-double-allocated, or the ledger differs from the log.  ``--json`` prints the
+double-allocated, a filtered list disagrees with the jobs' own reads, or the
+ledger differs from the log.  ``--json`` prints the
 report as JSON.
 """
 
@@ -37,6 +43,7 @@ from trainyard.local import LocalStack, StackConfig
 from trainyard.store import Store
 from trainyard.testing.agent_stack import agent_stack, wait_for_nodes
 from trainyard.testing.chaos import Chaos, ChaosPlan, ChaosReport
+from trainyard.testing.chaos_lists import mismatches
 from trainyard.testing.chaos_real import RealChaos, RealChaosPlan, RealChaosReport
 
 
@@ -87,6 +94,7 @@ def show(report: ChaosReport) -> None:
         ("runs failed by node loss", report.failed_runs.get("node_failure", 0)),
         ("missing reads (404)", report.reads.get("missing", 0)),
         ("stale reads", report.reads.get("stale", 0)),
+        ("filtered-list mismatches", mismatches(report.lists)),
         ("ledger - stream GPU-s", f"{report.ledger_minus_stream_gpu_s:.3f}"),
         ("offered in", f"{report.offered_s:.0f} s"),
         ("drained in", f"{report.drained_s:.0f} s"),
@@ -98,6 +106,7 @@ def show(report: ChaosReport) -> None:
     print(f"{'exited by themselves':>24}  {report.unplanned_exits}")
     print(f"{'faults by kind':>24}  {report.faults}")
     print(f"{'reads during rebuilds':>24}  {report.reads}")
+    print(f"{'lists against reads':>24}  {report.lists}")
     if report.dead_letter_reasons:
         print(f"{'dead-letter reasons':>24}  {report.dead_letter_reasons}")
     for v in report.violations:

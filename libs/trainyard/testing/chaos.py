@@ -49,7 +49,8 @@ from trainyard.ledger import Ledger
 from trainyard.local import LocalStack
 from trainyard.local.supervisor import Backoff, Supervisor, restart_server, servers
 from trainyard.store import Store, views
-from trainyard.testing.chaos_faults import finished_jobs, nodes_lost, read_back, restart_pair
+from trainyard.testing.chaos_faults import finished_jobs, nodes_lost, restart_pair
+from trainyard.testing.chaos_lists import after_rebuild, check_run, mismatches
 from trainyard.testing.streams import read_job_events
 
 TERMINAL = ("succeeded", "failed", "cancelled", "rejected")
@@ -89,6 +90,7 @@ class ChaosReport(msgspec.Struct):
     drained_s: float
     reads: dict[str, int] = {}  # reads of finished jobs during rebuilds: ok, rebuilding, missing, stale
     nodes_lost: int = 0  # NodeLost on the NODES stream: every one false (no node really dies here)
+    lists: dict[str, int] = {}  # filtered lists against per-job reads (trainyard.testing.chaos_lists)
 
     @property
     def clean(self) -> bool:
@@ -102,6 +104,7 @@ class ChaosReport(msgspec.Struct):
             or self.reads.get("missing")
             or self.reads.get("stale")
             or self.nodes_lost
+            or mismatches(self.lists)
         )
 
 
@@ -145,6 +148,7 @@ class Chaos:
         self._procs_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
         self.reads: Counter[str] = Counter()  # answers of the reads during rebuilds
+        self.lists: Counter[str] = Counter()  # filtered lists against per-job reads, after rebuilds and at the end
 
     # --- processes -------------------------------------------------------------
 
@@ -217,7 +221,7 @@ class Chaos:
                 except Exception:  # noqa: BLE001 - Redis restarting: nothing known to read back
                     finished = {}
                 await self.flush()
-                self._spawn(read_back(self, finished))
+                self._spawn(after_rebuild(self, finished))
                 self.faults["flush"] += 1
             elif kind == "pair":
                 self._spawn(restart_pair(self, self.plan.pair_gap_s))
@@ -291,6 +295,7 @@ class Chaos:
         decided = Counter(e.job_id for e in events if isinstance(e, (JobAccepted, JobRejected)))
         statuses = Counter(r.status for j, r in fold.jobs.items() if j in ids)
         letters = await dead_letters(self.bus)
+        await check_run(self, sorted(ids))
         return ChaosReport(
             seed=self.plan.seed,
             jobs=len(jobs),
@@ -310,6 +315,7 @@ class Chaos:
             offered_s=offered,
             drained_s=drained,
             reads=dict(self.reads),
+            lists=dict(self.lists),
             nodes_lost=await nodes_lost(self.bus),
         )
 
