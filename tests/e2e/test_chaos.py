@@ -50,4 +50,7 @@ async def test_a_short_chaos_run_loses_duplicates_and_strands_nothing(stack: Loc
     assert report.ledger_minus_stream_gpu_s == pytest.approx(0.0, abs=1e-3)
     assert report.nodes_lost == report.failed_runs.get("node_failure", 0) == 0, report  # no false node loss
     assert report.reads.get("missing", 0) == report.reads.get("stale", 0) == 0, report
+    # Filtered lists against per-job reads: after the wipe's rebuild, and over every job at the end.
+    assert report.lists["checks"] == plan.flushes + 1 and report.lists["compared"] >= plan.jobs, report.lists
+    assert report.lists.get("unlisted", 0) == report.lists.get("listed_wrongly", 0) == 0, report.lists
     assert report.statuses == {"succeeded": plan.jobs}, report
