@@ -85,11 +85,11 @@ class FakeAgent:
     async def report(self, report: object, msg_id: str) -> None:
         await self.bus.publish(subjects.work_reports(CLUSTER, self.node_id), report, msg_id=msg_id)
 
-    async def started(self, run: StartRun) -> None:
+    async def started(self, run: StartRun, at: float | None = None) -> None:
         ranks = [p.rank for p in run.processes]
         await self.report(
             ProcessesStarted(
-                at=time.time(),
+                at=time.time() if at is None else at,
                 job_id=run.job_id,
                 tenant=run.tenant,
                 run_id=run.run_id,

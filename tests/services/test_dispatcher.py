@@ -305,3 +305,21 @@ async def test_runs_sharing_a_node_get_their_own_gpus_and_master_ports(cluster: 
         return ports == {b: port_b}
 
     await eventually(port_freed, what="j1's port given back")
+
+
+async def test_a_run_is_stamped_with_its_processes_times_not_with_when_late_reports_arrive(cluster: Cluster) -> None:
+    # Reports held up (an agent restarting, say) arrive long after the processes started and
+    # ended: the run's start and end, which the ledger meters, are the processes' own times.
+    await cluster.start()
+    run_id = await cluster.place("j1", spec())
+    orders = await cluster.start_orders(run_id)
+    now = time.time()
+    for i, node in enumerate(NODES):
+        await cluster.agents[node].started(orders[node], at=now - 30 + i)
+    await eventually(lambda: _is(cluster, "j1", "running"), what="the run running")
+    for rank, node in enumerate(NODES):
+        await cluster.agents[node].exited(orders[node], rank, exit_code=0, exited_at=now - 10 + rank)
+    await eventually(lambda: _is(cluster, "j1", "succeeded"), what="the run succeeded")
+    [started] = await cluster.of("j1", RunStarted)
+    [done] = await cluster.of("j1", RunSucceeded)
+    assert (started.at, done.at) == (now - 28, now - 8)

@@ -119,19 +119,22 @@ class Reports(Subscription[WorkReport]):
         return await self._exited(report)
 
     async def _started(self, report: ProcessesStarted) -> list[PublishRequest]:
-        await self.book.started(report.run_id, report.node_id)
+        await self.book.started(report.run_id, report.node_id, report.at)
         state = await self.book.get(report.run_id)
         if state is None or not state.all_started or state.over or state.failure is not None:
             return []
         await self.book.done_starting(report.run_id)
         meta = state.meta
-        started = RunStarted(at=self.clock(), job_id=meta.job_id, tenant=meta.tenant, run_id=report.run_id)
+        # Stamped when the last node's processes were up (its agent's time), not when it was heard of:
+        # a report delayed by an agent's restart does not move the metered start.
+        at = min(state.started_at or self.clock(), self.clock())
+        started = RunStarted(at=at, job_id=meta.job_id, tenant=meta.tenant, run_id=report.run_id)
         return [job_event(meta, started, f"{report.run_id}:started")]
 
     async def _exited(self, report: ProcessExited) -> Outcome:
         run_id = report.run_id
         kind = exit_kind(report)
-        await self.book.exited(run_id, report.rank, kind)
+        await self.book.exited(run_id, report.rank, kind, report.at if report.exited_at is None else report.exited_at)
         state = await self.book.get(run_id)
         if state is None:
             return Outcome.done()
@@ -162,7 +165,9 @@ class Reports(Subscription[WorkReport]):
         await self.book.close(run_id, meta)
         if state.over is not None or (state.failure is not None and not state.signalled):
             return []
-        now = self.clock()
+        # Ended when its last process did (by its node's clock), not when that was heard of.
+        now = min(state.ended_at or self.clock(), self.clock())
+        now = max(now, state.started_at or now)  # never before it started, whatever the nodes' clocks say
         if state.signalled:
             message = await self.book.mark(
                 run_id, "failure", "stopped after a preemption notice; every rank has exited"

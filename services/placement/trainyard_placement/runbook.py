@@ -22,6 +22,8 @@ message handled twice leaves the same state; each run's hash expires
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import msgspec
 
 from trainyard.store import Store
@@ -60,6 +62,8 @@ class RunState(msgspec.Struct, frozen=True):
     signalled: bool
     failure: str | None  # the message of the run's RunFailed, once one was decided
     over: str | None
+    started_at: float | None = None  # when the last node's processes were all up, by its agent's clock
+    ended_at: float | None = None  # when the last rank that has exited ended, by its node's clock
 
     @property
     def all_started(self) -> bool:
@@ -108,6 +112,8 @@ class RunBook:
             signalled="signalled" in fields,
             failure=fields.get("failure"),
             over=fields.get("over"),
+            started_at=_latest(v for k, v in fields.items() if k.startswith("started:")),
+            ended_at=_latest(v for k, v in fields.items() if k.startswith("exitat:")),
         )
 
     async def port(self, run_id: str, master: str) -> tuple[int | None, list[int]]:
@@ -137,10 +143,11 @@ class RunBook:
         *_, kept = await pipe.execute()
         return str(kept)
 
-    async def started(self, run_id: str, node_id: str) -> None:
-        await self.mark(run_id, f"started:{node_id}")
+    async def started(self, run_id: str, node_id: str, at: float) -> None:
+        await self.mark(run_id, f"started:{node_id}", repr(at))
 
-    async def exited(self, run_id: str, rank: int, how: str) -> None:
+    async def exited(self, run_id: str, rank: int, how: str, at: float) -> None:
+        await self.mark(run_id, f"exitat:{rank}", repr(at))
         await self.mark(run_id, f"exit:{rank}", how)
 
     async def failed_rank(
@@ -174,3 +181,16 @@ class RunBook:
         pipe.hdel(self._ports(meta.master), run_id)
         pipe.zrem(self._starting, run_id)
         await pipe.execute()
+
+
+def _latest(values: Iterable[str]) -> float | None:
+    """The latest of recorded times (a field written before times were recorded holds "1": left out)."""
+    times = []
+    for v in values:
+        try:
+            at = float(v)
+        except ValueError:
+            continue
+        if at > 1.0:
+            times.append(at)
+    return max(times, default=None)
