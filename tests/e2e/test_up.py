@@ -42,10 +42,10 @@ def wait_until(condition, timeout: float, what: str):  # type: ignore[no-untyped
 def trainyard_up(data_dir: Path, log: Path) -> subprocess.Popen:
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "trainyard.cli.main", "up", "--data-dir", str(data_dir), "--nodes", "2"],
+            [sys.executable, "-m", "trainyard.cli.main", "up", "--data-dir", str(data_dir), "--nodes", "2", "--agents", "2"],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "COLUMNS": "200"},
+            env={**os.environ, "COLUMNS": "200", "HOME": str(data_dir.parent)},  # its ~/.config is the test's
         )
 
 
@@ -74,6 +74,8 @@ def test_a_signal_stops_the_whole_stack_and_a_second_start_is_refused_meanwhile(
             "accounting",
             "gateway",
             "emulator",
+            "agent-a00",
+            "agent-a01",
         ):
             assert f"{name} ready" in output, output
         lock = msgspec.json.decode((data_dir / "stack.lock").read_bytes(), type=LockInfo)
@@ -87,6 +89,8 @@ def test_a_signal_stops_the_whole_stack_and_a_second_start_is_refused_meanwhile(
             "accounting",
             "gateway",
             "emulator",
+            "agent-a00",
+            "agent-a01",
         }
         assert lock.pid == up.pid and lock.ports == read_ports(data_dir)
         # the addresses are printed just after "Trainyard is up"
@@ -109,7 +113,7 @@ def test_a_signal_stops_the_whole_stack_and_a_second_start_is_refused_meanwhile(
             capture_output=True,
             text=True,
             timeout=120,
-            env={**os.environ, "COLUMNS": "300"},
+            env={**os.environ, "COLUMNS": "300", "HOME": str(data_dir.parent)},
         )
         assert second.returncode == 1
         assert f"already running (pid {up.pid}" in second.stderr and f"http {lock.ports['http']}" in second.stderr

@@ -47,6 +47,7 @@ from trainyard.domain.node import NodeInfo
 from trainyard.events import subjects
 from trainyard.events.work import SignalRun, StartRun, StopRun, WorkOrder, decode_work
 from trainyard.gpu.nvml import GpuBackend
+from trainyard.redaction import redact
 from trainyard.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -230,7 +231,8 @@ def serve_agent(make: Callable[[Bus, Settings], Awaitable[NodeAgent]]) -> None:
                 log.warning("could not make or check the streams (%r); the services make them", err)
         try:
             agent = await make(bus, settings)
-            log.info("agent of %s started (nats %s)", agent.node.node_id, settings.nats_url)
+            # "agent-<node> started (" is what trainyard up waits for (trainyard.local.logs.READY_MARKER).
+            log.info("agent-%s started (nats %s)", agent.node.node_id, redact(settings.nats_url))
             await agent.run(stop)
         finally:
             await bus.close()
