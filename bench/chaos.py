@@ -142,6 +142,7 @@ def show_real(report: RealChaosReport) -> None:
         ("agent kills", report.faults),
         ("supervisor restarts", report.restarts),
         ("lost", report.lost),
+        ("filtered-list mismatches", mismatches(report.lists)),
         ("stuck in placed", report.stuck_placed),
         ("run twice at once", len(report.twice_at_once)),
         ("GPU held by two runs", len(report.gpu_shared)),

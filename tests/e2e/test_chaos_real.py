@@ -30,6 +30,8 @@ def test_a_quick_real_chaos_run_loses_nothing_and_never_runs_a_job_twice_at_once
     assert sum(report["faults"].values()) == 1 and sum(report["restarts"].values()) >= 1, report
     assert (report["lost"], report["stuck_placed"], report["log_double_allocations"]) == (0, 0, 0), report
     assert report["twice_at_once"] == {} and report["gpu_shared"] == {}, report
+    assert report["lists"]["compared"] == 40 and report["lists"].get("unlisted", 0) == 0, report["lists"]
+    assert report["lists"].get("listed_wrongly", 0) == 0, report["lists"]
     assert report["live"]["samples"] > 0 and report["live"]["max_live"] > 0, report["live"]
     assert report["ledger"]["compared"] > 0, report["ledger"]
     assert set(report["statuses"]) <= {"succeeded", "failed", "cancelled"}, report["statuses"]

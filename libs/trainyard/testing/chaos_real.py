@@ -11,8 +11,9 @@ own, which ``high`` jobs in the same queue preempt.  While they run,
 the agents' state directories and the ledger are read back.  The report
 counts: jobs lost (accepted, never terminal), stuck in ``placed``, jobs with
 live processes of two runs at once, GPUs held by live processes of two runs,
-GPU double allocations on the log, and runs whose ledger interval differs
-from the measured one by more than 1 s.
+GPU double allocations on the log, runs whose ledger interval differs
+from the measured one by more than 1 s, and, at the end, filtered lists that
+disagree with the jobs' own reads (:mod:`trainyard.testing.chaos_lists`).
 
 Used by ``bench/chaos.py --real`` and its quick run in the e2e suite.
 """
@@ -39,6 +40,7 @@ from trainyard.local.supervisor import Backoff, Supervisor
 from trainyard.store import Store
 from trainyard.testing.agent_stack import TERMINAL, agents_dir, wait_terminal
 from trainyard.testing.chaos import submit_event
+from trainyard.testing.chaos_lists import check_run, mismatches
 from trainyard.testing.procs import boot_epoch
 from trainyard.testing.real_checks import LedgerCheck, LiveChecks, check_ledger, near_kills, watch
 from trainyard.testing.streams import read_job_events
@@ -80,11 +82,13 @@ class RealChaosReport(msgspec.Struct):
     violations: list[str]
     offered_s: float
     drained_s: float
+    lists: dict[str, int] = {}  # filtered lists against per-job reads at the end (trainyard.testing.chaos_lists)
 
     @property
     def clean(self) -> bool:
         return not (
             self.lost
+            or mismatches(self.lists)
             or self.stuck_placed
             or self.twice_at_once
             or self.gpu_shared
@@ -170,6 +174,7 @@ class RealChaos:
         self.supervisor = Supervisor(stack, say=progress, backoff=lambda: Backoff(first_s=0.3, max_s=2.0))
         self.live = LiveChecks()
         self.killed: list[tuple[str, float]] = []  # (node, when its agent was SIGKILLed)
+        self.lists: Counter[str] = Counter()  # filtered lists against per-job reads, at the end
 
     async def supervise(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -244,6 +249,7 @@ class RealChaos:
         decided = accepted | {e.job_id for e in events if isinstance(e, JobRejected) and e.job_id in ids}
         status = {j: fold.jobs[j].status for j in accepted if j in fold.jobs}
         ledger = await self.ledger_check()
+        await check_run(self, sorted(ids))
         return RealChaosReport(
             plan=self.plan,
             kinds=dict(Counter(kind for _, kind, _ in jobs)),
@@ -265,6 +271,7 @@ class RealChaos:
             violations=fold.violations[:20],
             offered_s=offered,
             drained_s=drained,
+            lists=dict(self.lists),
         )
 
     async def ledger_check(self, timeout_s: float = 60.0) -> LedgerCheck:
