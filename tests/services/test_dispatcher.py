@@ -84,10 +84,13 @@ async def test_a_gang_over_three_nodes_starts_once_every_node_is_up_and_succeeds
 async def test_a_failing_rank_fails_the_run_once_naming_it_and_stops_the_other_nodes(cluster: Cluster) -> None:
     await cluster.start()
     run_id, orders = await started_run(cluster, max_retries=0)
-    await cluster.agents["n02"].exited(orders["n02"], 1, exit_code=3, log_tail="step 40\nTraceback: CUDA error\n")
+    ended = time.time() - 0.25  # when the rank ended, by its node's clock: the run's failure is stamped so
+    await cluster.agents["n02"].exited(
+        orders["n02"], 1, exit_code=3, log_tail="step 40\nTraceback: CUDA error\n", exited_at=ended
+    )
     await eventually(lambda: _is(cluster, "j1", "failed"), what="the job failed")
     [failed] = await cluster.of("j1", RunFailed)
-    assert failed.reason == "workload_error" and failed.node_id == "n02"
+    assert failed.reason == "workload_error" and failed.node_id == "n02" and failed.at == ended
     assert failed.message.startswith("rank 1 on n02 exited with code 3") and "CUDA error" in failed.message
 
     async def peers_stopped() -> bool:

@@ -190,7 +190,7 @@ class Executor:
                         p.exit = Exit(start_error="the agent restarted while starting it")
                         processes.write_exit(p.dir, p.exit)
                 if not run.started_reported and all(p.pids is not None for p in run.procs):
-                    self._report_started(run)
+                    self._report_started(run, at=run.started_at)  # late: stamped when they were started
             found.append(run.run_id)
             self._supervise(run)
         if found:
@@ -257,9 +257,9 @@ class Executor:
         if all(results):
             self._report_started(run)
 
-    def _report_started(self, run: Run) -> None:
+    def _report_started(self, run: Run, at: float | None = None) -> None:
         report = ProcessesStarted(
-            **self._about(run.order),
+            **{**self._about(run.order), **({"at": at} if at is not None else {})},
             ranks=[p.rank for p in run.procs],
             pids=[p.pids.pid for p in run.procs if p.pids is not None],
             boot_id=self.boot_id,

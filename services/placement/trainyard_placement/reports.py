@@ -151,7 +151,9 @@ class Reports(Subscription[WorkReport]):
             first = await self.book.first_failure(run_id)
             node_id, message = first if first is not None else (report.node_id, message)
             message = await self.book.mark(run_id, "failure", message)
-            out.append(run_failed(state.meta, run_id, "workload_error", message, now, node_id))
+            # Stamped when the rank that failed first ended (its node's clock), not when that was decided.
+            ended = await self.book.first_failure_at(run_id)
+            out.append(run_failed(state.meta, run_id, "workload_error", message, min(ended or now, now), node_id))
             out += self.stop_orders(run_id, state.meta, state.holding(), now)
             log.info("dispatch: run %s failed: %s", run_id, message.splitlines()[0])
         return Outcome.done(*out, *await self.conclude(run_id))

@@ -168,6 +168,12 @@ class RunBook:
                 found.append((exited_at, int(k.split(":", 1)[1]), node_id, message))
         return (min(found)[2], min(found)[3]) if found else None
 
+    async def first_failure_at(self, run_id: str) -> float | None:
+        """When the rank that failed first ended (by its node's clock)."""
+        fields = await self.redis.hgetall(self._run(run_id))
+        times = [_failed.decode(v)[0] for k, v in fields.items() if k.startswith("failed:")]
+        return min(times, default=None)
+
     async def done_starting(self, run_id: str) -> None:
         await self.redis.zrem(self._starting, run_id)
 
