@@ -42,7 +42,18 @@ def wait_until(condition, timeout: float, what: str):  # type: ignore[no-untyped
 def trainyard_up(data_dir: Path, log: Path) -> subprocess.Popen:
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "trainyard.cli.main", "up", "--data-dir", str(data_dir), "--nodes", "2", "--agents", "2"],
+            [
+                sys.executable,
+                "-m",
+                "trainyard.cli.main",
+                "up",
+                "--data-dir",
+                str(data_dir),
+                "--nodes",
+                "2",
+                "--agents",
+                "2",
+            ],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, "COLUMNS": "200", "HOME": str(data_dir.parent)},  # its ~/.config is the test's
