@@ -148,6 +148,9 @@ def serve(name: str, main: Callable[[Runtime], Awaitable[None]]) -> None:
         log.info("%s started (nats %s, redis %s)", name, settings.nats_url, settings.redis_url)
         try:
             await main(rt)
+        except Exception:
+            log.exception("%s failed", name)  # in its own log, not only on a stderr nobody reads
+            raise
         finally:
             await close_runtime(rt)
             log.info("%s stopped", name)

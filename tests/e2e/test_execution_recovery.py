@@ -153,7 +153,8 @@ def test_a_frozen_agent_loses_its_node_the_job_moves_and_the_old_rank_is_killed_
         allreduce("mover", 1, "standard", "--steps", "2000", "--step-seconds", "0.2", stop_grace_s=2, max_retries=3)
     )
     [old] = api.wait(lambda: len(p := commands(stack, job_id)) == 1 and p, 60, "the job's process")
-    [record] = rank_records(stack, old.run_id)
+    # The shim writes the pid file just after the process appears: wait for it, as for the process.
+    [record] = api.wait(lambda: rank_records(stack, old.run_id), 30, "the rank's pid file")
     agent = stack.procs[f"agent-{record.node}"]
     frozen = [old.pid]  # the rank's command; its shim, which only waits for it, goes on waiting
     with Sampler(stack) as sampler:
@@ -164,7 +165,7 @@ def test_a_frozen_agent_loses_its_node_the_job_moves_and_the_old_rank_is_killed_
             new = api.wait(
                 lambda: [p for p in commands(stack, job_id) if p.run_id != old.run_id], 60, "the job on another agent"
             )
-            [moved] = rank_records(stack, new[0].run_id)
+            [moved] = api.wait(lambda: rank_records(stack, new[0].run_id), 30, "the moved rank's pid file")
             assert moved.node != record.node
         finally:
             thawed = time.monotonic()

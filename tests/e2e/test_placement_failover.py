@@ -59,7 +59,12 @@ async def test_the_standby_takes_over_when_the_placement_leader_is_killed(stack:
     with open(log_path, "ab") as log:
         second = subprocess.Popen(
             [sys.executable, "-m", "trainyard_placement"],
-            env={**stack.service_env("placement"), "TRAINYARD_LOG_LEVEL": "INFO"},
+            # A second process on this host: its own metrics port (0: none), not the leader's.
+            env={
+                **stack.service_env("placement"),
+                "TRAINYARD_LOG_LEVEL": "INFO",
+                "TRAINYARD_PLACEMENT_METRICS_PORT": "0",
+            },
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -40,7 +40,13 @@ def serve_metrics(service: str, registry: CollectorRegistry, settings: Settings)
     """Serve ``registry`` on the service's configured port; returns it (0: not served)."""
     addr, port = settings.metrics_endpoint(service)
     if port:
-        start_http_server(port, addr=addr, registry=registry)
+        try:
+            start_http_server(port, addr=addr, registry=registry)
+        except OSError as err:
+            raise SystemExit(
+                f"{service}: cannot serve metrics on {addr}:{port}: {err.strerror} "
+                f"(set TRAINYARD_{service.upper()}_METRICS_PORT to a free port, or 0 for none)"
+            ) from err
         log.info("%s metrics on %s:%d/metrics", service, addr, port)
     return port
 
