@@ -30,7 +30,7 @@ from trainyard.domain.job import JobSpec, ValidationError
 from trainyard.domain.node import NodeInfo
 from trainyard.events import JobAdmitted, JobPlaced, decode_job_event, subjects
 from trainyard.settings import Settings
-from trainyard.store import Store, views
+from trainyard.store import Store
 from trainyard_gateway.errors import json_response
 from trainyard_gateway.jobs import Conflict, InvalidRequest, JobOperations
 from trainyard_gateway.openapi import answer
@@ -189,11 +189,13 @@ async def read_logs(
     return await JobLogs(ops.bus, ops.store).read(job, rank, attempt, offset, limit)
 
 
+_node = msgspec.json.Decoder(NodeInfo)
+
+
 async def _node_info(store: Store, node_id: str) -> NodeInfo | None:
-    for info, _, _ in await views.node_views(store):
-        if info.node_id == node_id:
-            return info
-    return None
+    """One node's registration (the NODES projection's ``nodeinfo`` hash), without reading the fleet."""
+    raw = await store.redis.hget(store.key("nodeinfo"), node_id)
+    return None if raw is None else _node.decode(raw)
 
 
 _UNAVAILABLE = answer(503, "The agent of the node holding the log does not answer now; try again", ErrorBody)
