@@ -54,6 +54,15 @@ STREAMS: tuple[StreamSpec, ...] = (
 )
 
 
+def stream_of(subject: str) -> str | None:
+    """The stream that stores ``subject``; None for a subject no stream takes."""
+    for spec in STREAMS:
+        for pattern in spec.subjects:
+            if subject.startswith(pattern[:-1]) if pattern.endswith(">") else subject == pattern:
+                return spec.name
+    return None
+
+
 def stream_config(spec: StreamSpec, replicas: int = 1) -> StreamConfig:
     return StreamConfig(
         name=spec.name,
@@ -67,6 +76,7 @@ def stream_config(spec: StreamSpec, replicas: int = 1) -> StreamConfig:
         duplicate_window=spec.duplicate_window_s,
         num_replicas=replicas,
         allow_direct=True,
+        allow_atomic=True,  # publishes that wait together share one durable write (trainyard.bus.batching)
     )
 
 
@@ -82,6 +92,7 @@ _SETTINGS = (
     "duplicate_window",
     "num_replicas",
     "allow_direct",
+    "allow_atomic",
 )
 
 
