@@ -80,7 +80,9 @@ def tls_context(ca: str, cert: str, key: str) -> ssl.SSLContext:
 
 
 async def _open_bus(name: str, settings: Settings) -> Bus:
-    bus = await Bus.connect(settings.nats_url, name=f"trainyard-{name}", **nats_options(settings))
+    bus = await Bus.connect(
+        settings.nats_url, name=f"trainyard-{name}", group_commit=settings.nats_group_commit, **nats_options(settings)
+    )
     try:
         await ensure_streams(bus.js, replicas=settings.stream_replicas)
     except BaseException:

@@ -44,6 +44,10 @@ class Settings(msgspec.Struct, frozen=True):
     cycle_coalesce_s: float = 0.02  # and waits this long after a change, to decide in batches
     start_timeout_s: float = 60.0  # a run placed on executing nodes not started by then is failed as lost
     preempt_kill_margin_s: float = 15.0  # admission stops an executing victim this long after its grace
+    # A finished job stays in the Redis projection this long, then moves to the
+    # job archive in the ledger database (docs/design.md, state and retention).
+    job_retention_s: float = 7 * 86400.0
+    retention_sweep_interval_s: float = 60.0  # admission sweeps finished jobs out this often
     gateway_host: str = "127.0.0.1"
     gateway_http_port: int = 8080
     gateway_grpc_port: int = 50051
@@ -62,6 +66,9 @@ class Settings(msgspec.Struct, frozen=True):
     # without one, as to a server with no users.
     nats_user: str = ""
     nats_password: str = ""
+    # Publishes to one stream that wait together go out as one atomic batch:
+    # one fsync for all (trainyard.bus.batching); 0 only to measure what it saves.
+    nats_group_commit: bool = True
     redis_user: str = ""
     redis_password: str = ""
     # Optional TLS: a CA to verify the server with, and a client certificate
@@ -75,6 +82,7 @@ class Settings(msgspec.Struct, frozen=True):
     # Where the gateway and the command line find the finance files (docs/accounting.md).
     rate_card: str = ""  # JSON, or YAML by its name; "": examples/rate-card.json of the checkout
     cost_centres: str = ""  # tenant -> cost centre (YAML or JSON); "": examples/cost-centres.yaml, if there
+    export_dir: str = ""  # where `trainyard export` writes; "": <the stack's data dir>/exports, else ~/.local/share
     # What one service does beyond the shared settings.
     placement_binder: str = "none"  # "kube": also bind each placed run to its Kubernetes Job or JobSet
     health_policy: str = ""  # JSON object of HealthPolicy fields to override (docs/health.md)
@@ -145,6 +153,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise ConfigurationError("TRAINYARD_START_TIMEOUT_S must be a number of seconds above 0")
     if not 0 <= settings.preempt_kill_margin_s < float("inf"):
         raise ConfigurationError("TRAINYARD_PREEMPT_KILL_MARGIN_S must be a number of seconds, 0 or more")
+    if not 0 < settings.job_retention_s < float("inf"):
+        raise ConfigurationError(
+            "TRAINYARD_JOB_RETENTION_S must be a number of seconds above 0 (default 604800: 7 days)"
+        )
+    if not 0 < settings.retention_sweep_interval_s < float("inf"):
+        raise ConfigurationError("TRAINYARD_RETENTION_SWEEP_INTERVAL_S must be a number of seconds above 0")
     _check_credentials(settings)
     return settings
 

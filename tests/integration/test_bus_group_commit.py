@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from nats.js.api import PubAck
 
 from trainyard.bus import Bus, WrongLastSequence
 from trainyard.bus.streams import STREAMS, ensure_streams, stream_config
 from trainyard.events import JobCancelled, job_subject
 from trainyard.local.servers import Server
+from trainyard.settings import load_settings
 
 
 def cancelled(n: int) -> JobCancelled:
@@ -93,9 +93,9 @@ async def test_a_caller_that_gives_up_does_not_take_the_others_with_it(bus: Bus)
     assert len({r.seq for r in others if isinstance(r, PubAck)}) == 59
 
 
-async def test_group_commit_can_be_turned_off(nats_server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRAINYARD_NATS_GROUP_COMMIT", "0")
-    off = await Bus.connect(nats_server.url, name="trainyard-test-off")
+async def test_group_commit_can_be_turned_off(nats_server: Server) -> None:
+    settings = load_settings({"TRAINYARD_NATS_GROUP_COMMIT": "0"})
+    off = await Bus.connect(nats_server.url, name="trainyard-test-off", group_commit=settings.nats_group_commit)
     try:
         await ensure_streams(off.js)
         acks = await asyncio.gather(*(publish(off, n) for n in range(20)))

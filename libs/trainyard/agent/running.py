@@ -215,7 +215,12 @@ def serve_agent(make: Callable[[Bus, Settings], Awaitable[NodeAgent]]) -> None:
         delay = 0.2
         while True:
             try:
-                bus = await Bus.connect(settings.nats_url, name="trainyard-agent", **nats_options(settings))
+                bus = await Bus.connect(
+                    settings.nats_url,
+                    name="trainyard-agent",
+                    group_commit=settings.nats_group_commit,
+                    **nats_options(settings),
+                )
                 break
             except Exception as err:  # noqa: BLE001 - NATS not up yet: wait for it
                 log.warning("NATS at %s is not reachable (%r); trying again in %.1fs", settings.nats_url, err, delay)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -49,12 +48,6 @@ def id_key(user: str, password: str) -> bytes:
 def logical_id(stored: str) -> str:
     """The id a publisher passed, from a stored ``Nats-Msg-Id`` (tag removed)."""
     return stored.rsplit(ID_TAG_SEPARATOR, 1)[0] if ID_TAG_SEPARATOR in stored else stored
-
-
-def group_commit_enabled() -> bool:
-    """Whether publishes share durable writes (``TRAINYARD_NATS_GROUP_COMMIT``,
-    on unless ``0``): off only to measure what it saves."""
-    return os.environ.get("TRAINYARD_NATS_GROUP_COMMIT", "1").strip() != "0"
 
 
 def server_urls(url: str) -> list[str]:
@@ -105,7 +98,12 @@ class Bus:
     """A NATS connection with JetStream, shared by everything in a process."""
 
     def __init__(
-        self, nc: Client, js: JetStreamContext, publish_timeout: float = 10.0, id_key: bytes | None = None
+        self,
+        nc: Client,
+        js: JetStreamContext,
+        publish_timeout: float = 10.0,
+        id_key: bytes | None = None,
+        group_commit: bool = True,
     ) -> None:
         self.nc = nc
         self.js = js
@@ -121,7 +119,7 @@ class Bus:
         #: Publishes to one stream that wait at the same time share one
         #: durable write (see trainyard.bus.batching); None: each goes alone.
         self.group_commit: GroupCommit | None = (
-            GroupCommit(nc, self._send_one, publish_timeout) if group_commit_enabled() else None
+            GroupCommit(nc, self._send_one, publish_timeout) if group_commit else None
         )
 
     @classmethod
@@ -131,12 +129,16 @@ class Bus:
         connection closed by anything but :meth:`close` is opened again.
         ``url`` may list several servers of a cluster, comma-separated: the
         client connects to one and moves to another when it is lost.
-        ``options`` go to the client as they are: ``user``, ``password``,
-        ``inbox_prefix`` and ``tls`` (see ``trainyard.runtime.nats_options``)."""
+        ``group_commit`` (default on): publishes that wait together share one
+        durable write (see trainyard.bus.batching).  The other ``options`` go
+        to the client as they are: ``user``, ``password``, ``inbox_prefix``
+        and ``tls`` (see ``trainyard.runtime.nats_options``)."""
         nc = ResilientClient()
         password = options.get("password")
         key = id_key(str(options.get("user") or ""), str(password)) if password else None
-        bus = cls(nc, nc.jetstream(timeout=10.0, publish_async_max_pending=20_000), id_key=key)
+        group_commit = bool(options.pop("group_commit", True))
+        js = nc.jetstream(timeout=10.0, publish_async_max_pending=20_000)
+        bus = cls(nc, js, id_key=key, group_commit=group_commit)
         bus._options = dict(
             options,
             servers=server_urls(url),
