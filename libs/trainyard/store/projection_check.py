@@ -10,7 +10,9 @@ on joining a projection, before trusting its marker:
 
 1. the newest job events the marker claims (the last ``SAMPLE`` messages up
    to its sequence): a job they created, or a job the projection holds, must
-   hold the sequence of that event or a later one;
+   hold the sequence of that event or a later one (a job created before
+   ``forgotten_before``, the cutoff of the last retention sweep, may have
+   been forgotten: see :mod:`trainyard.store.retention`);
 2. the job counts by status add up to the jobs index.
 
 A projection that fails either is rebuilt from the stream (see
@@ -48,6 +50,7 @@ async def jobs_missing(bus: Bus, store: Store, last: int) -> str | None:
     if last <= 0:
         return None
     seqs = range(last, max(0, last - SAMPLE), -1)
+    forgotten_before = float(await store.redis.hget(store.key("proj", "jobs"), "forgotten_before") or 0)
     for found in await asyncio.gather(*(_message(bus, "JOBS", seq) for seq in seqs)):
         if found is None:
             continue
@@ -61,7 +64,7 @@ async def jobs_missing(bus: Bus, store: Store, last: int) -> str | None:
             continue  # as the projector: the fold only moved the sequence past it
         status, job_seq = await store.redis.hmget(store.key("job", event.job_id), ["status", "last_seq"])
         if status is None:
-            if isinstance(event, _CREATING):
+            if isinstance(event, _CREATING) and event.at >= forgotten_before:
                 return f"job {event.job_id} (created at sequence {seq}) is missing"
             continue  # an event for a job that never existed changes nothing
         held = int(job_seq or 0)

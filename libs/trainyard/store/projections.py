@@ -10,11 +10,13 @@ registered fleet for the never-fit check.  Most readers still call
 
 from __future__ import annotations
 
+import asyncio
 from typing import Protocol
 
 from trainyard.bus import Bus
 from trainyard.core.admission.fit import FleetSummary
 from trainyard.core.lifecycle import JobRecord
+from trainyard.ledger.archive import JobArchive
 from trainyard.store import views
 from trainyard.store.fleet import FleetCache
 from trainyard.store.store import Store
@@ -33,14 +35,19 @@ class Projections(Protocol):
 
 
 class RedisProjections:
-    """:class:`Projections` read from Redis."""
+    """:class:`Projections` read from Redis; a job the projection no longer
+    holds (finished, past its retention) is read from ``archive`` when given."""
 
-    def __init__(self, bus: Bus, store: Store) -> None:
+    def __init__(self, bus: Bus, store: Store, archive: JobArchive | None = None) -> None:
         self.store = store
+        self.archive = archive
         self._fleet = FleetCache(bus, store)
 
     async def job(self, job_id: str) -> JobRecord | None:
-        return await views.get_job(self.store, job_id)
+        job = await views.get_job(self.store, job_id)
+        if job is None and self.archive is not None:
+            job = await asyncio.to_thread(self.archive.get, job_id)
+        return job
 
     async def fleet(self) -> FleetSummary:
         return await self._fleet.summary()

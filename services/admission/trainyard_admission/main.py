@@ -12,10 +12,12 @@ from trainyard.config.store import ConfigStore
 from trainyard.core.admission import AdmissionPolicy
 from trainyard.cycles import decision_loop
 from trainyard.events import subjects
+from trainyard.ledger.archive import JobArchive
 from trainyard.observability.metrics import AdmissionMetrics, ProjectionMetrics, refresh_every, serve_metrics
 from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard.store import Projector
 from trainyard.store.projections import RedisProjections
+from trainyard.store.retention import run_sweeper
 from trainyard_admission.cycle import AdmissionCycle
 from trainyard_admission.handlers import IntakeHandler
 from trainyard_admission.tenancy import TenancyHolder
@@ -29,7 +31,14 @@ async def main(rt: Runtime) -> None:
     metrics = AdmissionMetrics()
     projections = ProjectionMetrics(metrics.registry, [jobs, nodes])
     serve_metrics("admission", metrics.registry, rt.settings)
-    intake = IntakeHandler(RedisProjections(rt.bus, rt.store), time.time, tenancy, metrics=metrics)
+    # Finished jobs leave the projection after their retention, archived in the ledger database first.
+    archive = JobArchive(rt.settings.ledger_url) if rt.settings.ledger_url else None
+    sweeper = (
+        run_sweeper(rt.stop, rt.store, archive, rt.settings.job_retention_s, rt.settings.retention_sweep_interval_s)
+        if archive is not None
+        else rt.stop.wait()
+    )
+    intake = IntakeHandler(RedisProjections(rt.bus, rt.store, archive), time.time, tenancy, metrics=metrics)
     cycle = AdmissionCycle(
         rt.bus,
         rt.store,
@@ -61,9 +70,12 @@ async def main(rt: Runtime) -> None:
                 rt, cycle.run_once, lease, [jobs, nodes], "admission", metrics, standby=cycle.warm, ready=ready
             ),
             refresh_every(rt.stop, lambda: projections.refresh(rt.bus)),
+            sweeper,
         )
     finally:
         await lease.release()
+        if archive is not None:
+            archive.close()
 
 
 def run() -> None:

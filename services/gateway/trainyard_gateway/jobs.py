@@ -32,6 +32,7 @@ from trainyard.bus.audit import audit
 from trainyard.core.lifecycle import JobRecord
 from trainyard.domain.job import JobSpec, ValidationError, validate_job_spec
 from trainyard.events import CancelJob, SubmitJob, subjects
+from trainyard.ledger.archive import JobArchive
 from trainyard.store import Store, views, waiting
 from trainyard.store.caught_up import CaughtUpReads
 from trainyard.store.views import TERMINAL
@@ -85,10 +86,11 @@ def require_valid(*problems: list[ValidationError]) -> None:
 
 
 class JobOperations:
-    def __init__(self, bus: Bus, store: Store, clock=time.time) -> None:
+    def __init__(self, bus: Bus, store: Store, clock=time.time, archive: JobArchive | None = None) -> None:
         self.bus = bus
         self.store = store
         self.clock = clock
+        self.archive = archive  # finished jobs past their retention, which the projection no longer holds
         self.caught_up = CaughtUpReads(bus, store)
         self.nodes_caught_up = CaughtUpReads(bus, store, streams=("NODES",))  # the node list, by REST
 
@@ -128,6 +130,8 @@ class JobOperations:
         job_id = job_id or new_job_id()
         require_valid(check_job_id(job_id), check_tenant_name(spec.tenant), validate_job_spec(spec))
         owner = await self.caught_up.read(lambda: views.job_tenant(self.store, job_id))
+        if owner is None and (archived := await self._archived(job_id)) is not None:
+            owner = archived.tenant
         if owner is not None and owner != spec.tenant:
             raise JobIdTaken(f"job id {job_id!r} is already taken; choose another job_id (or leave it out)")
         now = self.clock()
@@ -138,9 +142,18 @@ class JobOperations:
         )
         return job_id
 
+    async def _archived(self, job_id: str) -> JobRecord | None:
+        return None if self.archive is None else await asyncio.to_thread(self.archive.get, job_id)
+
+    async def _job(self, job_id: str) -> JobRecord | None:
+        """The job as the projection holds it, or as the archive does once it
+        has left the projection (finished, past its retention)."""
+        job = await views.get_job(self.store, job_id)
+        return job if job is not None else await self._archived(job_id)
+
     async def record(self, job_id: str, tenant: str | None) -> JobRecord:
         require_valid(check_job_id(job_id))
-        job = await self.caught_up.read(lambda: views.get_job(self.store, job_id))
+        job = await self.caught_up.read(lambda: self._job(job_id))
         if job is None or (tenant is not None and job.tenant != tenant):
             raise NotFound(job_id)
         return job
@@ -151,7 +164,7 @@ class JobOperations:
         require_valid(check_job_id(job_id))
 
         async def read() -> JobView | None:
-            job = await views.get_job(self.store, job_id)
+            job = await self._job(job_id)
             if job is None or (tenant is not None and job.tenant != tenant):
                 return None
             return JobView.of(job, (await waiting.read(self.store, [job])).get(job_id))

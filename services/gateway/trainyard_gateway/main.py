@@ -16,6 +16,7 @@ import uvicorn
 from trainyard.auth import Authenticator, JwtVerifier, TokenStore, jwt_config
 from trainyard.bus import deadletters
 from trainyard.ledger import Ledger
+from trainyard.ledger.archive import JobArchive
 from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard.settings import ConfigurationError, Settings
 from trainyard.store import Projector
@@ -38,6 +39,16 @@ class HttpServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+def open_archive(settings: Settings) -> JobArchive | None:
+    """The job archive in the ledger database: jobs read from it once they
+    left the projection (finished, past ``TRAINYARD_JOB_RETENTION_S``)."""
+    if not settings.ledger_url:
+        return None
+    archive = JobArchive(settings.ledger_url)
+    archive.create_schema()  # idempotent; the gateway may start before admission
+    return archive
 
 
 def build_usage_source(settings: Settings) -> UsageSource | None:
@@ -136,7 +147,8 @@ async def sweep_sessions(auth: Authenticator, stop: asyncio.Event) -> None:
 
 async def main(rt: Runtime) -> None:
     gw = gateway_settings(rt.settings)
-    ops = JobOperations(rt.bus, rt.store)
+    archive = open_archive(rt.settings)
+    ops = JobOperations(rt.bus, rt.store, archive=archive)
     auth = await open_authenticator(rt)
     assert auth.tokens is not None
     following = asyncio.create_task(auth.tokens.follow(rt.stop))

@@ -58,7 +58,10 @@ end
 -- placement's on an admitted one, kept beside the job hash) no longer holds.
 -- The status indexes keep the job under its status, overall (bystatus:<status>)
 -- and per tenant (tbystatus:<tenant>:<status>), scored like the jobs index, so
--- a filtered list finds every match whatever its age.
+-- a filtered list finds every match whatever its age.  A job that finishes
+-- joins the index finished, scored by when it finished: what the retention
+-- sweep (trainyard.store.retention) reads to forget it once its time is up.
+local terminal = {succeeded = true, failed = true, cancelled = true, rejected = true}
 local function set_status(new)
   local h = redis.call('HMGET', jk, 'tenant', 'order')
   local score = redis.call('ZSCORE', p .. 'jobs', jid) or h[2]
@@ -72,6 +75,7 @@ local function set_status(new)
   redis.call('ZADD', p .. 'bystatus:' .. new, score, jid)
   redis.call('ZADD', p .. 'tbystatus:' .. tenant .. ':' .. new, score, jid)
   redis.call('HSET', jk, 'status', new)
+  if terminal[new] then redis.call('ZADD', p .. 'finished', at, jid) end
   redis.call('HDEL', p .. 'why:pending', jid)
   redis.call('HDEL', p .. 'why:admitted', jid)
   status = new
