@@ -43,9 +43,9 @@ async def test_publishes_in_flight_together_share_batches_and_each_gets_its_own_
 
 
 async def test_a_duplicate_in_a_batch_gets_its_first_ack_and_the_rest_are_stored_once(bus: Bus) -> None:
-    first = await publish(bus, 7)
+    first = await publish(bus, 97)  # the end of the next group: it waits for a batch
     acks = await asyncio.gather(*(publish(bus, n) for n in range(100)))
-    assert acks[7].seq == first.seq and acks[7].duplicate
+    assert acks[97].seq == first.seq and acks[97].duplicate
     assert sum(1 for a in acks if a.duplicate) == 1
     info = await bus.js.stream_info("JOBS")
     assert info.state.messages == 100
@@ -61,12 +61,13 @@ async def test_a_stale_fence_fails_only_its_own_publish(bus: Bus) -> None:
         return await bus.publish(job_subject(event), event, f"fenced:{expected}", expected_last_subject_seq=expected)
 
     results = await asyncio.gather(
-        fenced(0),  # job-00001's history already holds seq 2: stale
         *(publish(bus, n) for n in range(10, 60)),
+        fenced(0),  # job-00001's history already holds seq 2: stale; last, so it waits for a batch
         return_exceptions=True,
     )
-    assert isinstance(results[0], WrongLastSequence)
-    assert all(isinstance(r, PubAck) and not r.duplicate for r in results[1:])
+    assert isinstance(results[-1], WrongLastSequence)
+    assert all(isinstance(r, PubAck) and not r.duplicate for r in results[:-1])
+    assert bus.group_commit is not None and bus.group_commit.fallbacks >= 1
     info = await bus.js.stream_info("JOBS")
     assert info.state.messages == 3 + 50
 
@@ -85,10 +86,10 @@ async def test_a_stream_that_refuses_atomic_batches_gets_every_message_one_by_on
 async def test_a_caller_that_gives_up_does_not_take_the_others_with_it(bus: Bus) -> None:
     tasks = [asyncio.ensure_future(publish(bus, n)) for n in range(60)]
     await asyncio.sleep(0)  # every publish is waiting in the group
-    tasks[30].cancel()
+    tasks[50].cancel()  # one that waits for a batch
     results = await asyncio.gather(*tasks, return_exceptions=True)
-    assert isinstance(results[30], asyncio.CancelledError)
-    others = [r for i, r in enumerate(results) if i != 30]
+    assert isinstance(results[50], asyncio.CancelledError)
+    others = [r for i, r in enumerate(results) if i != 50]
     assert all(isinstance(r, PubAck) for r in others)
     assert len({r.seq for r in others if isinstance(r, PubAck)}) == 59
 

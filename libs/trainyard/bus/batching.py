@@ -7,9 +7,13 @@ message, so one node acknowledges about a thousand messages a second however
 many publishes are in flight.  An *atomic batch* (NATS 2.12+, a stream with
 ``allow_atomic``) is stored as one write with one flush and one
 acknowledgement.  :class:`GroupCommit` puts the two together the way a
-database's group commit does: the first publish to a stream goes out alone
-at once (no added latency on a quiet bus); publishes that arrive while it is
-in flight wait, and go out together as one atomic batch when it returns.
+database's group commit does: while fewer than :data:`MIN_BATCH` publishes to
+a stream are in flight, each goes out alone at once (no added latency on a
+quiet bus); those that arrive beyond that wait, and go out together as one
+atomic batch.  A batch has a fixed cost on the server (about 4 ms of its CPU
+on this project's reference machine, whatever its size, against 0.04-0.18 ms
+per message published alone), so fewer than :data:`MIN_BATCH` waiting
+messages still go one by one.
 
 An atomic batch is all or nothing, so its answers are exact: a committed batch
 acknowledges every message in order (their sequences follow from the commit's
@@ -48,6 +52,10 @@ ERR_ATOMIC_DISABLED = 10174
 
 #: Messages in one batch: the server refuses batches over 1,000 by default.
 MAX_BATCH = 256
+#: Publishes in flight alone before the next ones wait for a batch, and the
+#: fewest messages sent as one (below this a batch costs the server more CPU
+#: than the messages alone: bench/nats_sync.py measures both).
+MIN_BATCH = 24
 #: Payload bytes in one batch, headers included.
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 #: Batches of one stream in flight at once on one connection (the server
@@ -92,6 +100,7 @@ class GroupCommit:
         self.timeout = timeout
         self._queues: dict[str, list[_Waiting]] = {}
         self._flushing: dict[str, int] = {}
+        self._alone: dict[str, int] = {}
         self._off: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         #: Batches committed and messages they carried (for metrics and tests).
@@ -103,8 +112,13 @@ class GroupCommit:
         return stream not in self._off
 
     async def publish(self, stream: str, item: Item) -> PubAck:
-        if stream in self._off:
-            return await self.send_one(*item)
+        alone = self._alone.get(stream, 0)
+        if stream in self._off or (alone < MIN_BATCH and not self._queues.get(stream)):
+            self._alone[stream] = alone + 1
+            try:
+                return await self.send_one(*item)
+            finally:
+                self._alone[stream] -= 1
         future: asyncio.Future[PubAck] = asyncio.get_running_loop().create_future()
         self._queues.setdefault(stream, []).append(_Waiting(item, future))
         if self._flushing.get(stream, 0) < MAX_IN_FLIGHT:
@@ -131,14 +145,14 @@ class GroupCommit:
     async def _flush(self, stream: str) -> None:
         try:
             while taken := self._take(stream):
-                if len(taken) == 1 or stream in self._off:
-                    await asyncio.gather(*(self._alone(w) for w in taken))
+                if len(taken) < MIN_BATCH or stream in self._off:
+                    await asyncio.gather(*(self._one(w) for w in taken))
                 else:
                     await self._batch(stream, taken)
         finally:
             self._flushing[stream] -= 1
 
-    async def _alone(self, waiting: _Waiting) -> None:
+    async def _one(self, waiting: _Waiting) -> None:
         try:
             ack = await self.send_one(*waiting.item)
         except Exception as err:  # noqa: BLE001 - handed to the caller
@@ -165,7 +179,7 @@ class GroupCommit:
             log.warning("stream %s does not allow atomic batches; publishing one by one", stream)
             self._off.add(stream)
         self.fallbacks += 1
-        await asyncio.gather(*(self._alone(w) for w in taken))
+        await asyncio.gather(*(self._one(w) for w in taken))
 
     async def _commit(self, taken: list[_Waiting]) -> _BatchAck | None:
         """Send ``taken`` as one atomic batch; the server's answer to its
