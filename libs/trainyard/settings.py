@@ -48,6 +48,7 @@ class Settings(msgspec.Struct, frozen=True):
     # job archive in the ledger database (docs/design.md, state and retention).
     job_retention_s: float = 7 * 86400.0
     retention_sweep_interval_s: float = 60.0  # admission sweeps finished jobs out this often
+    jobs_snapshot_interval_s: float = 300.0  # and keeps a snapshot of the JOBS projection this often
     gateway_host: str = "127.0.0.1"
     gateway_http_port: int = 8080
     gateway_grpc_port: int = 50051
@@ -159,6 +160,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         )
     if not 0 < settings.retention_sweep_interval_s < float("inf"):
         raise ConfigurationError("TRAINYARD_RETENTION_SWEEP_INTERVAL_S must be a number of seconds above 0")
+    if not 0 < settings.jobs_snapshot_interval_s < float("inf"):
+        raise ConfigurationError("TRAINYARD_JOBS_SNAPSHOT_INTERVAL_S must be a number of seconds above 0")
     _check_credentials(settings)
     return settings
 

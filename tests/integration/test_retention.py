@@ -31,10 +31,12 @@ from trainyard.events import (
 )
 from trainyard.ledger import chargeback_rows
 from trainyard.ledger.archive import JobArchive
-from trainyard.store import Store, views
+from trainyard.ledger.snapshots import SnapshotStore
+from trainyard.store import Projector, Store, views
 from trainyard.store.projection_check import jobs_missing
 from trainyard.store.projections import RedisProjections
 from trainyard.store.retention import backfill, run_sweeper, sweep
+from trainyard.store.snapshot import EXACT, FAMILIES, take
 from trainyard.testing.publish import publish_event
 from trainyard.testing.streams import project, read_raw
 from trainyard.testing.waiting import eventually
@@ -289,3 +291,60 @@ async def test_a_forgotten_job_is_still_read_cancelled_and_owned_through_the_arc
     with pytest.raises(JobIdTaken):
         await ops.submit(spec("beta"), "done", actor="bob")  # its id stays its tenant's
     assert await RedisProjections(bus, store, archive).job("gone") == archive.get("gone")  # admission's read
+
+
+@pytest.fixture
+def snapshots(ledger_url: tuple[str, str]) -> Iterator[SnapshotStore]:
+    url, prefix = ledger_url
+    store = SnapshotStore(url, prefix=prefix)
+    yield store
+    store.drop_schema()
+    store.close()
+
+
+async def _rebuild(bus: Bus, store: Store, snapshots: SnapshotStore | None) -> None:
+    projector = Projector(bus, store, "JOBS", snapshots)
+    stop = asyncio.Event()
+    task = asyncio.create_task(projector.run(stop))
+    try:
+        await projector.wait_for((await bus.js.stream_info("JOBS")).state.last_seq)
+    finally:
+        stop.set()
+        await task
+
+
+async def _projection(store: Store) -> dict[str, object]:
+    """Every key of the JOBS projection, its epoch left out."""
+    dump = {k.removeprefix(store.prefix): v for k, v in (await _dump(store)).items()}
+    jobs = {k: v for k, v in dump.items() if k in EXACT or k.split(":")[0] in FAMILIES}
+    marker = jobs.pop("proj:jobs")
+    assert isinstance(marker, dict)
+    return jobs | {"proj:jobs": {k: v for k, v in marker.items() if k != "epoch"}}
+
+
+async def test_a_rebuild_after_the_stream_and_projection_were_trimmed_reproduces_the_projection_exactly(
+    bus: Bus, store: Store, archive: JobArchive, snapshots: SnapshotStore
+) -> None:
+    await _publish_and_project(bus, store)
+    assert await sweep(store, archive, cutoff=DEC15 - 7 * DAY) == 3
+    snapshot = await take(store)
+    assert snapshot is not None and snapshots.put("jobs", snapshot)
+    later = [
+        RunSucceeded(at=T0 + 45 * DAY, job_id="live", tenant="beta", run_id="live-r1"),
+        *_run("next", "acme", T0 + 45 * DAY, "n1"),
+    ]
+    for i, event in enumerate(later):
+        await publish_event(bus, event, msg_id=f"later{i}")
+    await project(bus, store, "JOBS")
+    before = await _projection(store)
+    assert {"job:late", "job:live", "job:next"} <= set(before) and "job:done" not in before
+
+    await bus.js.purge_stream("JOBS", seq=snapshot.seq + 1)  # the stream keeps only what came after
+    assert (await bus.js.stream_info("JOBS")).state.first_seq == snapshot.seq + 1
+    await store.redis.flushall()
+    await _rebuild(bus, store, snapshots)
+    assert await _projection(store) == before
+
+    await store.redis.flushall()
+    await _rebuild(bus, store, None)  # without the snapshot, the trimmed events are missing
+    assert set(await _projection(store)) < set(before)

@@ -18,6 +18,7 @@ from trainyard.events import subjects
 log = logging.getLogger(__name__)
 
 DAY = 24 * 3600.0
+JOBS_MAX_AGE_S = 90 * DAY
 
 
 class StreamSpec(msgspec.Struct, frozen=True):
@@ -33,7 +34,10 @@ STREAMS: tuple[StreamSpec, ...] = (
     StreamSpec(
         "INTAKE", [subjects.INTAKE_ALL], 30 * DAY, description="SubmitJob / CancelJob from portals and the gateway"
     ),
-    StreamSpec("JOBS", [subjects.JOBS_ALL], 365 * DAY, description="job and run lifecycle: the source of truth"),
+    # JOBS keeps 90 days: a projection rebuilt after Redis is lost starts from
+    # its newest snapshot, taken every few minutes (trainyard.store.snapshot),
+    # and accounting applies each event within seconds.
+    StreamSpec("JOBS", [subjects.JOBS_ALL], JOBS_MAX_AGE_S, description="job and run lifecycle: the source of truth"),
     StreamSpec("NODES", [subjects.NODES_ALL], 365 * DAY, description="node registration and state changes"),
     StreamSpec(
         "TELEMETRY",

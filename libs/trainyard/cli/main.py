@@ -156,8 +156,9 @@ def emulate_run(
 
 @admin_app.command("rebuild")
 def admin_rebuild(data_dir: str = DataDir) -> None:
-    """Throw away the Redis projections and rebuild them by replaying the streams: those of the installation
-    TRAINYARD_NATS_URL and TRAINYARD_REDIS_URL name, else of the running `trainyard up`."""
+    """Throw away the Redis projections and rebuild them by replaying the streams, JOBS from its newest snapshot in
+    the ledger database on: those of the installation TRAINYARD_NATS_URL and TRAINYARD_REDIS_URL name, else of the
+    running `trainyard up`."""
     import asyncio
 
     import msgspec
@@ -166,18 +167,22 @@ def admin_rebuild(data_dir: str = DataDir) -> None:
     from trainyard.cli.settings import cli_settings
     from trainyard.runtime import close_runtime, open_runtime
     from trainyard.store import Projector
+    from trainyard.store.snapshot import snapshot_store
 
     settings = cli_settings()
     if not (settings.given("nats_url") and settings.given("redis_url")):
         state = stack_state(data_dir, "TRAINYARD_NATS_URL and TRAINYARD_REDIS_URL")
-        settings = msgspec.structs.replace(settings, nats_url=state.nats_url, redis_url=state.redis_url)
+        ledger_url = settings.given("ledger_url") or state.ledger_url
+        settings = msgspec.structs.replace(
+            settings, nats_url=state.nats_url, redis_url=state.redis_url, ledger_url=ledger_url
+        )
 
     async def rebuild() -> None:
         rt = await open_runtime("admin", settings)
         try:
             await rt.store.flush()
             for stream in ("NODES", "JOBS"):
-                projector = Projector(rt.bus, rt.store, stream)
+                projector = Projector(rt.bus, rt.store, stream, snapshot_store(settings) if stream == "JOBS" else None)
                 stop = asyncio.Event()
                 task = asyncio.create_task(projector.run(stop))
                 last = (await rt.bus.js.stream_info(stream)).state.last_seq

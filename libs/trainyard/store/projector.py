@@ -13,12 +13,15 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from redis.exceptions import RedisError
+from sqlalchemy.exc import SQLAlchemyError
 
 from trainyard.bus.connection import Bus
 from trainyard.bus.pull import message_meta
 from trainyard.events import decode_job_event, decode_node_event, subject_disagrees, subjects
+from trainyard.ledger.snapshots import SnapshotStore
 from trainyard.store.lua_args import job_event_args, node_event_args
 from trainyard.store.projection_check import jobs_missing
+from trainyard.store.snapshot import restore
 from trainyard.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -66,12 +69,15 @@ class Projector:
     what Redis still holds (the stream start after a wipe).
     """
 
-    def __init__(self, bus: Bus, store: Store, stream: str) -> None:
+    def __init__(self, bus: Bus, store: Store, stream: str, snapshots: SnapshotStore | None = None) -> None:
         if stream not in ("JOBS", "NODES"):
             raise ValueError(f"no projection for stream {stream}")
+        if snapshots is not None and stream != "JOBS":
+            raise ValueError(f"no snapshots of the {stream} projection")
         self.bus = bus
         self.store = store
         self.stream = stream
+        self.snapshots = snapshots  # a JOBS projection Redis lost starts from the newest snapshot
         self.position = 0
         self.changed = asyncio.Event()  # set after every applied batch
         self._touched: set[str] = set()  # ids of entities with events since the last drain
@@ -94,19 +100,39 @@ class Projector:
         is dropped with every key of the installation, as a wipe would, and
         rebuilt from the stream; the other processes notice the loss as they
         notice a wipe."""
-        key = self.store.key("proj", self.projection)
-        epoch, last = await self.store._join(keys=[key], args=[uuid.uuid4().hex])
+        epoch, last = await self._adopt()
         if self.stream == "JOBS" and epoch != self.epoch:
             problem = await jobs_missing(self.bus, self.store, int(last))
             if problem:
                 log.error("JOBS projection does not hold what its marker claims (%s): rebuilding it", problem)
                 self.lost_count += 1
                 await self.store.flush()
-                epoch, last = await self.store._join(keys=[key], args=[uuid.uuid4().hex])
+                epoch, last = await self._adopt()
         if epoch != self.epoch:
             log.info("%s projection: epoch %s at sequence %s", self.stream, epoch, last)
+            first = (await self.bus.js.stream_info(self.stream)).state.first_seq
+            if int(last) + 1 < first:
+                log.error(
+                    "%s projection holds through %s but the stream starts at %d: the events between are gone "
+                    "and no snapshot covers them",
+                    self.stream,
+                    last,
+                    first,
+                )
         self.epoch, self._through = epoch, int(last)
         return int(last)
+
+    async def _adopt(self) -> tuple[str, str]:
+        """The epoch and sequence of the projection in Redis: restored from
+        the newest snapshot, or a new one at 0, where Redis has none."""
+        if self.snapshots is not None:
+            try:
+                await restore(self.store, self.snapshots)
+            except SQLAlchemyError as err:  # wait for it: a rebuild without it may lack what the stream no longer has
+                raise ConnectionError(f"the JOBS snapshot cannot be read: {err!r}") from err
+        key = self.store.key("proj", self.projection)
+        epoch, last = await self.store._join(keys=[key], args=[uuid.uuid4().hex])
+        return epoch, last
 
     async def apply(
         self, batch: list[tuple[int, bytes]] | list[tuple[int, bytes, str]], after: int | None = None

@@ -18,13 +18,15 @@ from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard.store import Projector
 from trainyard.store.projections import RedisProjections
 from trainyard.store.retention import run_sweeper
+from trainyard.store.snapshot import run_snapshotter, snapshot_store
 from trainyard_admission.cycle import AdmissionCycle
 from trainyard_admission.handlers import IntakeHandler
 from trainyard_admission.tenancy import TenancyHolder
 
 
 async def main(rt: Runtime) -> None:
-    jobs = Projector(rt.bus, rt.store, "JOBS")
+    snapshots = snapshot_store(rt.settings)
+    jobs = Projector(rt.bus, rt.store, "JOBS", snapshots)
     nodes = Projector(rt.bus, rt.store, "NODES")
     tenancy = TenancyHolder()
     config = await ConfigStore.open(rt.bus, replicas=rt.settings.stream_replicas)
@@ -36,6 +38,12 @@ async def main(rt: Runtime) -> None:
     sweeper = (
         run_sweeper(rt.stop, rt.store, archive, rt.settings.job_retention_s, rt.settings.retention_sweep_interval_s)
         if archive is not None
+        else rt.stop.wait()
+    )
+    # and the JOBS projection is kept as a snapshot there, for a rebuild once the stream dropped old events
+    snapshotter = (
+        run_snapshotter(rt.stop, rt.store, snapshots, rt.settings.jobs_snapshot_interval_s)
+        if snapshots is not None
         else rt.stop.wait()
     )
     intake = IntakeHandler(RedisProjections(rt.bus, rt.store, archive), time.time, tenancy, metrics=metrics)
@@ -71,11 +79,13 @@ async def main(rt: Runtime) -> None:
             ),
             refresh_every(rt.stop, lambda: projections.refresh(rt.bus)),
             sweeper,
+            snapshotter,
         )
     finally:
         await lease.release()
-        if archive is not None:
-            archive.close()
+        for database in (archive, snapshots):
+            if database is not None:
+                database.close()
 
 
 def run() -> None:

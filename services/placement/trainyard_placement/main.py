@@ -22,6 +22,7 @@ from trainyard.observability.metrics import PlacementMetrics, ProjectionMetrics,
 from trainyard.runtime import Runtime, run_tasks, serve
 from trainyard.settings import ConfigurationError
 from trainyard.store import Projector
+from trainyard.store.snapshot import snapshot_store
 from trainyard_placement.dispatch import RunDispatcher
 from trainyard_placement.handlers import Binding, PlacementCycle
 from trainyard_placement.settings import binder_kind, load_settings
@@ -44,7 +45,7 @@ def binding_for(kind: str) -> Binding | None:
 
 async def main(rt: Runtime, binder: str = "none") -> None:
     binding = binding_for(binder)
-    jobs = Projector(rt.bus, rt.store, "JOBS")
+    jobs = Projector(rt.bus, rt.store, "JOBS", snapshot_store(rt.settings))
     nodes = Projector(rt.bus, rt.store, "NODES")
     lease = await Lease.open(
         rt.bus, lease_key(rt.settings.cluster), holder=f"{os.getpid()}", replicas=rt.settings.stream_replicas
