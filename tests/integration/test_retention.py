@@ -182,13 +182,13 @@ async def test_a_finished_job_leaves_the_projection_with_every_key_it_touched_af
 class _StoppedAfterCommit(JobArchive):
     """An archive whose process stops right after a batch is stored."""
 
-    def put(self, records):  # type: ignore[no-untyped-def]
-        super().put(records)
+    def put(self, records, places=None):  # type: ignore[no-untyped-def]
+        super().put(records, places)
         raise OSError("stopped after storing")
 
 
 class _StoppedBeforeCommit(JobArchive):
-    def put(self, records):  # type: ignore[no-untyped-def]
+    def put(self, records, places=None):  # type: ignore[no-untyped-def]
         raise OSError("database went away")
 
 

@@ -13,7 +13,7 @@ usage: the ledger's runs and jobs (what finance exports read) are not touched.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import msgspec
 import sqlalchemy as sa
@@ -39,7 +39,7 @@ def archive_table(metadata: sa.MetaData, prefix: str = "") -> sa.Table:
         sa.Column("job_id", ID, primary_key=True),
         sa.Column("tenant", ID, nullable=False),
         sa.Column("status", sa.String(32), nullable=False),
-        sa.Column("order_key", sa.BigInteger, nullable=False),  # the projection's order: lists sort by it
+        sa.Column("order_key", sa.BigInteger, nullable=False),  # its score in the projection's lists: they sort by it
         sa.Column("finished_at", sa.Double),
         sa.Column("record", sa.Text, nullable=False),  # the JobRecord as JSON, but its spec
         sa.Column("spec", sa.Text),  # the spec as the JobAccepted event carried it (None: rejected)
@@ -67,10 +67,14 @@ class JobArchive:
     def close(self) -> None:
         self._ledger.close()
 
-    def put(self, records: Sequence[JobRecord]) -> int:
+    def put(self, records: Sequence[JobRecord], places: Mapping[str, int] | None = None) -> int:
         """Store finished jobs (one transaction); a job already stored gets
-        this record.  Raises ValueError, storing nothing, for a job that has
-        not finished: only a finished job never changes again."""
+        this record.  ``places``: job id -> its score in the projection's
+        lists (the order it was accepted in, which a job requeued at the head
+        of its queue no longer holds), so a list of both reads them in one
+        order; the job's order where not given.  Raises ValueError, storing
+        nothing, for a job that has not finished: only a finished job never
+        changes again."""
         unfinished = [r.job_id for r in records if r.status not in TERMINAL]
         if unfinished:
             raise ValueError(f"only finished jobs are archived; not finished: {unfinished[:5]}")
@@ -81,7 +85,7 @@ class JobArchive:
                 "job_id": r.job_id,
                 "tenant": r.tenant,
                 "status": r.status,
-                "order_key": r.order,
+                "order_key": (places or {}).get(r.job_id, r.order),
                 "finished_at": r.finished_at,
                 "record": _encode(msgspec.structs.replace(r, spec=None)).decode(),
                 "spec": None if r.spec is None else bytes(r.spec).decode(),
@@ -127,14 +131,24 @@ class JobArchive:
         after: tuple[float, str] | None = None,
     ) -> list[JobRecord]:
         """Up to ``limit`` archived jobs, newest first (or oldest), of one
-        tenant or all, of one status or any, in the projection's order (the
-        job's order, then its id); ``after``: only jobs past this position
-        ``(order, job id)`` in that direction, as a page of the projection's
-        lists continues."""
+        tenant or all, of one status or any: :meth:`placed` without the places."""
+        return [record for _, record in self.placed(tenant, status, limit, newest_first, after)]
+
+    def placed(
+        self,
+        tenant: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        newest_first: bool = True,
+        after: tuple[float, str] | None = None,
+    ) -> list[tuple[tuple[float, str], JobRecord]]:
+        """Up to ``limit`` archived jobs with their places ``(score, job id)``
+        in the projection's lists, in that order (newest first, or oldest);
+        ``after``: only jobs past this place, as a page of those lists goes on."""
         if limit <= 0:
             return []
         t = self.table
-        stmt = sa.select(t.c.record, t.c.spec)
+        stmt = sa.select(t.c.order_key, t.c.job_id, t.c.record, t.c.spec)
         if tenant:
             stmt = stmt.where(t.c.tenant == tenant)
         if status is not None:
@@ -148,7 +162,8 @@ class JobArchive:
             stmt = stmt.where(past)
         order = (t.c.order_key.desc(), t.c.job_id.desc()) if newest_first else (t.c.order_key, t.c.job_id)
         with self.engine.connect() as conn:
-            return [_record(row) for row in conn.execute(stmt.order_by(*order).limit(limit))]
+            rows = conn.execute(stmt.order_by(*order).limit(limit))
+            return [((float(row.order_key), row.job_id), _record(row)) for row in rows]
 
     def count(self) -> int:
         with self.engine.connect() as conn:

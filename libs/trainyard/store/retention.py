@@ -140,7 +140,9 @@ async def sweep(store: Store, archive: JobArchive, cutoff: float, batch: int = B
         if not ids:
             return total
         records = [r for r in await views.get_jobs(store, ids) if r.status in TERMINAL]
-        await asyncio.to_thread(archive.put, records)
+        scores = await store.redis.zmscore(store.key("jobs"), ids)  # where lists place each job
+        places = {job_id: int(score) for job_id, score in zip(ids, scores, strict=True) if score is not None}
+        await asyncio.to_thread(archive.put, records, places)
         archived = {r.job_id: str(r.last_seq) for r in records}
         args: list[str] = [repr(cutoff)]
         for job_id in ids:
