@@ -219,6 +219,25 @@ async def test_the_csv_export_reconciles_to_the_ledger_to_the_cent(client: httpx
     assert [r["SkuPriceId"] for r in rows if r["ResourceId"] == "j2-r1"] == ["2026-10", "2026-11-15"]
 
 
+async def test_a_run_our_hardware_killed_is_credited_and_the_headers_reconcile(
+    client: httpx.AsyncClient, ledger_url: str
+) -> None:
+    with LedgerWriter(ledger_url) as ledger:  # 8 x H100 for 2 h in the first rate card version, node failure
+        events = lifecycle("j7", "umbrella", 8, "H100", T0 + HOUR, T0 + 3 * HOUR, "node_failure")
+        ledger.apply([(str(i), e) for i, e in enumerate(events, 1000)])
+
+    response = await export(client, tenant="umbrella")
+
+    rows = csv_rows(response)
+    assert [(r["ChargeCategory"], r["BilledCost"], r["x_GpuSecondsBilled"]) for r in rows] == [
+        ("Usage", "39.84", "57600.000000"),
+        ("Credit", "-39.84", "-57600.000000"),
+    ]
+    assert response.headers["x-trainyard-gross-total"] == "39.84 USD"
+    assert response.headers["x-trainyard-credit-total"] == "39.84 USD"
+    assert response.headers["x-trainyard-billed-total"] == "0.00 USD"
+
+
 async def test_the_parquet_export_holds_the_same_rows_as_the_csv(client: httpx.AsyncClient) -> None:
     as_csv = csv_rows(await export(client, "csv"))
     response = await export(client, "parquet")

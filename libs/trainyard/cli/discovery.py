@@ -53,6 +53,16 @@ def remember_stack(api_url: str, data_dir: str | Path) -> Path:
     return path
 
 
+def default_export_dir(data_dir: str | None) -> Path:
+    """Where ``trainyard export`` writes when told nowhere: ``exports`` in the
+    stack's data directory (as :func:`find_data_dir` finds it) when there is
+    one, else ``~/.local/share/trainyard/exports`` (never the current directory)."""
+    found = Path(find_data_dir(data_dir))
+    if found.is_dir():
+        return found.resolve() / "exports"
+    return Path.home() / ".local" / "share" / "trainyard" / "exports"
+
+
 def _running(data_dir: Path) -> bool:
     return (data_dir / STATE_FILE).is_file()
 

@@ -15,7 +15,6 @@ import io
 import sys
 import time
 from collections.abc import Mapping
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -111,9 +110,13 @@ def _get(
 def export_chargeback(
     period: str = typer.Option(..., help="Billing month: YYYY-MM, this-month or last-month (UTC)."),
     fmt: str = typer.Option("csv", "--format", help="csv or parquet."),
-    output: Path | None = typer.Option(
-        None, "--output", "-o", help="File to write (default chargeback-PERIOD.FORMAT; '-' for stdout)."
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        help="Directory for chargeback-PERIOD.FORMAT (default: $TRAINYARD_EXPORT_DIR, else the stack's data dir's "
+        "exports/, else ~/.local/share/trainyard/exports).",
     ),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Exact file to write instead ('-' for stdout)."),
     ledger_url: str | None = LedgerUrl,
     rate_card: Path | None = typer.Option(None, help="Rate card file (default: $TRAINYARD_RATE_CARD, else examples/)."),
     cost_centres: Path | None = typer.Option(
@@ -127,11 +130,13 @@ def export_chargeback(
     data_dir: str = DataDir,
 ) -> None:
     """Export one month's chargeback (FOCUS-style columns) as CSV or Parquet."""
-    from trainyard.ledger import Ledger, RateCardError, chargeback_rows, encode_rows, period_bounds
+    from trainyard.ledger import Ledger, RateCardError, chargeback_rows, chargeback_summary, encode_rows, period_bounds
     from trainyard.ledger.finance_config import read_cost_centres, read_rate_card
 
     if fmt not in ("csv", "parquet"):
         raise _fail(f"--format {fmt!r} is not supported; use csv or parquet")
+    if out is not None and output is not None:
+        raise _fail("give --out DIR (a directory) or --output FILE, not both")
     period = resolve_period(period, as_of)
     try:
         period_bounds(period)
@@ -140,11 +145,7 @@ def export_chargeback(
     if via_api or api_url:
         params = {"period": period, "format": fmt} | ({"as_of": as_of} if as_of is not None else {})
         response = _get(api_url, data_dir, "/v1/exports/chargeback", params)
-        body, rows, total = (
-            response.content,
-            response.headers.get("X-Trainyard-Rows", "?"),
-            response.headers.get("X-Trainyard-Billed-Total", "?"),
-        )
+        body, rows, total = response.content, response.headers.get("X-Trainyard-Rows", "?"), _api_total(response)
     else:
         ledger = Ledger(_ledger_url(ledger_url, data_dir))
         try:
@@ -155,14 +156,38 @@ def export_chargeback(
         finally:
             ledger.close()
         body, rows = encode_rows(result, fmt), str(len(result))  # type: ignore[arg-type]
-        total = f"{sum((r['BilledCost'] for r in result), Decimal('0.00'))} {card.currency}"
+        total = chargeback_summary(result).describe(card.currency)
     if output is not None and str(output) == "-":
         sys.stdout.buffer.write(body)
         sys.stdout.flush()
         return
-    path = output or Path(f"chargeback-{period}.{fmt}")
-    path.write_bytes(body)
-    err_console.print(f"wrote {path}: {rows} rows, billed total {total}")
+    path = output or _export_dir(out, data_dir) / f"chargeback-{period}.{fmt}"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(body)
+    except OSError as err:
+        raise _fail(f"cannot write {path}: {err.strerror}; pass --out DIR (or set TRAINYARD_EXPORT_DIR)") from err
+    err_console.print(f"wrote {path.resolve()}: {rows} rows, {total}", highlight=False, soft_wrap=True)
+
+
+def _export_dir(out: Path | None, data_dir: str) -> Path:
+    """``--out``, else ``TRAINYARD_EXPORT_DIR``, else the default (:func:`default_export_dir`)."""
+    from trainyard.cli.discovery import default_export_dir
+
+    if out is not None:
+        return out
+    given = cli_settings().export_dir
+    return Path(given) if given else default_export_dir(data_dir)
+
+
+def _api_total(response: httpx.Response) -> str:
+    """The gateway's totals of an export, as the command prints its own."""
+    total = response.headers.get("X-Trainyard-Billed-Total", "?")
+    credit = response.headers.get("X-Trainyard-Credit-Total")
+    if credit and not credit.startswith("0.00 "):
+        gross = response.headers.get("X-Trainyard-Gross-Total", "?").split(" ")[0]
+        return f"billed total {total} (gross {gross}, hardware-failure credit {credit.split(' ')[0]})"
+    return f"billed total {total}"
 
 
 # --- report capacity -----------------------------------------------------------------------------------

@@ -8,11 +8,13 @@ console, the finance commands and the reports read it here.
 
 from trainyard.ledger.chargeback import (
     COLUMNS,
+    ChargebackSummary,
     RateCard,
     RateCardError,
     RateCardVersion,
     chargeback,
     chargeback_rows,
+    chargeback_summary,
     chargeback_totals,
     encode_rows,
     load_rate_card,
@@ -31,7 +33,9 @@ __all__ = [
     "RateCardError",
     "RateCardVersion",
     "chargeback",
+    "ChargebackSummary",
     "chargeback_rows",
+    "chargeback_summary",
     "chargeback_totals",
     "encode_rows",
     "load_rate_card",

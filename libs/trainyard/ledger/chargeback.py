@@ -22,6 +22,7 @@ from typing import Any, Literal
 import msgspec
 
 from trainyard.core.accounting.pricing import (
+    HARDWARE_FAILURES,
     RateCard,
     RateCardError,
     RateCardVersion,
@@ -38,7 +39,9 @@ __all__ = [
     "RateCardError",
     "RateCardVersion",
     "chargeback",
+    "ChargebackSummary",
     "chargeback_rows",
+    "chargeback_summary",
     "chargeback_totals",
     "encode_rows",
     "load_rate_card",
@@ -51,6 +54,8 @@ GPU_HOUR = "GPU-Hour"
 UNASSIGNED = "unassigned"  # cost centre of a tenant with none configured
 QUANTITY = Decimal("0.000000001")  # GPU-hours are exported to 9 decimal places
 UNIT_PRICE = Decimal("0.0000000001")  # unit prices to 10 decimal places
+GPU_SECONDS = Decimal("0.000001")  # GPU-seconds to the microsecond
+CREDIT = "Credit"  # ChargeCategory of a hardware-failure credit row
 
 COLUMNS = (
     "BillingPeriodStart",
@@ -78,10 +83,14 @@ COLUMNS = (
     "SubAccountName",
     "x_CostCentre",
     "Tags",
+    "x_GpuSecondsUsed",
+    "x_GpuSecondsCredited",
+    "x_GpuSecondsBilled",
 )
 _TIME_COLUMNS = ("BillingPeriodStart", "BillingPeriodEnd", "ChargePeriodStart", "ChargePeriodEnd")
 _COST_COLUMNS = ("ListCost", "BilledCost", "EffectiveCost")
 _QUANTITY_COLUMNS = ("PricingQuantity", "ConsumedQuantity")
+_GPU_SECONDS_COLUMNS = ("x_GpuSecondsUsed", "x_GpuSecondsCredited", "x_GpuSecondsBilled")
 _PERIOD = re.compile(r"^(\d{4})-(\d{2})$")
 
 
@@ -123,22 +132,29 @@ def chargeback_rows(
 ) -> list[dict[str, Any]]:
     """The export's rows as dicts (times as aware datetimes, money as Decimal).
 
-    Runs still open are charged up to ``now`` (the current time when not
-    given); pass ``now`` to make an export reproducible.  Raises
-    :class:`RateCardError` for usage the rate card does not price.
+    Each usage row is followed, when its run failed on our hardware and the
+    rate card credits such losses, by a ``Credit`` row giving back the lost
+    work's share (negative costs).  Runs still open are charged up to
+    ``now`` (the current time when not given); pass ``now`` to make an export
+    reproducible.  Raises :class:`RateCardError` for usage the rate card
+    does not price.
     """
     period_start, period_end = period_bounds(period)
     now = time.time() if now is None else now
     cost_centres = cost_centres or {}
     billing_start, billing_end = _utc(period_start), _utc(period_end)
+    runs = ledger.runs(start=period_start, end=period_end)
+    lost_from = _lost_work_starts(ledger, runs)
     slices: list[tuple[tuple[Any, ...], dict[str, Any], Decimal]] = []
     with localcontext() as ctx:
         ctx.prec = 60
-        for run in ledger.runs(start=period_start, end=period_end):
+        for run in runs:
             until = run.ended_at if run.ended_at is not None else now
             lo, hi = max(run.started_at, period_start), min(until, period_end)  # type: ignore[type-var]
             for slice_lo, slice_hi, version in rate_card.slices(lo, hi):
                 seconds = _exact(slice_hi) - _exact(slice_lo)
+                lost = _lost_span(lost_from.get(run.run_id), run.ended_at, slice_lo, slice_hi)
+                fraction = rate_card.credit_fraction(version) if lost else Decimal(0)
                 for gpu_type, gpus in sorted(run.gpus_by_type.items()):
                     row = _row(run, gpu_type, gpus, seconds, version, cost_centres)
                     row.update(
@@ -149,20 +165,25 @@ def chargeback_rows(
                         BillingCurrency=rate_card.currency,
                     )
                     # Exact cost times 3600: kept whole so tenant totals round once.
-                    numerator = gpus * seconds * row["ListUnitPrice"]
                     key = (run.tenant, slice_lo, run.run_id, gpu_type)
-                    slices.append((key, row, numerator))
+                    slices.append(((*key, 0), row, gpus * seconds * row["ListUnitPrice"]))
+                    if lost is not None and fraction:
+                        credited = gpus * (_exact(lost[1]) - _exact(lost[0])) * fraction
+                        credit = _credit_row(row, run, gpu_type, gpus, lost, credited, fraction)
+                        slices.append(((*key, 1), credit, credited * row["ListUnitPrice"]))
         slices.sort(key=lambda s: s[0])
-        by_tenant: dict[str, list[int]] = {}
+        # Usage and credits are rounded apart (each to its own tenant total),
+        # so a month without credits is billed to the cent as it always was.
+        groups: dict[tuple[str, int], list[int]] = {}
         for i, (key, _, _) in enumerate(slices):
-            by_tenant.setdefault(key[0], []).append(i)
-        for indexes in by_tenant.values():
+            groups.setdefault((key[0], key[-1]), []).append(i)
+        for (_, is_credit), indexes in groups.items():
             numerators = [slices[i][2] for i in indexes]
             exact = [n / 3600 for n in numerators]
             cents = allocate_cents(exact, total=round_total(sum(numerators, Decimal(0)) / 3600))
             for i, cost in zip(indexes, cents, strict=True):
-                row = slices[i][1]
-                row.update(ListCost=cost, BilledCost=cost, EffectiveCost=cost)
+                signed = Decimal(0) - cost if is_credit else cost
+                slices[i][1].update(ListCost=signed, BilledCost=signed, EffectiveCost=signed)
     return [{column: row[column] for column in COLUMNS} for _, row, _ in slices]
 
 
@@ -176,6 +197,7 @@ def _row(
 ) -> dict[str, Any]:
     price = version.price(gpu_type)
     hours = (gpus * seconds / 3600).quantize(QUANTITY, rounding=ROUND_HALF_UP)
+    gpu_seconds = (gpus * seconds).quantize(GPU_SECONDS, rounding=ROUND_HALF_UP)
     cost_centre = cost_centres.get(run.tenant, UNASSIGNED)
     tags = {
         "tenant": run.tenant,
@@ -204,6 +226,64 @@ def _row(
         "SubAccountName": run.tenant,
         "x_CostCentre": cost_centre,
         "Tags": msgspec.json.encode(tags, order="sorted").decode(),
+        "x_GpuSecondsUsed": gpu_seconds,
+        "x_GpuSecondsCredited": Decimal(0).quantize(GPU_SECONDS),
+        "x_GpuSecondsBilled": gpu_seconds,
+    }
+
+
+def _lost_work_starts(ledger: Ledger, runs: list[LedgerRun]) -> dict[str, float]:
+    """Where the lost work of each run that failed on our hardware begins: its
+    last checkpoint inside the run, else its start (as the ledger's lost_seconds)."""
+    failed = [
+        run
+        for run in runs
+        if run.outcome is not None
+        and run.outcome.removeprefix("failed:") in HARDWARE_FAILURES
+        and run.started_at is not None
+        and run.ended_at is not None
+    ]
+    checkpoints = ledger.checkpoints([run.run_id for run in failed]) if failed else {}
+    starts: dict[str, float] = {}
+    for run in failed:
+        inside = [c for c in checkpoints.get(run.run_id, ()) if run.started_at <= c <= run.ended_at]  # type: ignore[operator]
+        starts[run.run_id] = max(inside) if inside else run.started_at  # type: ignore[assignment]
+    return starts
+
+
+def _lost_span(since: float | None, ended_at: float | None, lo: float, hi: float) -> tuple[float, float] | None:
+    """The part of [since, ended_at) inside the slice [lo, hi), if any."""
+    if since is None or ended_at is None:
+        return None
+    start, end = max(since, lo), min(ended_at, hi)
+    return (start, end) if end > start else None
+
+
+def _credit_row(
+    usage: dict[str, Any],
+    run: LedgerRun,
+    gpu_type: str,
+    gpus: int,
+    lost: tuple[float, float],
+    credited: Decimal,
+    fraction: Decimal,
+) -> dict[str, Any]:
+    share = "all" if fraction == 1 else f"{fraction * 100:g}%"
+    hours = (credited / 3600).quantize(QUANTITY, rounding=ROUND_HALF_UP)
+    gpu_seconds = credited.quantize(GPU_SECONDS, rounding=ROUND_HALF_UP)
+    return usage | {
+        "ChargeCategory": CREDIT,
+        "ChargeDescription": (
+            f"Credit: {share} of the work of {gpus} x {gpu_type} GPU lost when run {run.run_id} of job "
+            f"{run.job_id} failed on our hardware ({run.outcome})"
+        ),
+        "ChargePeriodStart": _utc(lost[0]),
+        "ChargePeriodEnd": _utc(lost[1]),
+        "PricingQuantity": Decimal(0) - hours,
+        "ConsumedQuantity": Decimal(0).quantize(QUANTITY),
+        "x_GpuSecondsUsed": Decimal(0).quantize(GPU_SECONDS),
+        "x_GpuSecondsCredited": gpu_seconds,
+        "x_GpuSecondsBilled": Decimal(0) - gpu_seconds,
     }
 
 
@@ -213,6 +293,33 @@ def chargeback_totals(rows: list[dict[str, Any]]) -> dict[str, Decimal]:
     for row in rows:
         totals[row["SubAccountName"]] = totals.get(row["SubAccountName"], Decimal(0)) + row["BilledCost"]
     return totals
+
+
+class ChargebackSummary(msgspec.Struct, frozen=True):
+    """What export rows add up to: money (gross - credit = net billed) and
+    GPU-seconds (used - credited = billed)."""
+
+    gross: Decimal
+    credit: Decimal  # positive: the amount taken off
+    net: Decimal
+    gpu_seconds_used: Decimal
+    gpu_seconds_credited: Decimal
+    gpu_seconds_billed: Decimal
+
+    def describe(self, currency: str) -> str:
+        text = f"billed total {self.net} {currency}"
+        if self.credit:
+            text += f" (gross {self.gross}, hardware-failure credit {self.credit})"
+        return text
+
+
+def chargeback_summary(rows: list[dict[str, Any]]) -> ChargebackSummary:
+    """Totals of export rows (from :func:`chargeback_rows`, possibly filtered)."""
+    zero, cents = Decimal(0).quantize(GPU_SECONDS), Decimal("0.00")
+    gross = sum((r["BilledCost"] for r in rows if r["ChargeCategory"] != CREDIT), cents)
+    credit = cents - sum((r["BilledCost"] for r in rows if r["ChargeCategory"] == CREDIT), cents)
+    used, credited = (sum((r[c] for r in rows), zero) for c in ("x_GpuSecondsUsed", "x_GpuSecondsCredited"))
+    return ChargebackSummary(gross, credit, gross - credit, used, credited, used - credited)
 
 
 def chargeback(
@@ -255,6 +362,7 @@ def _parquet(rows: list[dict[str, Any]]) -> bytes:
     types.update({c: pa.timestamp("us", tz="UTC") for c in _TIME_COLUMNS})
     types.update({c: pa.decimal128(38, 2) for c in _COST_COLUMNS})
     types.update({c: pa.decimal128(38, 9) for c in _QUANTITY_COLUMNS})
+    types.update({c: pa.decimal128(38, 6) for c in _GPU_SECONDS_COLUMNS})
     types["ListUnitPrice"] = pa.decimal128(38, 10)
     schema = pa.schema([pa.field(c, types[c], nullable=False) for c in COLUMNS])
     table = pa.table({c: pa.array([row[c] for row in rows], type=types[c]) for c in COLUMNS}, schema=schema)

@@ -143,6 +143,18 @@ class Ledger:
                 totals[key] = totals.get(key, 0.0) + gpus * seconds
         return dict(sorted(totals.items(), key=lambda kv: tuple(str(v) for v in kv[0])))
 
+    def checkpoints(self, run_ids: Sequence[str]) -> dict[str, list[float]]:
+        """Checkpoint times recorded for each of ``run_ids`` (in order; runs with none are absent)."""
+        found: dict[str, list[float]] = {}
+        ids = sorted(set(run_ids))
+        t = self.tables.checkpoints
+        with self.engine.connect() as conn:
+            for i in range(0, len(ids), 500):
+                stmt = sa.select(t.c.run_id, t.c.at).where(t.c.run_id.in_(ids[i : i + 500])).order_by(t.c.at)
+                for run_id, at in conn.execute(stmt):
+                    found.setdefault(run_id, []).append(at)
+        return found
+
     def total_gpu_seconds(self, now: float | None = None) -> float:
         """GPU-seconds of every ended run; with ``now``, open runs metered up to it too."""
         runs_t = self.tables.runs

@@ -12,7 +12,6 @@ import asyncio
 import math
 import time
 from collections.abc import Callable
-from decimal import Decimal
 from typing import Any
 
 from fastapi import APIRouter, Query
@@ -21,7 +20,7 @@ from fastapi.responses import Response
 from trainyard.auth import Action, Principal
 from trainyard.bus import Bus
 from trainyard.domain.job import ValidationError
-from trainyard.ledger import Ledger, RateCardError, chargeback_rows, encode_rows, period_bounds
+from trainyard.ledger import Ledger, RateCardError, chargeback_rows, chargeback_summary, encode_rows, period_bounds
 from trainyard.ledger.finance_config import read_cost_centres, read_rate_card
 from trainyard.reports import (
     CapacityReport,
@@ -91,15 +90,22 @@ def ledger_opener(settings: Settings) -> Callable[[], Ledger]:
 
 def chargeback_export(
     ledger: Ledger, period: str, fmt: str, tenant: str | None, as_of: float | None
-) -> tuple[bytes, int, Decimal, str]:
-    """One month's chargeback rows encoded as ``fmt``, their count, the billed
-    total and the currency (blocking: run it in a thread)."""
+) -> tuple[bytes, dict[str, str]]:
+    """One month's chargeback rows encoded as ``fmt``, and the headers that
+    sum them up: the row count, the net billed total, the gross usage and the
+    hardware-failure credit (blocking: run it in a thread)."""
     card = read_rate_card()
     rows = chargeback_rows(ledger, period, card, cost_centres=read_cost_centres(), now=as_of)
     if tenant is not None:
         rows = [row for row in rows if row["SubAccountId"] == tenant]
-    total = sum((row["BilledCost"] for row in rows), Decimal("0.00"))
-    return encode_rows(rows, fmt), len(rows), total, card.currency  # type: ignore[arg-type]
+    summary = chargeback_summary(rows)
+    headers = {
+        "X-Trainyard-Rows": str(len(rows)),
+        "X-Trainyard-Billed-Total": f"{summary.net} {card.currency}",
+        "X-Trainyard-Gross-Total": f"{summary.gross} {card.currency}",
+        "X-Trainyard-Credit-Total": f"{summary.credit} {card.currency}",
+    }
+    return encode_rows(rows, fmt), headers  # type: ignore[arg-type]
 
 
 def chargeback_filename(period: str, fmt: str, tenant: str | None) -> str:
@@ -130,7 +136,7 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["finance"])
     ledger = ledger_opener(settings)
 
-    def export(period: str, fmt: str, tenant: str | None, as_of: float | None) -> tuple[bytes, int, Decimal, str]:
+    def export(period: str, fmt: str, tenant: str | None, as_of: float | None) -> tuple[bytes, dict[str, str]]:
         return chargeback_export(ledger(), period, fmt, tenant, as_of)
 
     @router.get(
@@ -163,15 +169,11 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
         if problems:
             raise InvalidRequest(problems)
         try:
-            body, count, total, currency = await asyncio.to_thread(export, period, format, tenant, as_of)
+            body, totals = await asyncio.to_thread(export, period, format, tenant, as_of)
         except RateCardError as err:
             return error_response(500, "configuration_error", f"the chargeback cannot be priced: {err}")
         name = chargeback_filename(period, format, tenant)
-        headers = {
-            "Content-Disposition": f'attachment; filename="{name}"',
-            "X-Trainyard-Rows": str(count),
-            "X-Trainyard-Billed-Total": f"{total} {currency}",
-        }
+        headers = {"Content-Disposition": f'attachment; filename="{name}"', **totals}
         return Response(content=body, media_type=FORMATS[format], headers=headers)
 
     @router.get(

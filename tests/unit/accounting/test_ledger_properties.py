@@ -74,6 +74,25 @@ def deliveries(draw):
     return runs, gpu_type, batches
 
 
+def cents(seconds_by_tenant_and_type: dict[tuple[str, str], float]) -> dict[str, Decimal]:
+    """GPU-seconds by (tenant, GPU type) priced with PRICES, per tenant, rounded to the cent."""
+    exact: dict[str, Decimal] = {}
+    for (tenant, kind), seconds in seconds_by_tenant_and_type.items():
+        exact[tenant] = exact.get(tenant, Decimal(0)) + Decimal(int(seconds)) * PRICES[kind]
+    return {t: (v / 3600).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP) for t, v in exact.items()}
+
+
+def lost_in_november(runs: list[dict], gpu_type: dict) -> dict[tuple[str, str], float]:
+    lost: dict[tuple[str, str], float] = {}
+    for r in runs:
+        start = r["placed_at"] + r["idle"]
+        seconds = r["gpus"] * overlap(start, start + r["duration"], T0, DEC1)
+        if r["outcome"] == "node_failure" and seconds:
+            key = (r["tenant"], gpu_type[(r["tenant"], r["job"])])
+            lost[key] = lost.get(key, 0) + seconds
+    return lost
+
+
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
@@ -103,12 +122,16 @@ def test_ledger_equals_the_sum_of_run_intervals_and_exports_match_to_the_cent(ma
                 expected[key] = expected.get(key, 0) + seconds
         usage = ledger.usage(start=T0, end=DEC1, now=NOW, group_by=("tenant", "gpu_type"))
         assert usage == expected
-        # 3. The export adds up, per tenant and to the cent, to the ledger's usage priced.
-        owed: dict[str, Decimal] = {}
-        for (tenant, kind), seconds in usage.items():
-            owed[tenant] = owed.get(tenant, Decimal(0)) + Decimal(int(seconds)) * PRICES[kind]
-        owed = {t: (v / 3600).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP) for t, v in owed.items()}
+        # 3. The export's usage rows add up, per tenant and to the cent, to the ledger's usage
+        # priced; its credits to the November part of the runs our hardware killed (no
+        # checkpoints here: the whole run is lost work); what is billed is the difference.
+        owed, credit = cents(usage), cents(lost_in_november(runs, gpu_type))
         rows = chargeback_rows(ledger, "2026-11", CARD, now=NOW)
+        assert chargeback_totals([row for row in rows if row["ChargeCategory"] == "Usage"]) == owed
+        assert {t: -v for t, v in chargeback_totals([r for r in rows if r["ChargeCategory"] == "Credit"]).items()} == {
+            t: v for t, v in credit.items() if v
+        }
+        owed = {t: v - credit.get(t, Decimal(0)) for t, v in owed.items()}
         assert chargeback_totals(rows) == owed
         hours = sum(row["ConsumedQuantity"] for row in rows)
         assert abs(hours * 3600 - sum(Decimal(int(s)) for s in usage.values())) < Decimal("0.0001") * (len(rows) + 1)

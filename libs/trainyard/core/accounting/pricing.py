@@ -5,6 +5,12 @@ takes effect and a complete price list (price per GPU-hour by GPU type, with
 an optional ``"*"`` entry for any type not listed).  A version applies from
 00:00 UTC on its ``effective_from`` date until the next version takes effect.
 
+A rate card also says how much of the work lost to a hardware failure of
+ours (a run failed with reason ``node_failure``: health isolated its node
+after an XID or another fault) is credited back to the tenant:
+``hardware_failure_credit`` is ``"full"`` (the default), ``"none"`` or a
+fraction from 0 to 1, for the whole card or for one version.
+
 Money is :class:`decimal.Decimal` throughout.  Row costs are rounded with the
 largest-remainder method so that rounded rows add up exactly to the rounded
 total of their group.
@@ -23,6 +29,12 @@ import msgspec
 
 CENT = Decimal("0.01")
 ANY_GPU_TYPE = "*"
+#: Run failure reasons that are our hardware's fault: the node was isolated
+#: by health (an XID or another fault) or declared lost.
+HARDWARE_FAILURES: frozenset[str] = frozenset({"node_failure"})
+CREDIT_WORDS = {"full": Decimal(1), "none": Decimal(0)}
+
+Credit = str | float | int  # "full", "none", or a fraction from 0 to 1
 
 
 class RateCardError(ValueError):
@@ -33,6 +45,7 @@ class RateCardVersion(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     version: str  # id finance quotes, e.g. "2026-11-a"; SkuPriceId in exports
     effective_from: dt.date  # applies from 00:00 UTC on this date
     prices: dict[str, Decimal]  # GPU type (or "*") -> price per GPU-hour
+    hardware_failure_credit: Credit | None = None  # None: the card's
 
     @property
     def starts_at(self) -> float:
@@ -53,6 +66,7 @@ class RateCardVersion(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class RateCard(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     versions: list[RateCardVersion]
     currency: str = "USD"  # ISO 4217; BillingCurrency in exports
+    hardware_failure_credit: Credit = "full"  # share of work lost to our hardware credited back
 
     def __post_init__(self) -> None:
         problems = check_rate_card(self)
@@ -69,6 +83,13 @@ class RateCard(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=Tru
         starts = [v.starts_at for v in self.ordered]
         ends = [*starts[1:], math.inf]
         return list(zip(starts, ends, self.ordered, strict=True))
+
+    def credit_fraction(self, version: RateCardVersion) -> Decimal:
+        """Share (0 to 1) of the work lost to a hardware failure credited under ``version``."""
+        value = version.hardware_failure_credit
+        fraction = parse_credit(self.hardware_failure_credit if value is None else value)
+        assert fraction is not None  # checked when the card was read
+        return fraction
 
     def version_at(self, at: float) -> RateCardVersion | None:
         """The version in force at Unix time ``at``; None before the first."""
@@ -105,9 +126,28 @@ def _iso(at: float) -> str:
     return dt.datetime.fromtimestamp(at, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
+def parse_credit(value: Credit) -> Decimal | None:
+    """``"full"`` -> 1, ``"none"`` -> 0, a number from 0 to 1 -> itself; None if none of these."""
+    if isinstance(value, str) and value.strip().lower() in CREDIT_WORDS:
+        return CREDIT_WORDS[value.strip().lower()]
+    if isinstance(value, bool):
+        return None
+    try:
+        fraction = Decimal(str(value).strip())
+    except ArithmeticError:
+        return None
+    return fraction if fraction.is_finite() and 0 <= fraction <= 1 else None
+
+
+def _credit_problem(where: str, value: Credit | None) -> list[str]:
+    if value is None or parse_credit(value) is not None:
+        return []
+    return [f"{where}hardware_failure_credit {value!r} must be 'full', 'none' or a fraction from 0 to 1, e.g. 0.5"]
+
+
 def check_rate_card(card: RateCard) -> list[str]:
     """Every problem with a rate card; empty when it is usable."""
-    problems: list[str] = []
+    problems: list[str] = _credit_problem("", card.hardware_failure_credit)
     if not card.versions:
         problems.append("a rate card needs at least one version")
     if len(card.currency) != 3 or not card.currency.isalpha() or not card.currency.isupper():
@@ -124,6 +164,7 @@ def check_rate_card(card: RateCard) -> list[str]:
                 f"versions {other!r} and {version.version!r} both take effect on {version.effective_from.isoformat()}"
             )
         seen_dates[version.effective_from] = version.version
+        problems += _credit_problem(f"version {version.version!r}: ", version.hardware_failure_credit)
         if not version.prices:
             problems.append(f"version {version.version!r} prices nothing")
         for gpu_type, price in version.prices.items():

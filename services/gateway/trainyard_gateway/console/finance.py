@@ -136,16 +136,13 @@ def build_router(store: Store, ledger: Callable[[], Ledger] | None, nodes_caught
             return no_ledger(request, who)
         opened = ledger
         try:
-            body, count, total, currency = await asyncio.to_thread(
+            body, totals = await asyncio.to_thread(
                 lambda: chargeback_export(opened(), period, format, tenant or None, None)
             )
         except RateCardError as err:
             return page(request, "error.html", who, status_code=500, message=f"the chargeback cannot be priced: {err}")
-        headers = {
-            "Content-Disposition": f'attachment; filename="{chargeback_filename(period, format, tenant or None)}"',
-            "X-Trainyard-Rows": str(count),
-            "X-Trainyard-Billed-Total": f"{total} {currency}",
-        }
+        name = chargeback_filename(period, format, tenant or None)
+        headers = {"Content-Disposition": f'attachment; filename="{name}"', **totals}
         return Response(content=body, media_type=FORMATS[format], headers=headers)
 
     @router.get("/finance/capacity")
