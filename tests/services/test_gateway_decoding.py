@@ -1,6 +1,7 @@
-"""A submission that does not fit the job spec is refused naming the one
-field to fix, with msgspec's message for that value: the same answer for
-REST, the console's form and gRPC (whose spec is converted the same way)."""
+"""A submission that does not fit the job spec is refused naming every
+field to fix, with msgspec's message for that value and the nearest field
+name for a misspelt key: the same answer for REST, the console's form and
+gRPC (whose spec is converted the same way)."""
 
 from __future__ import annotations
 
@@ -75,15 +76,9 @@ def refusal(raw: bytes) -> list[ValidationError]:
             "Expected float >= 0.0",
             id="a constraint of an optional number",
         ),
-        pytest.param(spec(labels={"team": 1}), "labels[...]", "Expected str, got int", id="a label value"),
+        pytest.param(spec(labels={"team": 1}), "labels.team", "Expected str, got int", id="a label value"),
         pytest.param(spec(command=["torchrun", 2]), "command[1]", "Expected str, got int", id="an item of a list"),
         pytest.param(spec(job_id=5), "job_id", "Expected str | null, got int", id="the job id"),
-        pytest.param(
-            spec(queue=3, roles=[{"name": 1}]),
-            "queue",
-            "Expected str, got int",
-            id="the first of two problems, in the order the body gives them",
-        ),
         pytest.param([1, 2], "body", "Expected object, got array", id="a body that is not an object"),
         pytest.param(None, "body", "Expected object, got null", id="null"),
     ],
@@ -125,10 +120,52 @@ def test_a_number_too_large_for_a_float_is_refused_where_it_is(raw: bytes, field
     assert refusal(raw) == [ValidationError(field, "Number out of range")]
 
 
-def test_a_body_that_fits_is_decoded_unknown_fields_and_all() -> None:
-    body = decode_submission(json.dumps(spec(job_id="run-1", unknown={"x": 1})).encode())
+def test_a_body_that_fits_is_decoded() -> None:
+    body = decode_submission(json.dumps(spec(job_id="run-1")).encode())
 
     assert body.job_id == "run-1" and body.job_spec().roles[0].gpus_per_replica == 8
+
+
+def test_every_problem_is_listed_at_once_in_the_order_the_body_gives_them() -> None:
+    body = spec(queue=3, roles=[{"name": 1, "gpus_per_replcia": 8}], priorty_class="standard")
+
+    assert refusal(json.dumps(body).encode()) == [
+        ValidationError("queue", "Expected str, got int"),
+        ValidationError("roles[0].name", "Expected str, got int"),
+        ValidationError(
+            "roles[0].gpus_per_replcia", "unknown field 'gpus_per_replcia'; did you mean 'gpus_per_replica'?"
+        ),
+        ValidationError("priorty_class", "unknown field 'priorty_class'; did you mean 'priority_class'?"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        pytest.param(
+            spec(roles=[{"name": "t", "gpus": 8}]),
+            "roles[0].gpus",
+            "unknown field 'gpus'; did you mean 'gpus_per_replica'?",
+            id="a misspelt field of a role",
+        ),
+        pytest.param(
+            spec(topology={"level": "rack", "requird": True}),
+            "topology.requird",
+            "unknown field 'requird'; did you mean 'required'?",
+            id="a misspelt field of the topology",
+        ),
+        pytest.param(
+            spec(nonsense={"x": 1}),
+            "nonsense",
+            "unknown field 'nonsense'; known: checkpoint_dir, command,",
+            id="a field like no other lists the fields",
+        ),
+    ],
+)
+def test_an_unknown_field_is_refused_with_the_nearest_one(body: Any, field: str, message: str) -> None:
+    (error,) = refusal(json.dumps(body).encode())
+
+    assert error.field == field and error.message.startswith(message)
 
 
 def test_a_converted_spec_names_the_whole_by_its_root() -> None:

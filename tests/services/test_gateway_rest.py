@@ -150,6 +150,11 @@ async def test_a_submission_without_a_job_id_gets_one_and_a_retry_with_the_same_
             id="zero GPUs per replica names the field",
         ),
         pytest.param(spec_body(topology={"level": "galaxy"}), "topology.level", id="an unknown topology level"),
+        pytest.param(
+            spec_body(roles=[{"name": "trainer", "gpus_per_replcia": 8}]),
+            "roles[0].gpus_per_replcia",
+            id="a misspelt key is refused, not ignored",
+        ),
         pytest.param(spec_body(simulated_duration_s=None), "image", id="a job that says nothing about what to run"),
         pytest.param(spec_body(job_id="has spaces"), "job_id", id="a job id with spaces"),
         pytest.param(spec_body(tenant="acme.research"), "tenant", id="a tenant that cannot be a subject token"),

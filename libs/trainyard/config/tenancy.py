@@ -40,6 +40,7 @@ from trainyard.core.admission.tree import (
     Tenancy,
 )
 from trainyard.domain.job import JobSpec, ValidationError, error_location
+from trainyard.shapes import shape_problems
 from trainyard.yaml_input import YamlTooLarge, check_yaml
 
 
@@ -154,7 +155,8 @@ class TenancyConfigError(ValueError):
 
 
 def load_tenancy(text: str) -> TenancyConfig:
-    """Decode YAML text; raise :class:`TenancyConfigError` naming the bad spot."""
+    """Decode YAML text; raise :class:`TenancyConfigError` naming every key and value that does not fit,
+    each with its path (and, for a misspelt key, the nearest declared one)."""
     try:
         check_yaml(text, "the tenancy file")
         data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
@@ -169,8 +171,8 @@ def load_tenancy(text: str) -> TenancyConfig:
     try:
         return msgspec.convert(data, TenancyConfig, strict=True)
     except msgspec.ValidationError as exc:
-        message, path = error_location(exc)
-        raise TenancyConfigError([ConfigError(path, message)]) from exc
+        problems = shape_problems(data, TenancyConfig) or [error_location(exc)[::-1]]
+        raise TenancyConfigError([ConfigError(path, message) for path, message in problems]) from exc
 
 
 def _quota(limits: dict[str, QuotaLimits]) -> dict[str, FlavorQuota]:

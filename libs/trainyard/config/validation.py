@@ -5,6 +5,7 @@ from __future__ import annotations
 from trainyard.config.tenancy import ConfigError, QuotaLimits, TenancyConfig, allowed_classes
 from trainyard.domain.job import GPU_TYPE_RE
 from trainyard.domain.limits import NAME_RE
+from trainyard.shapes import did_you_mean
 
 ORDERS = ("las", "fifo")  # scheduling.order: least attained service, or submission order
 
@@ -41,7 +42,10 @@ def validate_tenancy(cfg: TenancyConfig) -> list[ConfigError]:
         if c.may_only_borrow and not c.preemptible:
             err(f"{where}.preemptible", "a class that may only borrow must be preemptible: lenders take it back")
     if cfg.default_priority_class not in classes:
-        err("default_priority_class", f"unknown priority class {cfg.default_priority_class!r}; {_known(classes)}")
+        err(
+            "default_priority_class",
+            f"unknown priority class {cfg.default_priority_class!r}; {_known(classes, cfg.default_priority_class)}",
+        )
     # 2. Settings.
     if cfg.fair_share.half_life_s <= 0:
         err("fair_share.half_life_s", f"must be greater than 0, got {cfg.fair_share.half_life_s}")
@@ -106,7 +110,8 @@ def validate_tenancy(cfg: TenancyConfig) -> list[ConfigError]:
                 if queue.default_priority_class is not None and queue.default_priority_class not in classes:
                     err(
                         f"{qwhere}.default_priority_class",
-                        f"unknown priority class {queue.default_priority_class!r}; {_known(classes)}",
+                        f"unknown priority class {queue.default_priority_class!r}; "
+                        f"{_known(classes, queue.default_priority_class)}",
                     )
                 _grants(f"{qwhere}.priority_classes", queue.priority_classes, team.priority_classes, classes, err)
                 allowed = allowed_classes(cfg, team, queue)
@@ -132,7 +137,7 @@ def _grants(path: str, granted: list[str] | None, within: list[str] | None, clas
     seen: set[str] = set()
     for i, name in enumerate(granted):
         if name not in classes:
-            err(f"{path}[{i}]", f"unknown priority class {name!r}; {_known(classes)}")
+            err(f"{path}[{i}]", f"unknown priority class {name!r}; {_known(classes, name)}")
         elif name in seen:
             err(f"{path}[{i}]", f"priority class {name!r} is listed twice")
         elif within is not None and name not in within:
@@ -140,8 +145,10 @@ def _grants(path: str, granted: list[str] | None, within: list[str] | None, clas
         seen.add(name)
 
 
-def _known(names: set[str]) -> str:
-    return "known: " + (", ".join(sorted(names)) if names else "none")
+def _known(names: set[str], given: str | None = None) -> str:
+    """The names to choose from: the nearest to ``given`` first, when one is near."""
+    hint = did_you_mean(given, names).removeprefix("; ") + " " if given is not None else ""
+    return hint.lstrip() + "known: " + (", ".join(sorted(names)) if names else "none")
 
 
 def _name(value: str, path: str, err) -> None:
@@ -155,7 +162,7 @@ def _node(where: str, weight: float, quota: dict[str, QuotaLimits], flavors: set
     for f, q in quota.items():
         qwhere = f"{where}.quota.{f}"
         if f not in flavors:
-            err(qwhere, f"unknown flavor {f!r}; {_known(flavors)}")
+            err(qwhere, f"unknown flavor {f!r}; {_known(flavors, f)}")
         if q.nominal < 0:
             err(f"{qwhere}.nominal", f"must not be negative, got {q.nominal}")
         if q.borrowing_limit is not None and q.borrowing_limit < 0:

@@ -161,7 +161,7 @@ def _label_field(key: str) -> str:
     return f"labels.{key if len(key) <= 64 else key[:64] + '...'}"
 
 
-def _capped(errors: list[ValidationError]) -> list[ValidationError]:
+def capped(errors: list[ValidationError]) -> list[ValidationError]:
     """At most MAX_ERRORS_LISTED problems, the last saying how many were left out."""
     if len(errors) <= MAX_ERRORS_LISTED:
         return errors
@@ -179,7 +179,7 @@ def validate_submission(spec: JobSpec, job_id: str | None) -> list[ValidationErr
     """Everything checked about a submission before it is accepted, whichever
     way it came in: the job id (None: one is generated) and the spec."""
     errors = [] if job_id is None else validate_job_id(job_id)
-    return _capped(errors + _spec_problems(spec))
+    return capped(errors + _spec_problems(spec))
 
 
 def validate_job_spec(spec: JobSpec) -> list[ValidationError]:
@@ -190,7 +190,7 @@ def validate_job_spec(spec: JobSpec) -> list[ValidationError]:
     tenancy configuration (does the queue exist, is the GPU type offered) are
     made by admission.
     """
-    return _capped(_spec_problems(spec))
+    return capped(_spec_problems(spec))
 
 
 def _spec_problems(spec: JobSpec) -> list[ValidationError]:
