@@ -75,13 +75,45 @@ def create(
     role: str = typer.Option(..., "--role", help="researcher, tenant-admin, operator, finance or admin."),
     tenant: str | None = typer.Option(None, "--tenant", help="The tenant of a researcher or tenant-admin token."),
     expires_in: str | None = ExpiresIn,
+    force: bool = typer.Option(False, "--force", help="Create it even for a tenant the tenancy in force lacks."),
     api_url: str | None = ApiUrl,
     data_dir: str = DataDir,
 ) -> None:
-    """Create an API token; prints the secret once (on stdout)."""
+    """Create an API token; prints the secret once (on stdout).  A --tenant that the tenancy in force does
+    not have is refused (its jobs would all be rejected) unless --force is given."""
+    if tenant is not None:
+        _check_tenant(tenant, force, data_dir)
     body = {"name": name, "role": role, "tenant": tenant, "expires_in_s": _expiry(expires_in)}
     created = _call(api_url, data_dir, "POST", "/v1/auth/tokens", json=body)
     _show_created(created["token"], created["info"])
+
+
+def _check_tenant(tenant: str, force: bool, data_dir: str) -> None:
+    """Refuse (exit 1) a tenant the applied tenancy lacks unless ``force``; say so when it cannot be checked."""
+    from trainyard.cli.config import TenancyUnknown, tenants_in_force
+
+    try:
+        found = tenants_in_force(data_dir)
+    except TenancyUnknown as err:
+        err_console.print(f"note: tenant {tenant!r} not checked against the tenancy in force: {err}", highlight=False)
+        return
+    if found is None or tenant in found[1]:
+        return  # no tenancy applied: any tenant may submit
+    revision, known = found
+    from trainyard.shapes import did_you_mean
+
+    hint = did_you_mean(tenant, known) or ";"
+    said = f"tenant {tenant!r} is not in the tenancy in force (revision {revision}){hint} known tenants: "
+    said += ", ".join(sorted(known)) or "none"
+    if force:
+        err_console.print(f"[yellow]warning:[/yellow] {said}; creating the token anyway (--force)", highlight=False)
+        return
+    err_console.print(
+        f"[red]error:[/red] {said}. Its jobs would all be rejected: apply a tenancy that has it "
+        "(trainyard config apply FILE), or pass --force",
+        highlight=False,
+    )
+    raise typer.Exit(1)
 
 
 def _state(t: dict, now: float) -> str:  # type: ignore[type-arg]

@@ -21,6 +21,7 @@ err_console = Console(stderr=True)
 
 FileArg = typer.Argument(..., exists=True, dir_okay=False, readable=True, help="A tenancy YAML file.")
 DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR")
+ApiUrl = typer.Option(None, "--api-url", help="Gateway whose fleet the quotas are checked against (default: found).")
 
 
 def nats_url(data_dir: str) -> str:
@@ -75,8 +76,43 @@ def _validated(path: Path):  # type: ignore[no-untyped-def]
     except TenancyConfigError as err:
         err_console.print(f"[red]{path}: {len(err.errors)} problem(s)[/red]")
         for e in err.errors:
-            err_console.print(f"  {e.path}: {e.message}")
+            err_console.print(f"  {e.path}: {e.message}", soft_wrap=True, highlight=False, markup=False)
         raise typer.Exit(1) from err
+
+
+def check_fleet(cfg, api_url: str | None, data_dir: str) -> None:  # type: ignore[no-untyped-def]
+    """Warn (never fail) naming the GPU types ``cfg`` gives quota that no node of the running fleet has;
+    without a reachable stack, say that the fleet could not be checked."""
+    from trainyard.cli.client import ApiError, Client
+
+    quota_types = {
+        flavor
+        for org in cfg.organisations
+        for node in [org, *org.teams, *(q for t in org.teams for q in t.queues)]
+        for flavor, limits in node.quota.items()
+        if limits.nominal > 0
+    }
+    try:
+        answer = Client.for_cli(api_url, data_dir, timeout=5.0).request("GET", "/v1/nodes")
+    except ApiError as err:
+        err_console.print(f"note: the fleet was not checked: {err}", soft_wrap=True, highlight=False, markup=False)
+        return
+    nodes = answer["nodes"] if isinstance(answer, dict) else answer
+    have: dict[str, int] = {}
+    for node in nodes:
+        gpu_type = (node.get("info") or {}).get("gpu_type")
+        if gpu_type:
+            have[gpu_type] = have.get(gpu_type, 0) + 1
+    missing = sorted(quota_types - set(have))
+    if missing:
+        fleet = ", ".join(f"{t} on {n} node(s)" for t, n in sorted(have.items())) or "no nodes yet"
+        err_console.print(
+            f"[yellow]warning:[/yellow] the running fleet has no {', '.join(missing)} GPUs (it has {fleet}); "
+            f"jobs of {'that type' if len(missing) == 1 else 'those types'} are admitted against these quotas "
+            "and wait until such nodes join",
+            soft_wrap=True,
+            highlight=False,
+        )
 
 
 def _run(work):  # type: ignore[no-untyped-def]
@@ -105,11 +141,13 @@ async def _with_store(url: str, fn):  # type: ignore[no-untyped-def]
 
 
 @config_app.command()
-def validate(file: Path = FileArg) -> None:
-    """Check a tenancy file; every problem is listed with the path to fix."""
+def validate(file: Path = FileArg, api_url: str | None = ApiUrl, data_dir: str = DataDir) -> None:
+    """Check a tenancy file; every problem is listed with the path to fix (a misspelt key with the nearest
+    known one), and GPU types given quota that the running fleet lacks are warned about."""
     cfg = _validated(file)
     queues = sum(len(t.queues) for o in cfg.organisations for t in o.teams)
     console.print(f"{file}: valid ({len(cfg.organisations)} organisations, {queues} queues)")
+    check_fleet(cfg, api_url, data_dir)
 
 
 @config_app.command()
@@ -137,10 +175,12 @@ def apply(
     file: Path = FileArg,
     reason: str = typer.Option("", help="Why (kept in the audit trail)."),
     actor: str = typer.Option("", help="Who (default: the login name)."),
+    api_url: str | None = ApiUrl,
     data_dir: str = DataDir,
 ) -> None:
-    """Validate FILE, store it as the next revision (services pick it up live) and audit it."""
-    _validated(file)
+    """Validate FILE, store it as the next revision (services pick it up live) and audit it; GPU types
+    given quota that the running fleet lacks are warned about."""
+    check_fleet(_validated(file), api_url, data_dir)
     text = read_file(file, "the tenancy file")
     who = f"operator:{actor or getpass.getuser()}"
 
@@ -154,6 +194,48 @@ def apply(
             console.print(f"  {line}")
 
     _run(_with_store(nats_url(data_dir), run))
+
+
+class TenancyUnknown(Exception):
+    """The tenancy in force could not be read (no stack found, NATS not reachable)."""
+
+
+def tenants_in_force(data_dir: str) -> tuple[int, list[str]] | None:
+    """The revision and tenant names of the tenancy in force; None when none is applied (any tenant may
+    submit); :class:`TenancyUnknown` saying why when it cannot be read."""
+    from trainyard.cli.settings import cli_settings
+    from trainyard.local.state import read_state
+
+    settings = cli_settings()
+    if settings.given("nats_url"):
+        url = settings.nats_url
+    else:
+        state = read_state(find_data_dir(data_dir))
+        if state is None:
+            raise TenancyUnknown("no running `trainyard up` found here and TRAINYARD_NATS_URL is not set")
+        url = state.nats_url
+
+    async def read():  # type: ignore[no-untyped-def]
+        import asyncio
+
+        from trainyard.bus import Bus
+        from trainyard.config.store import ConfigStore
+
+        bus = await asyncio.wait_for(Bus.connect(url, "trainyard-cli"), 10)
+        try:
+            return await (await ConfigStore.open(bus)).current()
+        finally:
+            await bus.close()
+
+    try:
+        current = _run(read())
+    except Exception as err:
+        from trainyard.redaction import redact
+
+        raise TenancyUnknown(redact(f"cannot read it from NATS at {url} ({err})")) from err
+    if current is None:
+        return None
+    return current.revision, [t.name for o in current.config.organisations for t in o.teams]
 
 
 @config_app.command()
