@@ -66,3 +66,31 @@ def test_ray_s_job_verbs_after_job_name_the_trainyard_command(verb: str, instead
     result = CliRunner().invoke(app, ["job", verb], env={"COLUMNS": "200", "TRAINYARD_API_URL": "http://127.0.0.1:9"})
 
     assert f"for `job {verb}` use: {instead}" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(
+    ("typed", "instead"),
+    [
+        pytest.param(["--node", "2"], "use --replicas N", id="--node is --replicas, not --name"),
+        pytest.param(["--nnodes", "2"], "use --replicas N", id="torchrun's --nnodes"),
+        pytest.param(["--gpus-per-node", "8"], "use --gpus G", id="Slurm's --gpus-per-node is --gpus"),
+        pytest.param(["--gpu", "8"], "use --gpus G", id="--gpu is --gpus"),
+        pytest.param(["--partition", "p"], "use --queue Q", id="Slurm's --partition is --queue"),
+        pytest.param(["-J", "x"], "use --name NAME", id="Slurm's -J is --name"),
+        pytest.param(["--time", "60"], "use --max-runtime SECONDS", id="Slurm's --time is --max-runtime"),
+    ],
+)
+def test_an_option_of_another_tool_is_answered_with_the_submit_option_that_means_it(
+    typed: list[str], instead: str
+) -> None:
+    code, out = run("submit", "--tenant", "acme", *typed, "--", "python", "train.py")
+
+    assert code == 2
+    assert f"No such option: {typed[0]}; {instead}" in out and "--name," not in out
+
+
+def test_a_misspelt_option_is_offered_the_options_help_shows_and_never_a_hidden_one() -> None:
+    code, out = run("submit", "--tenant", "acme", "--nodez", "2")
+
+    assert code == 2
+    assert "No such option: --nodez" in out and "--name" in out and "--nodes" not in out

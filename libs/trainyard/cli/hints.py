@@ -1,10 +1,46 @@
 """Next steps for a command Trainyard does not have but a user of Slurm,
 Kubernetes, Ray or Docker would type: ``trainyard squeue`` answers with the
-Trainyard command to use instead of a bare "No such command"."""
+Trainyard command to use instead of a bare "No such command"; and for an
+option ``submit`` does not have (``--gpus-per-node``, ``--node``) the option
+that means it, where click would offer only the nearest spellings (``--name``
+for ``--node``)."""
 
 from __future__ import annotations
 
-from typer.core import TyperGroup
+from typing import Any
+
+from typer.core import TyperCommand, TyperGroup
+
+try:  # typer carries its own copy of click's parser and exceptions
+    from typer._click.exceptions import NoSuchOption, UsageError
+except ImportError:  # pragma: no cover - a typer that uses click itself
+    from click.exceptions import NoSuchOption, UsageError  # type: ignore[assignment]
+
+_REPLICAS = "--replicas N (a job is N replicas of --gpus G GPUs each; a replica is a node's worth)"
+_GPUS = "--gpus G (GPUs per replica, on one node)"
+#: (command, option typed) -> the option to use; Slurm's, torchrun's, Kubernetes' and near misses
+OPTION_HINTS: dict[str, dict[str, str]] = {
+    "submit": {
+        **dict.fromkeys(
+            ("--node", "--num-nodes", "--nnodes", "--ntasks", "--workers", "--num-workers", "--world-size", "-n"),
+            _REPLICAS,
+        ),
+        "--replica": _REPLICAS,
+        **dict.fromkeys(
+            ("--gpu", "--gpus-per-node", "--gpus-per-task", "--gres", "--nproc-per-node", "--nproc_per_node"), _GPUS
+        ),
+        "--gpus-per-replica": _GPUS,
+        **dict.fromkeys(("--partition", "-p"), "--queue Q"),
+        **dict.fromkeys(("--account", "-A"), "--tenant T"),
+        **dict.fromkeys(("--job-name", "-J"), "--name NAME"),
+        **dict.fromkeys(("--time", "-t", "--timeout", "--time-limit"), "--max-runtime SECONDS"),
+        **dict.fromkeys(("--priority", "--qos"), "--priority-class CLASS"),
+        **dict.fromkeys(("--chdir", "-D", "--cwd"), "--workdir DIR"),
+        "--export": "--env KEY=VALUE (may repeat)",
+        "--tenants": "--tenant T",
+        "--queues": "--queue Q",
+    }
+}
 
 #: command typed -> (the tool it comes from, the Trainyard command to use)
 FROM_OTHER_TOOLS: dict[str, tuple[str, str]] = {
@@ -57,3 +93,20 @@ class HintingGroup(TyperGroup):
             if hint is not None:
                 ctx.fail(hint)
         return super().resolve_command(ctx, args)
+
+
+class HintingCommand(TyperCommand):
+    """A command whose unknown options are answered with the option that means them (:data:`OPTION_HINTS`),
+    else with the nearest spellings among the options ``--help`` shows (never a hidden one)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except NoSuchOption as err:
+            typed = err.option_name
+            instead = OPTION_HINTS.get(self.name or "", {}).get(typed.split("=", 1)[0])
+            if instead is not None:
+                raise UsageError(f"No such option: {typed}; use {instead}", ctx) from None
+            hidden = {name for p in self.params if getattr(p, "hidden", False) for name in p.opts}
+            err.possibilities = [p for p in err.possibilities or [] if p not in hidden]
+            raise

@@ -14,7 +14,7 @@ from trainyard.cli.client import use_token
 from trainyard.cli.config import config_app
 from trainyard.cli.dlq import dlq_app
 from trainyard.cli.finance import export_app, report_app
-from trainyard.cli.hints import HintingGroup
+from trainyard.cli.hints import HintingCommand, HintingGroup
 from trainyard.cli.jobs import ApiUrl, DataDir, cancel, job, jobs, request, why
 from trainyard.cli.logs import logs
 from trainyard.cli.nodes import agent_command, emulate_inject, node_app
@@ -49,7 +49,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(auth_app, name="auth")
 app.add_typer(dlq_app, name="dlq")
 for command in (submit, jobs, job, logs, why, cancel, up):  # --help lists the everyday commands first
-    app.command()(command)
+    app.command(cls=HintingCommand)(command)
 app.command("agent")(agent_command)
 emulate_app.command("inject")(emulate_inject)
 
