@@ -1,7 +1,7 @@
 """The web console in a real browser (Debian's chromium, headless, driven by
 Playwright) against the whole local stack: each role's main path, a job going
 from waiting to running to succeeded on screen without a reload, the cluster
-map and node commands, the usage chart and the chargeback download, logout,
+map and node commands, the usage bars and the chargeback download, logout,
 and /docs with every request off the machine refused.  A screenshot of every
 page is saved under tests/e2e/artifacts/ (git-ignored)."""
 
@@ -242,13 +242,14 @@ def test_an_operator_reads_the_cluster_map_and_cordons_and_uncordons_a_node(cons
         "roles": [{"name": "trainer", "replicas": 2, "gpus_per_replica": 8}],
     }
     assert admin.post("/v1/jobs", json=spec).status_code == 202
-    expect(page.locator(".gpu.held")).to_have_count(16, timeout=WAIT_MS)  # the map follows placements live
+    expect(page.locator("#cluster-map .gpu.held")).to_have_count(16, timeout=WAIT_MS)  # the map follows placements live
     shot(page, "operator-cluster-by-tenant")
 
     page.click("#node-n03")
     expect(page).to_have_url(f"{stack.api_url}/nodes/n03")
     page.fill("#node-ops input[name=reason]", "replacing a fan")
-    page.click("#node-ops button:text('Cordon')")
+    page.click("#node-ops button[value=cordon]")
+    page.click("#confirm button[type=submit]")  # cordon n03? yes
     expect(page.locator(".flash.ok")).to_contain_text("cordon accepted")
     shot(page, "operator-node")
 
@@ -282,7 +283,7 @@ def test_finance_reads_usage_over_time_downloads_the_chargeback_and_the_capacity
 
     page = log_in(site, callers.tokens["finance"])
     expect(page).to_have_url(f"{stack.api_url}/usage")
-    expect(page.locator("#usage-chart canvas").first).to_be_visible()
+    expect(page.locator("#usage-bars g.segment[data-key=initech]")).to_be_visible()
     expect(page.locator("#usage-totals")).to_contain_text("initech")
     shot(page, "finance-usage")
 

@@ -26,7 +26,16 @@ from trainyard.testing.streams import project
 from trainyard.testing.tenancy import one_team
 
 #: Every console page that reads the JOBS or NODES projection.
-PAGES = ("/jobs", "/jobs?status=succeeded", "/jobs/done-1", "/jobs/run-1", "/cluster", "/nodes/n1", "/admin/tenancy")
+PAGES = (
+    "/jobs",
+    "/jobs?status=succeeded",
+    "/jobs/done-1",
+    "/jobs/run-1",
+    "/cluster",
+    "/nodes",
+    "/nodes/n1",
+    "/admin/tenancy",
+)
 
 
 async def run_a_job(bus: Bus, job_id: str, gpus: list[int], succeed: bool) -> None:

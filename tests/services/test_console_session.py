@@ -155,7 +155,7 @@ async def test_a_yaml_spec_whose_aliases_expand_without_bound_is_refused_on_the_
     [
         pytest.param(
             "acme",
-            ["/jobs", "/jobs/new", "/cluster", "/usage"],
+            ["/jobs", "/jobs/new", "/cluster", "/nodes", "/usage"],
             ["/finance/capacity", "/nodes/n01", "/finance/chargeback"],
             id="researcher",
         ),
@@ -167,7 +167,7 @@ async def test_a_yaml_spec_whose_aliases_expand_without_bound_is_refused_on_the_
         ),
         pytest.param(
             "finance",
-            ["/cluster", "/usage", "/finance/capacity", "/finance/chargeback"],
+            ["/cluster", "/nodes", "/usage", "/finance/capacity", "/finance/chargeback"],
             ["/jobs", "/jobs/new", "/nodes/n01"],
             id="finance",
         ),

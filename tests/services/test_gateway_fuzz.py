@@ -170,6 +170,7 @@ PAGES = {
     "/jobs/{id}": ["submitted"],
     "/jobs/new": [],
     "/cluster": ["colour"],
+    "/nodes": ["state"],
     "/nodes/{id}": ["done", "error"],
     "/usage": ["start", "end", "group", "bucket"],
     "/finance/chargeback": ["period", "format", "tenant"],

@@ -1,6 +1,6 @@
 """The console's routes, mounted on the gateway's app (see
-``trainyard_gateway.main``): login and logout, home, jobs, the cluster map and
-nodes, usage, chargeback and capacity.  None is part of the OpenAPI document:
+``trainyard_gateway.main``): login and logout, home, jobs, the cluster map, the
+nodes list and each node, usage, chargeback and capacity.  None is part of the OpenAPI document:
 they are pages for people, not the API."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from fastapi.responses import RedirectResponse, Response
 from trainyard.auth import Authenticator, Role
 from trainyard.settings import Settings
 from trainyard.store import Store
-from trainyard_gateway.console import admin, cluster, finance, jobs, session
+from trainyard_gateway.console import admin, cluster, finance, jobs, nodes, session
 from trainyard_gateway.finance_api import ledger_opener
 from trainyard_gateway.jobs import JobOperations
 
@@ -36,6 +36,7 @@ def build_router(ops: JobOperations, store: Store, auth: Authenticator, settings
     router.include_router(session.build_router(auth))
     router.include_router(jobs.build_router(ops, ledger))
     router.include_router(cluster.build_router(ops.bus, store))
-    router.include_router(finance.build_router(store, ledger, ops.nodes_caught_up))
+    router.include_router(nodes.build_router(ops.bus, store))
+    router.include_router(finance.build_router(ops.bus, store, ledger, ops.nodes_caught_up))
     router.include_router(admin.build_router(ops.bus, store))
     return router

@@ -1,31 +1,33 @@
 """Console pages for the fleet: the cluster map by topology (zone, block,
-rack, node, GPU; coloured by tenant or by health), kept live, and a node's
-detail with its health history and the cordon / drain / uncordon commands
-(operators and admins, as in the API)."""
+rack, node, GPU; coloured by tenant, or drawn by health), kept live, with
+how many GPUs are schedulable, in use and in all.  Tenants' colours and
+health's marks come from :mod:`trainyard_gateway.console.palette`; a node
+links to its page only for the roles that may read it (see
+:mod:`trainyard_gateway.console.nodes`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import urlencode
 
 import msgspec
 from fastapi import APIRouter, Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import Response
 
-from trainyard.auth import Action, PermissionDenied, authorize
+from trainyard.auth import Action
 from trainyard.bus import Bus
-from trainyard.domain.node import NodeInfo
+from trainyard.domain.node import SCHEDULABLE_STATES, NodeInfo
 from trainyard.events.jobs import ReplicaPlacement
 from trainyard.store import Store, views
 from trainyard.store.caught_up import CaughtUpReads
 from trainyard_gateway.console.live import Baselines, Events, stream
+from trainyard_gateway.console.palette import HEALTH, Palette, tenancy_tenants
 from trainyard_gateway.console.rebuilding import answers_rebuilding
-from trainyard_gateway.console.render import fragment, page
-from trainyard_gateway.console.session import Forbidden, principal, read_form, refusal
-from trainyard_gateway.nodes_api import MAX_REASON_CHARS, NODE_ID_RE, NodeCommandRefused, health_record, node_command
+from trainyard_gateway.console.render import fragment, may, page
+from trainyard_gateway.console.session import principal, refusal
 
-NODE_STATES = ("healthy", "suspect", "cordoned", "draining", "repair", "lost")
+NODE_STATES = tuple(HEALTH)
+SCHEDULABLE = frozenset(s.value for s in SCHEDULABLE_STATES)
 
 
 class Gpu(msgspec.Struct):
@@ -119,6 +121,9 @@ def topology(tiles: Iterable[NodeTile]) -> list[tuple[str, list[tuple[str, list[
 
 
 def summary(tiles: list[NodeTile]) -> dict[str, Any]:
+    """Nodes per state, GPUs per tenant, and the GPUs that are schedulable (on
+    nodes that take new work: healthy, not cordoned, draining or out of
+    service), in use, free to schedule, and in all."""
     states: dict[str, int] = {}
     tenants: dict[str, int] = {}
     for tile in tiles:
@@ -126,9 +131,26 @@ def summary(tiles: list[NodeTile]) -> dict[str, Any]:
         for gpu in tile.gpus:
             if gpu.tenant:
                 tenants[gpu.tenant] = tenants.get(gpu.tenant, 0) + 1
-    gpus = sum(len(t.gpus) for t in tiles)
-    held = sum(t.held for t in tiles)
-    return {"nodes": len(tiles), "gpus": gpus, "held": held, "states": states, "tenants": dict(sorted(tenants.items()))}
+    takes_work = [t for t in tiles if t.state in SCHEDULABLE]
+    schedulable = sum(len(t.gpus) for t in takes_work)
+    return {
+        "nodes": len(tiles),
+        "gpus": sum(len(t.gpus) for t in tiles),
+        "held": sum(t.held for t in tiles),
+        "schedulable": schedulable,
+        "free": schedulable - sum(t.held for t in takes_work),
+        "states": {s: states[s] for s in sorted(states, key=state_order)},
+        "tenants": dict(sorted(tenants.items())),
+    }
+
+
+def state_order(state: str) -> int:
+    return NODE_STATES.index(state) if state in NODE_STATES else len(NODE_STATES)
+
+
+def palette_for(order: Iterable[str], tiles: Iterable[NodeTile]) -> Palette:
+    """The tenancy's tenants first, then any other tenant holding a GPU."""
+    return Palette(order, (g.tenant for t in tiles for g in t.gpus if g.tenant))
 
 
 def build_router(bus: Bus, store: Store) -> APIRouter:
@@ -144,15 +166,19 @@ def build_router(bus: Bus, store: Store) -> APIRouter:
             return refused
         tiles = await FleetReader(store, caught_up).tiles()
         view = baselines.keep({t.info.node_id: t.signature() for t in tiles})
+        counts = summary(tiles)
+        palette = palette_for(await tenancy_tenants(bus), tiles)
         return page(
             request,
             "cluster.html",
             who,
             tree=topology(tiles),
-            summary=summary(tiles),
+            summary=counts,
             view=view,
             colour="health" if colour == "health" else "tenant",
-            states=NODE_STATES,
+            health=HEALTH,
+            palette=palette,
+            link=may(who, Action.NODE_HISTORY),
         )
 
     @router.get("/cluster/stream")
@@ -162,69 +188,34 @@ def build_router(bus: Bus, store: Store) -> APIRouter:
             return refused
         shown = baselines.take(view)
         reader = FleetReader(store, caught_up)
+        order = await tenancy_tenants(bus)
+        link = may(who, Action.NODE_HISTORY)
+        swatches: dict[str, Any] | None = None  # the palette of the map on screen
 
         async def poll() -> Events:
-            nonlocal shown
+            nonlocal shown, swatches
             tiles = await reader.tiles()
             now = {t.info.node_id: t.signature() for t in tiles}
             before, shown = shown, now
-            if before is None or before.keys() != now.keys():
-                return [
-                    ("cluster-map", fragment("_cluster_map.html", tree=topology(tiles))),
-                    ("cluster-summary", fragment("_cluster_summary.html", summary=summary(tiles))),
-                ]
+            palette = palette_for(order, tiles)
+            recoloured, swatches = swatches is not None and swatches != palette.swatches, palette.swatches
+            numbers = summary(tiles)
+            counts = [
+                ("cluster-summary", fragment("_cluster_summary.html", summary=numbers)),
+                ("tenant-legend", fragment("_tenant_legend.html", summary=numbers, palette=palette)),
+            ]
+            if before is None or before.keys() != now.keys() or recoloured:
+                whole = fragment("_cluster_map.html", tree=topology(tiles), palette=palette, link=link)
+                return [("cluster-map", whole), *counts]
             changed = [t for t in tiles if before[t.info.node_id] != now[t.info.node_id]]
             if not changed:
                 return []
-            return [(f"node-{t.info.node_id}", fragment("_node_tile.html", tile=t)) for t in changed] + [
-                ("cluster-summary", fragment("_cluster_summary.html", summary=summary(tiles)))
+            tile_events = [
+                (f"node-{t.info.node_id}", fragment("_node_tile.html", tile=t, palette=palette, link=link))
+                for t in changed
             ]
+            return [*tile_events, *counts]
 
         return stream(request, poll)
-
-    @router.get("/nodes/{node_id}")
-    @answers_rebuilding
-    async def node_page(request: Request, node_id: str, done: str = "", error: str = "") -> Response:
-        who = principal(request)
-        if (refused := refusal(request, who, Action.NODE_HISTORY)) is not None:
-            return refused
-        record = await caught_up.read(lambda: health_record(store, node_id)) if NODE_ID_RE.fullmatch(node_id) else None
-        if record is None:
-            return page(request, "error.html", who, status_code=404, message=f"no node {node_id!r}")
-        tile = next(iter(await FleetReader(store, caught_up).tiles(only=node_id)), None)
-        runs = await caught_up.read(lambda: views.jobs_on_node(store, node_id))
-        return page(
-            request,
-            "node.html",
-            who,
-            node_id=node_id,
-            record=record,
-            tile=tile,
-            runs=runs,
-            done=done[:300],
-            error=error[:300],
-            history=list(reversed(record.history)),
-        )
-
-    @router.post("/nodes/{node_id}/{op}")
-    async def node_op(request: Request, node_id: str, op: str) -> Response:
-        who = principal(request)
-        if op not in ("cordon", "drain", "uncordon") or not NODE_ID_RE.fullmatch(node_id):
-            return page(request, "error.html", who, status_code=404, message="no such page")
-        try:
-            fields = await read_form(request)
-            authorize(who, Action.NODE_OPERATE)
-        except (Forbidden, PermissionDenied) as err:
-            return page(request, "error.html", who, status_code=403, message=str(err))
-        reason = fields.get("reason", "").strip()
-        if not 0 < len(reason) <= MAX_REASON_CHARS:
-            problem = f"give a reason (1-{MAX_REASON_CHARS} characters)"
-            return RedirectResponse(f"/nodes/{node_id}?{urlencode({'error': problem})}", 303)
-        try:
-            accepted = await node_command(bus, store, op, node_id, reason, who)
-        except NodeCommandRefused as err:
-            return page(request, "error.html", who, status_code=err.status, message=str(err))
-        message = f"{op} accepted: {node_id} goes from {accepted.state} to {accepted.expected_state}"
-        return RedirectResponse(f"/nodes/{node_id}?{urlencode({'done': message})}", 303)
 
     return router

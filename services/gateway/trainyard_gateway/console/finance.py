@@ -1,35 +1,34 @@
 """Console pages for finance: usage by tenant (or queue, or GPU type) over
-time as a chart, the chargeback download for a month (CSV or Parquet), and
-the capacity report.  They read the accounting ledger the gateway reads for
-``/v1/usage`` and the finance API, with the same role checks."""
+time as stacked bars per day or hour, the chargeback download for a month
+(CSV or Parquet), and the capacity report, its days dated and starting no
+earlier than the cluster did.  They read the accounting ledger the gateway
+reads for ``/v1/usage`` and the finance API, with the same role checks."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import msgspec
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from trainyard.auth import Action, PermissionDenied, tenant_filter
+from trainyard.bus import Bus
 from trainyard.ledger import Ledger, RateCardError, period_bounds
-from trainyard.ledger.records import LedgerRun
-from trainyard.reports import capacity_from_nodes, window_problem
+from trainyard.ledger.records import LedgerJob, LedgerRun
+from trainyard.reports import CapacityReport, CapacityRow, capacity_from_nodes, capacity_report, window_problem
 from trainyard.store import Store, views
 from trainyard.store.caught_up import CaughtUpReads
+from trainyard_gateway.console.bars import stacked_bars
+from trainyard_gateway.console.palette import Palette, tenancy_tenants
 from trainyard_gateway.console.rebuilding import answers_rebuilding
-from trainyard_gateway.console.render import page, tenant_colour
+from trainyard_gateway.console.render import page
 from trainyard_gateway.console.session import principal, refusal
-from trainyard_gateway.finance_api import (
-    FORMATS,
-    build_capacity_report,
-    chargeback_export,
-    chargeback_filename,
-    window_bound,
-)
+from trainyard_gateway.finance_api import FORMATS, chargeback_export, chargeback_filename, window_bound
 from trainyard_gateway.jobs import InvalidRequest, check_tenant_name
 
 GROUPS = ("tenant", "queue", "gpu_type")
@@ -64,11 +63,68 @@ def usage_series(
         "x": [lo + i * bucket_s for i in range(n)],
         "series": {k: [round(v, 4) for v in vs] for k, vs in ordered.items()},
         "totals": {k: round(sum(vs), 3) for k, vs in ordered.items()},
-        "colours": {k: tenant_colour(k) for k in ordered},
     }
 
 
-def build_router(store: Store, ledger: Callable[[], Ledger] | None, nodes_caught_up: CaughtUpReads) -> APIRouter:
+def day_of(at: float) -> str:
+    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%d")
+
+
+def cluster_start(
+    registered: Iterable[float | None], jobs: Sequence[LedgerJob], runs: Sequence[LedgerRun]
+) -> float | None:
+    """When the cluster began: the earliest node registration or ledger record
+    (a job accepted, a run placed or started); None when there is neither."""
+    times = [t for t in registered if t is not None]
+    times += [j.accepted_at for j in jobs if j.accepted_at is not None]
+    times += [t for r in runs for t in (r.placed_at, r.started_at) if t is not None]
+    return min(times, default=None)
+
+
+def report_start(lo: float, hi: float, began: float | None) -> float:
+    """Where the report's days begin: the window's start, or the day the
+    cluster began when that is later (no capacity is counted before it);
+    ``hi`` or later when the cluster began after the window."""
+    if began is None:
+        return lo
+    return max(lo, began // DAY_S * DAY_S)
+
+
+def from_start(rows: list[CapacityRow], began: float | None) -> list[CapacityRow]:
+    """``rows`` with the capacity of the day the cluster began counted from
+    when it began, not from midnight (and its utilisation against that)."""
+    if began is None:
+        return rows
+    out = []
+    for row in rows:
+        if row.bucket_start < began < row.bucket_end:
+            hours = row.capacity_gpus * (row.bucket_end - began) / 3600.0
+            used = row.allocated_gpu_hours / hours if hours > 0 else None
+            row = msgspec.structs.replace(row, capacity_gpu_hours=round(hours, 4), utilisation=used)
+        out.append(row)
+    return out
+
+
+def console_capacity(
+    ledger: Ledger, gpus: dict[str, int], registered: list[float | None], lo: float, hi: float, now: float
+) -> tuple[CapacityReport | None, float | None, float]:
+    """The capacity report over the days of [lo, hi) from the day the cluster
+    began (None when it began after ``hi``; that day's capacity counted from
+    when it began), when it began, and the first day reported (blocking: run
+    it in a thread)."""
+    jobs = ledger.jobs(end=hi)
+    runs = [r for r in ledger.runs() if (r.placed_at if r.placed_at is not None else r.started_at or hi) < hi]
+    began = cluster_start(registered, jobs, runs)
+    start = report_start(lo, hi, began)
+    if start >= hi:
+        return None, began, start
+    report = capacity_report(runs, jobs, gpus, start, hi, now, bucket_s=DAY_S, horizon_days=14)
+    return msgspec.structs.replace(report, daily=from_start(report.daily, began)), began, start
+
+
+def build_router(
+    bus: Bus, store: Store, ledger: Callable[[], Ledger] | None, nodes_caught_up: CaughtUpReads
+) -> APIRouter:
     """``nodes_caught_up``: how the capacity page reads the fleet (the NODES projection)."""
     router = APIRouter(include_in_schema=False)
 
@@ -102,11 +158,14 @@ def build_router(store: Store, ledger: Callable[[], Ledger] | None, nodes_caught
         opened = ledger
         runs = await asyncio.to_thread(lambda: opened().runs(tenant=scope, start=lo, end=hi))
         data = usage_series(runs, group, lo, hi, bucket_s, now)
+        palette = Palette(await tenancy_tenants(bus) if group == "tenant" else (), data["series"])
         return page(
             request,
             "usage.html",
             who,
             data=data,
+            chart=stacked_bars(data["x"], data["series"], palette, bucket_s),
+            palette=palette,
             start=start,
             end=end,
             group=group,
@@ -165,16 +224,30 @@ def build_router(store: Store, ledger: Callable[[], Ledger] | None, nodes_caught
             return page(request, "error.html", who, status_code=422, message=too_long)
         if ledger is None:
             return no_ledger(request, who)
-        fleet = await nodes_caught_up.read(lambda: views.node_views(store))  # never an empty fleet while rebuilt
-        gpus = capacity_from_nodes((info.gpu_type, info.gpus) for info, _, _ in fleet)
+        fleet = await nodes_caught_up.read(lambda: views.list_nodes(store))  # never an empty fleet while rebuilt
+        gpus = capacity_from_nodes((n.info.gpu_type, n.info.gpus) for n in fleet if n.info is not None)
+        registered = [n.registered_at for n in fleet]
         opened = ledger
-        report = await asyncio.to_thread(lambda: build_capacity_report(opened(), gpus, lo, hi, time.time(), DAY_S, 14))
+        report, began, first = await asyncio.to_thread(
+            lambda: console_capacity(opened(), gpus, registered, lo, hi, time.time())
+        )
         totals: dict[str, dict[str, float]] = {}
-        for row in report.daily:
+        for row in report.daily if report is not None else []:
             t = totals.setdefault(row.gpu_type, {"capacity": 0.0, "allocated": 0.0, "pending": 0.0})
             t["capacity"] += row.capacity_gpu_hours
             t["allocated"] += row.allocated_gpu_hours
             t["pending"] += row.pending_gpu_hours
-        return page(request, "capacity.html", who, report=report, totals=totals, start=start, end=end)
+        return page(
+            request,
+            "capacity.html",
+            who,
+            report=report,
+            totals=totals,
+            start=start,
+            end=end,
+            began=day_of(began) if began is not None else None,
+            first=day_of(first) if first > lo else None,
+            day_of=day_of,
+        )
 
     return router
