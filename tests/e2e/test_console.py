@@ -308,6 +308,7 @@ def test_an_admin_sees_every_page_and_logging_out_ends_the_session(console_stack
         "Jobs",
         "Submit",
         "Cluster",
+        "Nodes",
         "Usage",
         "Capacity",
         "Tenancy",

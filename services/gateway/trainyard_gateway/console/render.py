@@ -25,6 +25,7 @@ NAV: tuple[tuple[str, str, Action], ...] = (
     ("Jobs", "/jobs", Action.JOB_LIST),
     ("Submit", "/jobs/new", Action.JOB_SUBMIT),
     ("Cluster", "/cluster", Action.NODE_LIST),
+    ("Nodes", "/nodes", Action.NODE_LIST),
     ("Usage", "/usage", Action.USAGE_READ),
     ("Capacity", "/finance/capacity", Action.CAPACITY_READ),
     ("Tenancy", "/admin/tenancy", Action.TENANCY_READ),
