@@ -213,8 +213,10 @@ def test_a_researcher_submits_from_the_form_and_watches_the_job_wait_run_and_suc
     assert acme.post("/v1/jobs", json=spec | {"job_id": "console-3", "simulated_duration_s": 600}).status_code == 202
     wait_status(acme, "console-3", {"running"})
     page.goto("/jobs/console-3")
-    page.fill("input[name=reason]", "wrong dataset")
-    page.click("text=Cancel job")
+    page.click("#cancel-job")  # asks first, naming the job and its GPUs
+    expect(page.locator("#confirm-gpus")).to_have_text("1 GPU")
+    page.fill("#confirm input[name=reason]", "wrong dataset")
+    page.click("#confirm button[type=submit]")
     expect(page.locator("#job-status")).to_have_text("cancelled", timeout=WAIT_MS)
 
     # 5. The YAML form reports every bad field and submits nothing.

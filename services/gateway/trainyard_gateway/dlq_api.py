@@ -33,6 +33,22 @@ MAX_BODY_BYTES = 4096
 MAX_REASON_CHARS = 256
 
 
+async def replay_audited(bus: Bus, seq: int, who: Principal, reason: str) -> dlq.Replayed:
+    """Replay dead letter ``seq`` for ``who`` and record it in the audit stream
+    (the REST API and the console do the same); raises as :func:`dlq.replay`."""
+    done = await dlq.replay(bus, seq, who.actor)
+    details = {
+        "stream": done.stream,
+        "subject": done.subject,
+        "replayed_seq": str(done.replayed_seq),
+        "msg_id": done.msg_id,
+    }
+    await audit(
+        bus, who.actor, "deadletter.replay", str(seq), reason.strip(), details=details, record_id=f"audit:{done.msg_id}"
+    )
+    return done
+
+
 def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
     router = APIRouter(prefix="/v1/deadletters", tags=["dead letters"])
 
@@ -64,26 +80,11 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
         if len(body.reason) > MAX_REASON_CHARS:
             return error_response(422, "invalid_argument", f"reason: at most {MAX_REASON_CHARS} characters")
         try:
-            done = await dlq.replay(bus, seq, who.actor)
+            done = await replay_audited(bus, seq, who, body.reason)
         except dlq.DeadLetterNotFound as err:
             return error_response(404, "not_found", str(err))
         except dlq.NotReplayable as err:
             return error_response(409, "conflict", str(err))
-        details = {
-            "stream": done.stream,
-            "subject": done.subject,
-            "replayed_seq": str(done.replayed_seq),
-            "msg_id": done.msg_id,
-        }
-        await audit(
-            bus,
-            who.actor,
-            "deadletter.replay",
-            str(seq),
-            body.reason.strip(),
-            details=details,
-            record_id=f"audit:{done.msg_id}",
-        )
         return json_response(done, 202)
 
     return router

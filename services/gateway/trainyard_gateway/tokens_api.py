@@ -39,6 +39,38 @@ def info(record: TokenRecord) -> TokenInfo:
     )
 
 
+async def audit_created(bus: Bus, who: Principal, record: TokenRecord) -> None:
+    """The audit record of a token ``who`` created (the REST API and the console write the same)."""
+    details = {"name": record.name, "role": record.role.value, "tenant": record.tenant or ""}
+    if record.expires_at is not None:
+        details["expires_at"] = f"{record.expires_at:.0f}"
+    await audit(
+        bus,
+        who.actor,
+        "token.create",
+        record.id,
+        details=details,
+        at=record.created_at,
+        record_id=f"audit:token:create:{record.id}",
+    )
+
+
+async def revoke_audited(bus: Bus, tokens: TokenStore, who: Principal, record: TokenRecord) -> TokenRecord:
+    """Revoke ``record``'s token for ``who``, audited the first time it is revoked."""
+    revoked = await tokens.revoke(record.id, who.actor)
+    if revoked.revoked_by == who.actor and not record.revoked:
+        await audit(
+            bus,
+            who.actor,
+            "token.revoke",
+            record.id,
+            details={"name": record.name},
+            at=revoked.revoked_at,
+            record_id=f"audit:token:revoke:{record.id}",
+        )
+    return revoked
+
+
 def _no_store() -> Response:
     return error_response(501, "not_implemented", "this gateway has no token store")
 
@@ -74,18 +106,7 @@ def token_router(bus: Bus, tokens: TokenStore | None) -> APIRouter:
             record, token = await tokens.create(body.name, role, tenant, who.actor, body.expires_in_s)
         except BadTokenRequest as err:
             raise InvalidRequest([ValidationError(err.field, str(err))]) from None
-        details = {"name": record.name, "role": record.role.value, "tenant": record.tenant or ""}
-        if record.expires_at is not None:
-            details["expires_at"] = f"{record.expires_at:.0f}"
-        await audit(
-            bus,
-            who.actor,
-            "token.create",
-            record.id,
-            details=details,
-            at=record.created_at,
-            record_id=f"audit:token:create:{record.id}",
-        )
+        await audit_created(bus, who, record)
         return json_response(CreatedToken(token=token, info=info(record)), 201)
 
     @router.get("", summary="List API tokens (never their secrets)", responses=answer(200, "The tokens", TokenList))
@@ -109,17 +130,6 @@ def token_router(bus: Bus, tokens: TokenStore | None) -> APIRouter:
         record = await tokens.get(token_id)
         if record is None or not may_see(who, Action.TOKEN_ADMIN, record.tenant or ""):
             return error_response(404, "not_found", f"no token {token_id!r}")
-        revoked = await tokens.revoke(token_id, who.actor)
-        if revoked.revoked_by == who.actor and not record.revoked:
-            await audit(
-                bus,
-                who.actor,
-                "token.revoke",
-                token_id,
-                details={"name": record.name},
-                at=revoked.revoked_at,
-                record_id=f"audit:token:revoke:{token_id}",
-            )
-        return json_response(info(revoked))
+        return json_response(info(await revoke_audited(bus, tokens, who, record)))
 
     return router

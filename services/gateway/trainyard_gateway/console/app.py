@@ -11,7 +11,7 @@ from fastapi.responses import RedirectResponse, Response
 from trainyard.auth import Authenticator, Role
 from trainyard.settings import Settings
 from trainyard.store import Store
-from trainyard_gateway.console import admin, cluster, finance, jobs, nodes, session
+from trainyard_gateway.console import admin, cluster, deadletters, finance, jobs, nodes, session, tokens
 from trainyard_gateway.finance_api import ledger_opener
 from trainyard_gateway.jobs import JobOperations
 
@@ -39,4 +39,6 @@ def build_router(ops: JobOperations, store: Store, auth: Authenticator, settings
     router.include_router(nodes.build_router(ops.bus, store))
     router.include_router(finance.build_router(ops.bus, store, ledger, ops.nodes_caught_up))
     router.include_router(admin.build_router(ops.bus, store))
+    router.include_router(tokens.build_router(ops.bus, getattr(auth, "tokens", None)))  # None: no token store
+    router.include_router(deadletters.build_router(ops.bus))
     return router

@@ -10,7 +10,7 @@ found", as in the API.
 from __future__ import annotations
 
 import asyncio
-import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,12 +24,12 @@ from trainyard.domain.job import ValidationError
 from trainyard.ledger import Ledger
 from trainyard.ledger.records import LedgerRun
 from trainyard.store import views
-from trainyard.store.views import TERMINAL
-from trainyard.yaml_input import YamlTooLarge, check_yaml
+from trainyard_gateway.console.job_rows import may_be_cancelled, run_rows, runs_signature
 from trainyard_gateway.console.live import Baselines, Events, stream
 from trainyard_gateway.console.rebuilding import answers_rebuilding
 from trainyard_gateway.console.render import fragment, page
 from trainyard_gateway.console.session import Forbidden, principal, read_form
+from trainyard_gateway.console.submit_form import body_from_form, current_tenancy, form_context
 from trainyard_gateway.decoding import decode_submission
 from trainyard_gateway.jobs import Conflict, InvalidRequest, JobOperations, NotFound, check_job_id, check_tenant_name
 from trainyard_gateway.logs_api import read_logs
@@ -38,19 +38,6 @@ from trainyard_gateway.schema import JobView
 from trainyard_gateway.security import csrf_token
 
 LIST_LIMIT = 200
-GPU_TYPES = ("H100", "A100", "H200", "B200")
-EXAMPLE_YAML = """\
-name: llama-7b
-queue: default
-priority_class: standard
-roles:
-  - name: trainer
-    replicas: 2
-    gpus_per_replica: 8
-    gpu_type: H100
-simulated_duration_s: 30
-"""
-
 OUTPUT_TAIL = 4096  # bytes of rank 0's output shown on a job's page
 
 
@@ -97,7 +84,7 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
             tenant_filter(who, Action.JOB_CANCEL, None)
         except PermissionDenied:
             return False
-        return job.status not in TERMINAL
+        return may_be_cancelled(job)
 
     async def output_tail(who: Principal, job: JobView | None) -> tuple[str | None, str | None]:
         """The last few KiB of rank 0's output of the latest attempt, or why there is none."""
@@ -110,11 +97,12 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
         return chunk.data, None
 
     async def detail_context(who: Principal, job: JobView | None) -> dict[str, Any]:
-        runs = await runs_of(job.job_id) if job is not None else []
+        runs = run_rows(job, await runs_of(job.job_id) if job is not None else [], time.time())
         output, output_note = await output_tail(who, job)
         return {
             "job": job,
             "runs": runs,
+            "runs_seen": runs_signature(runs),
             "output": output,
             "output_note": output_note,
             "steps": timeline(job) if job else [],
@@ -147,6 +135,7 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
             status=status,
             tenant=tenant,
             statuses=JOB_STATUSES,
+            filtered=bool(status or tenant),
             view=view,
             counts=await ops.caught_up.read(lambda: views.status_counts(ops.store)) if who.tenant is None else None,
         )
@@ -164,7 +153,7 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
             now = {j.job_id: row_signature(j) for j in jobs}
             before, shown = shown, now
             if before is None or list(before) != list(now):  # rows came or went: the whole table
-                return [("jobs-table", fragment("_job_rows.html", jobs=jobs, who=who))]
+                return [("jobs-table", fragment("_job_rows.html", jobs=jobs, who=who, filtered=bool(status or tenant)))]
             return [
                 (f"job-{j.job_id}", fragment("_job_row.html", job=j)) for j in jobs if before[j.job_id] != now[j.job_id]
             ]
@@ -180,7 +169,7 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
         who = principal(request)
         if not _may_submit(who):
             return page(request, "error.html", who, status_code=403, message=f"{who} may not submit jobs")
-        return page(request, "job_new.html", who, **_form_context(who, {}, []))
+        return page(request, "job_new.html", who, **form_context(who, await current_tenancy(ops.bus), {}, []))
 
     @router.post("/new")
     @answers_rebuilding
@@ -191,15 +180,17 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
         except Forbidden as err:
             return page(request, "error.html", who, status_code=403, message=str(err))
         try:
-            body = decode_submission(msgspec.json.encode(_body_from_form(who, fields)))
+            body = decode_submission(msgspec.json.encode(body_from_form(who, fields)))
             spec = body.job_spec()
             tenant_filter(who, Action.JOB_SUBMIT, spec.tenant)
             job_id = await ops.submit(spec, body.job_id, actor=who.actor)
         except InvalidRequest as err:
-            return page(request, "job_new.html", who, status_code=422, **_form_context(who, fields, err.errors))
+            context = form_context(who, await current_tenancy(ops.bus), fields, err.errors)
+            return page(request, "job_new.html", who, status_code=422, **context)
         except (PermissionDenied, Conflict) as err:
             problem = [ValidationError("tenant" if isinstance(err, PermissionDenied) else "job_id", str(err))]
-            return page(request, "job_new.html", who, status_code=403, **_form_context(who, fields, problem))
+            context = form_context(who, await current_tenancy(ops.bus), fields, problem)
+            return page(request, "job_new.html", who, status_code=403, **context)
         return RedirectResponse(f"/jobs/{job_id}?submitted=1", status_code=303)
 
     @router.get("/{job_id}")
@@ -214,8 +205,9 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
             return page(request, "error.html", who, status_code=403, message=str(err))
         if job is None and not submitted:
             return page(request, "error.html", who, status_code=404, message=f"no job {job_id!r}")
-        view = baselines.keep({job_id: detail_signature(job)})
-        return page(request, "job.html", who, job_id=job_id, view=view, **await detail_context(who, job))
+        context = await detail_context(who, job)
+        view = baselines.keep({job_id: f"{detail_signature(job)}#{context['runs_seen']}"})
+        return page(request, "job.html", who, job_id=job_id, view=view, **context)
 
     @router.get("/{job_id}/stream")
     async def job_stream(request: Request, job_id: str, view: str = "") -> Response:
@@ -227,7 +219,8 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
         async def poll() -> Events:
             nonlocal shown
             job = await read_job(who, job_id)
-            now = detail_signature(job)
+            runs = run_rows(job, await runs_of(job_id) if job is not None else [], time.time())
+            now = f"{detail_signature(job)}#{runs_signature(runs)}"
             if now == shown:
                 return []
             shown = now
@@ -240,13 +233,37 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
 
         return stream(request, poll)
 
+    async def confirm_cancel(request: Request, who: Principal, job_id: str, reason: str = "") -> Response:
+        """The page that asks whether to cancel, naming the job and its GPUs."""
+        job = await read_job(who, job_id) if not check_job_id(job_id) else None
+        if job is None:
+            return page(request, "error.html", who, status_code=404, message=f"no job {job_id!r}")
+        if not may_cancel(who, job):
+            message = f"job {job_id} is {job.status}: only a pending, admitted, placed or running job can be cancelled"
+            return page(request, "error.html", who, status_code=409, message=message)
+        return page(request, "job_cancel.html", who, job=job, reason=reason)
+
+    @router.get("/{job_id}/cancel")
+    @answers_rebuilding
+    async def cancel_page(request: Request, job_id: str) -> Response:
+        who = principal(request)
+        try:
+            tenant_filter(who, Action.JOB_CANCEL, None)
+        except PermissionDenied as err:
+            return page(request, "error.html", who, status_code=403, message=str(err))
+        return await confirm_cancel(request, who, job_id)
+
     @router.post("/{job_id}/cancel")
     @answers_rebuilding
     async def cancel(request: Request, job_id: str) -> Response:
+        """Cancels once the confirmation page's form names the job; a form
+        without that confirmation gets the confirmation page."""
         who = principal(request)
         try:
             fields = await read_form(request)
             scope = tenant_filter(who, Action.JOB_CANCEL, None)
+            if fields.get("confirm") != job_id:
+                return await confirm_cancel(request, who, job_id, (fields.get("reason") or "").strip()[:256])
             reason = (fields.get("reason") or "").strip()[:256] or "cancelled from the console"
             await ops.cancel(job_id, scope, reason, actor=who.actor)
         except (Forbidden, PermissionDenied) as err:
@@ -268,107 +285,3 @@ def _may_submit(who: Principal) -> bool:
     except PermissionDenied:
         return False
     return True
-
-
-def _form_context(who: Principal, fields: dict[str, str], errors: list[ValidationError]) -> dict[str, Any]:
-    defaults = {
-        "mode": "form",
-        "tenant": who.tenant or "",
-        "queue": "default",
-        "name": "job",
-        "replicas": "1",
-        "gpus_per_replica": "8",
-        "gpu_type": "H100",
-        "priority_class": "standard",
-        "duration": "30",
-        "image": "",
-        "job_id": "",
-        "yaml": EXAMPLE_YAML,
-    }
-    return {
-        "form": defaults | {k: v for k, v in fields.items() if k in defaults},
-        "errors": errors,
-        "gpu_types": GPU_TYPES,
-    }
-
-
-def _int(fields: dict[str, str], name: str) -> int | str:
-    """The field as a whole number when it is ASCII digits (so '²', which
-    ``str.isdigit`` accepts, stays text), else as sent, for the API to refuse."""
-    value = fields.get(name, "").strip()
-    return int(value) if _DIGITS.fullmatch(value) else value
-
-
-_DIGITS = re.compile(r"[0-9]{1,12}")
-#: How deep a job spec written as YAML may nest: a real one is four or five levels.
-MAX_YAML_DEPTH = 32
-
-
-def _yaml_problem(body: Any) -> str | None:
-    """Why the decoded YAML cannot be a JSON job spec: a key that is not text
-    (``~: 1``, ``yes: 1``, ``1: x``), or nesting past :data:`MAX_YAML_DEPTH`."""
-    stack: list[tuple[Any, str, int]] = [(body, "", 0)]
-    while stack:
-        value, path, depth = stack.pop()
-        if depth > MAX_YAML_DEPTH:
-            return f"nested more than {MAX_YAML_DEPTH} levels deep; a job spec is a few levels deep"
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if not isinstance(key, str):
-                    where = f" in {path}" if path else ""
-                    return f"every key must be text, but {key!r}{where} is not (quote it)"
-                stack.append((item, f"{path}.{key}" if path else key, depth + 1))
-        elif isinstance(value, list):
-            stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value))
-    return None
-
-
-def _body_from_form(who: Principal, fields: dict[str, str]) -> dict[str, Any]:
-    """The submission as the REST API takes it, from the form or its YAML;
-    a tenant-bound caller's tenant is its own unless the YAML names another
-    (which is then refused, as the API refuses it)."""
-    if fields.get("mode") == "yaml":
-        try:
-            text = fields.get("yaml", "").encode()
-            check_yaml(text, "the job spec")
-            body = msgspec.yaml.decode(text)
-        except YamlTooLarge as err:
-            raise InvalidRequest([ValidationError("yaml", str(err))]) from None
-        except msgspec.DecodeError as err:
-            raise InvalidRequest([ValidationError("yaml", f"not valid YAML: {err}")]) from None
-        except RecursionError:
-            raise InvalidRequest(
-                [ValidationError("yaml", "nested too deeply; a job spec is a few levels deep")]
-            ) from None
-        problem = _yaml_problem(body)
-        if problem:
-            raise InvalidRequest([ValidationError("yaml", problem)])
-        if not isinstance(body, dict):
-            raise InvalidRequest([ValidationError("yaml", "give one job spec: a mapping with tenant, queue and roles")])
-        body.setdefault("tenant", who.tenant or fields.get("tenant") or "")
-        return body
-    body: dict[str, Any] = {
-        "tenant": who.tenant or fields.get("tenant", "").strip(),
-        "queue": fields.get("queue", "").strip() or "default",
-        "name": fields.get("name", "").strip() or "job",
-        "priority_class": fields.get("priority_class", "").strip() or "standard",
-        "roles": [
-            {
-                "name": "trainer",
-                "replicas": _int(fields, "replicas"),
-                "gpus_per_replica": _int(fields, "gpus_per_replica"),
-                "gpu_type": fields.get("gpu_type", "H100"),
-            }
-        ],
-    }
-    duration, image = fields.get("duration", "").strip(), fields.get("image", "").strip()
-    if image:
-        body["image"] = image
-    if duration:
-        try:
-            body["simulated_duration_s"] = float(duration)
-        except ValueError:
-            raise InvalidRequest([ValidationError("duration", f"{duration!r} is not a number of seconds")]) from None
-    if fields.get("job_id", "").strip():
-        body["job_id"] = fields["job_id"].strip()
-    return body

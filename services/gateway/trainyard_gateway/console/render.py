@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 
 from trainyard.auth import Action, Principal
 from trainyard.auth.policy import scope_of
 from trainyard.core.reasons import REASON_TEXT, PendingReason
+from trainyard_gateway.console.job_rows import elapsed, nodes_of
 from trainyard_gateway.security import csrf_token
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -29,6 +32,8 @@ NAV: tuple[tuple[str, str, Action], ...] = (
     ("Usage", "/usage", Action.USAGE_READ),
     ("Capacity", "/finance/capacity", Action.CAPACITY_READ),
     ("Tenancy", "/admin/tenancy", Action.TENANCY_READ),
+    ("Tokens", "/admin/tokens", Action.TOKEN_ADMIN),
+    ("Dead letters", "/admin/deadletters", Action.DLQ_READ),
 )
 
 
@@ -43,6 +48,44 @@ def clock(at: float | None) -> str:
     when = dt.datetime.fromtimestamp(at, dt.UTC)
     today = dt.datetime.now(dt.UTC).date()
     return when.strftime("%H:%M:%S" if when.date() == today else "%Y-%m-%d %H:%M:%S") + "Z"
+
+
+def when(at: float | None, text: str | None = None) -> markupsafe.Markup:
+    """A ``<time>`` element showing the UTC time (as :func:`clock` writes it),
+    or ``text`` (say, "3m ago"); console.js shows the time in the browser's time
+    zone and keeps the UTC time on hover.  Without scripts it stays UTC."""
+    if at is None:
+        return markupsafe.Markup("")
+    iso = dt.datetime.fromtimestamp(at, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    utc = clock(at)
+    if text is not None:
+        return markupsafe.Markup('<time class="ago" datetime="{}" title="{}">{}</time>').format(iso, utc, text)
+    return markupsafe.Markup('<time datetime="{}" title="{}">{}</time>').format(iso, utc, utc)
+
+
+#: ``token:<16 hex digits>:<name>``, alone or inside a longer actor (``operator:token:…:op1``).
+_TOKEN_ACTOR = re.compile(r"(?:^|:)token:[0-9a-f]{16}:([A-Za-z0-9_-]{1,64})$")
+
+
+def person(actor: str | None) -> str:
+    """The name a person knows an actor by: a token's name, a JWT's subject,
+    a service's name; the raw id when it is none of these."""
+    if not actor:
+        return ""
+    found = _TOKEN_ACTOR.search(actor)
+    if found:
+        return found.group(1)
+    for prefix in ("jwt:", "service:", "operator:"):
+        if actor.startswith(prefix) and len(actor) > len(prefix):
+            return actor[len(prefix) :]
+    return actor
+
+
+def actor(value: str | None) -> markupsafe.Markup:
+    """An actor as a person's name, with the raw id on hover."""
+    if not value:
+        return markupsafe.Markup("")
+    return markupsafe.Markup('<span class="actor" title="{}">{}</span>').format(value, person(value))
 
 
 def ago(at: float | None) -> str:
@@ -91,8 +134,11 @@ environment = jinja2.Environment(
     lstrip_blocks=True,
     undefined=jinja2.StrictUndefined,
 )
-environment.filters.update(clock=clock, ago=ago, span=span, reason_text=reason_text, tenant_colour=tenant_colour)
-environment.globals.update(may=may, Action=Action)
+environment.filters.update(
+    clock=clock, when=when, actor=actor, person=person, ago=ago, span=span, reason_text=reason_text
+)
+environment.filters.update(tenant_colour=tenant_colour)
+environment.globals.update(may=may, Action=Action, elapsed=elapsed, nodes_of=nodes_of, now=time.time)
 
 
 def fragment(name: str, **context: Any) -> str:

@@ -70,6 +70,19 @@ def refusal(request: Request, who: Principal, action: Action) -> Response | None
     return None
 
 
+async def form_for(request: Request, action: Action) -> tuple[Principal, dict[str, str], Response | None]:
+    """The caller and the fields of a form it sent to do ``action``; with the
+    403 page instead when its role may not, or the form is not this session's."""
+    who = principal(request)
+    refused = refusal(request, who, action)
+    if refused:
+        return who, {}, refused
+    try:
+        return who, await read_form(request), None
+    except Forbidden as err:
+        return who, {}, page(request, "error.html", who, status_code=403, message=str(err))
+
+
 def _login_page(request: Request, nonce: str, status_code: int = 200, message: str = "") -> Response:
     """The login page, whose form carries the CSRF token of the login cookie ``nonce``."""
     response = page(request, "login.html", None, status_code=status_code, message=message, csrf=login_csrf(nonce))
