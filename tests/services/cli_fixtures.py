@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -33,6 +36,23 @@ from trainyard.settings import Settings
 from trainyard.store import Projector, Store
 from trainyard.testing.auth import Callers
 from trainyard.testing.waiting import eventually
+
+
+def user_env(home: Path) -> dict[str, str]:
+    """This process's environment without TRAINYARD_* settings, with its own home."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
+    env["HOME"] = str(home)
+    env["COLUMNS"] = "80"  # what a narrow terminal reports: a pipe must not be cut to it
+    return env
+
+
+async def trainyard(*args: str, home: Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``trainyard ARGS`` in a process of its own, its output piped (not a terminal)."""
+    argv = [sys.executable, "-m", "trainyard.cli.main", *args]
+    return await asyncio.to_thread(
+        subprocess.run, argv, capture_output=True, text=True, env=user_env(home), cwd=cwd, timeout=120
+    )
+
 
 LONG_NAME = "pretrain-" + "x" * 110  # far wider than an 80-column terminal
 NODES = [f"gpu-node-{i:03d}" for i in range(5)]

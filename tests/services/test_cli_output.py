@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -17,28 +16,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_fixtures import LONG_NAME, NODES, served
+from cli_fixtures import LONG_NAME, NODES, served, trainyard, user_env
 
 from trainyard.bus import Bus
 from trainyard.cli.discovery import remember_stack
 from trainyard.store import Store
 from trainyard.testing.auth import Callers
-
-
-def user_env(home: Path) -> dict[str, str]:
-    """This process's environment without TRAINYARD_* settings, with its own home."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
-    env["HOME"] = str(home)
-    env["COLUMNS"] = "80"  # what a narrow terminal reports: a pipe must not be cut to it
-    return env
-
-
-async def trainyard(*args: str, home: Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """``trainyard ARGS`` in a process of its own, its output piped (not a terminal)."""
-    argv = [sys.executable, "-m", "trainyard.cli.main", *args]
-    return await asyncio.to_thread(
-        subprocess.run, argv, capture_output=True, text=True, env=user_env(home), cwd=cwd, timeout=120
-    )
 
 
 @pytest.fixture

@@ -340,3 +340,28 @@ def test_a_full_spec_survives_the_trip_through_protobuf() -> None:
     )
 
     assert spec_from_proto(spec_to_proto(original)) == original
+
+
+async def test_list_jobs_pages_with_a_cursor_filters_by_time_and_refuses_a_damaged_cursor(
+    stub: pb_grpc.JobServiceStub, bus: Bus, store: Store
+) -> None:
+    for n in range(5):
+        await record_job(bus, f"j-{n}")  # submitted at 0.5
+    await project(bus, store, "JOBS")
+
+    ids, cursor = [], ""
+    while True:
+        page = await stub.ListJobs(pb.ListJobsRequest(limit=2, cursor=cursor), timeout=10)
+        ids += [j.job_id for j in page.jobs]
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    before = await stub.ListJobs(pb.ListJobsRequest(submitted_before=0.6), timeout=10)
+    after = await stub.ListJobs(pb.ListJobsRequest(submitted_after=0.6), timeout=10)
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await stub.ListJobs(pb.ListJobsRequest(cursor="not-a-cursor"), timeout=10)
+
+    assert ids == ["j-4", "j-3", "j-2", "j-1", "j-0"]
+    assert len(before.jobs) == 5 and not before.next_cursor and list(after.jobs) == []
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "cursor: the cursor is damaged or truncated" in (raised.value.details() or "")

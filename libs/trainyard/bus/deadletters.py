@@ -139,19 +139,28 @@ async def listing(bus: Bus, limit: int = 50, stream: str | None = None, before: 
     """Up to ``limit`` dead letters, newest first: those from ``stream`` only
     when named, and below sequence ``before`` when given (to page back).  At
     most :data:`SCAN_LIMIT` dead letters are looked at."""
+    letters, _ = await listing_page(bus, limit, stream, before)
+    return letters
+
+
+async def listing_page(
+    bus: Bus, limit: int = 50, stream: str | None = None, before: int | None = None
+) -> tuple[list[DeadLetter], int | None]:
+    """:func:`listing`, and the ``before`` of the next page: the lowest
+    sequence looked at, or None when the stream's first was looked at."""
     info = await bus.js.stream_info(STREAM)
     first, last = max(info.state.first_seq, 1), info.state.last_seq
     if before is not None:
         last = min(last, before - 1)
     wanted = subjects.deadletter(stream) if stream is not None else None
     out: list[DeadLetter] = []
-    for seq in range(last, max(first, last - SCAN_LIMIT + 1) - 1, -1):
-        if len(out) >= limit:
-            break
+    seq = last + 1
+    while seq > max(first, last - SCAN_LIMIT + 1) and len(out) < limit:
+        seq -= 1
         raw = await _get(bus, seq)
         if raw is not None and (wanted is None or raw.subject == wanted):
             out.append(_record(raw, with_data=False))
-    return out
+    return out, (seq if seq > first else None)
 
 
 async def _original(bus: Bus, seq: int, letter: DeadLetter, data: bytes) -> nats.js.api.RawStreamMsg:

@@ -23,6 +23,7 @@ __all__ = ["DEFAULT_API_URL", "ApiError", "Client", "resolve_api_url", "resolve_
 
 TOKEN_ENV = "TRAINYARD_TOKEN"
 ADMIN_TOKEN_FILE = "admin-token"  # as trainyard.auth.bootstrap writes it (that package is slow to import)
+MAX_PAGE = 1000  # the most items the gateway returns per page
 _chosen: dict[str, str] = {}  # "token": the global --token option, when given
 
 
@@ -115,6 +116,23 @@ class Client:
         if reply.status_code >= 400:
             raise ApiError(describe_error(reply, self.token is not None), reply.status_code)
         return reply.json() if reply.content else None
+
+    def walk(
+        self, path: str, key: str, params: Mapping[str, Any], most: int | None, page: int = MAX_PAGE
+    ) -> tuple[list[Any], str | None]:
+        """The ``key`` items of the list at ``path``, page after page (each
+        page's ``next_cursor`` sent back as ``cursor``), until ``most`` items
+        (every one when None) or the last page; and the cursor of the page
+        after the last one read (None: the list has ended)."""
+        items: list[Any] = []
+        cursor = params.get("cursor")
+        while True:
+            size = page if most is None else max(1, min(page, most - len(items)))
+            answer = self.request("GET", path, params={**params, "limit": size, "cursor": cursor})
+            items += answer[key]
+            cursor = answer.get("next_cursor")
+            if cursor is None or (most is not None and len(items) >= most):
+                return items, cursor
 
     def _send(self, method: str, path: str, params: Mapping[str, Any] | None, body: Any) -> Reply:
         import http.client

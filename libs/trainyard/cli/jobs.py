@@ -4,7 +4,8 @@ script reads them (formats: :mod:`trainyard.cli.output`)."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -13,12 +14,14 @@ from rich.markup import escape
 from trainyard.cli.client import ApiError, Client
 from trainyard.cli.output import AsJson, Column, Item, NoHeaders, Output, OutputOpt, chosen, print_items, print_shown
 
+T = TypeVar("T")
 console = Console(soft_wrap=True)  # a long line is not broken at 80 columns when piped
 err_console = Console(stderr=True)
 
 DataDir = typer.Option(".trainyard", "--data-dir", envvar="TRAINYARD_DATA_DIR", help="Where `up` keeps its state.")
 ApiUrl = typer.Option(None, "--api-url", help="Gateway URL (default: the stack found from here; see docs/cli.md).")
 
+FIRST_PAGE = 50  # jobs `trainyard jobs` lists without --limit or --all
 NODES_SHOWN = 3  # nodes a table names before "+N" (-o wide names every one)
 #: What users of Ray's `ray job ...` type after `trainyard job`, and the Trainyard command for it.
 _RAY_JOB_VERBS = {
@@ -32,8 +35,13 @@ _RAY_JOB_VERBS = {
 
 def request(api_url: str | None, data_dir: str, method: str, path: str, **kwargs: Any) -> Any:
     """One call to the gateway; an error ends the command with exit 1, saying what went wrong."""
+    return calling(api_url, data_dir, lambda client: client.request(method, path, **kwargs))
+
+
+def calling(api_url: str | None, data_dir: str, call: Callable[[Client], T]) -> T:
+    """``call`` on the gateway's client; an error ends the command with exit 1, saying what went wrong."""
     try:
-        return Client.for_cli(api_url, data_dir).request(method, path, **kwargs)
+        return call(Client.for_cli(api_url, data_dir))
     except ApiError as err:
         err_console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False)
         raise typer.Exit(1) from err
@@ -110,7 +118,15 @@ def job_columns(now: float, every_node: bool = False) -> list[Column]:
 def jobs(
     tenant: str | None = typer.Option(None, help="Only this tenant's jobs."),
     status: str | None = typer.Option(None, help="Only jobs in this status."),
-    limit: int = typer.Option(50, help="At most this many (newest first)."),
+    submitted_after: str | None = typer.Option(
+        None, help="Only jobs submitted at or after this time (a date, an ISO 8601 time or Unix seconds)."
+    ),
+    submitted_before: str | None = typer.Option(None, help="Only jobs submitted before this time."),
+    limit: int | None = typer.Option(
+        None, help=f"List this many (newest first), reading as many pages as that takes [default: {FIRST_PAGE}]."
+    ),
+    every: bool = typer.Option(False, "--all", help="List every job, reading every page."),
+    cursor: str | None = typer.Option(None, help="Start after the jobs already listed (the cursor a list printed)."),
     output: Output = OutputOpt,
     as_json: bool = AsJson,
     no_headers: bool = NoHeaders,
@@ -119,14 +135,32 @@ def jobs(
 ) -> None:
     """List jobs, newest first: status, elapsed time, nodes and why each waits.
 
-    `-o wide` adds columns, `-o json|yaml` prints everything, `-o name` only ids;
-    piped (`trainyard jobs | grep running`) the table is printed whole."""
-    params = {k: v for k, v in {"tenant": tenant, "status": status, "limit": limit}.items() if v is not None}
-    rows = request(api_url, data_dir, "GET", "/v1/jobs", params=params)
-    items = rows["jobs"] if isinstance(rows, dict) else rows
+    Shows the newest 50 and says how to see more: `--limit N` or `--all` read
+    page after page (`-o json` then prints every job as one list), `--cursor`
+    goes on from where a list stopped.  `-o wide` adds columns, `-o json|yaml`
+    prints everything, `-o name` only ids; piped (`trainyard jobs | grep
+    running`) the table is printed whole."""
+    params = {
+        "tenant": tenant,
+        "status": status,
+        "submitted_after": submitted_after,
+        "submitted_before": submitted_before,
+        "cursor": cursor,
+    }
+    if limit is not None and limit < 1:
+        raise typer.BadParameter(f"{limit} jobs: give 1 or more (or --all)", param_hint="--limit")
+    most = None if every else limit or FIRST_PAGE
+    items, following = calling(api_url, data_dir, lambda client: client.walk("/v1/jobs", "jobs", params, most))
     output = chosen(output, as_json)
     columns = job_columns(time.time(), every_node=output is Output.wide)
     print_items(items, columns, output, no_headers, name=lambda j: j["job_id"])
+    if following is not None:
+        err_console.print(
+            f"{len(items)} shown; more: `trainyard jobs --limit N` or `--all` (same filters), "
+            f"or the next ones with `--cursor {following}`",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def job(

@@ -98,58 +98,12 @@ async def list_jobs(
     store: Store, tenant: str | None = None, status: str | None = None, limit: int = 100, newest_first: bool = True
 ) -> list[JobRecord]:
     """Up to ``limit`` jobs, newest first (or oldest), of one tenant or all,
-    of one status or any.  A status is read from its own index (the fold keeps
-    ``bystatus:<status>`` and ``tbystatus:<tenant>:<status>``), so every job of
-    that status is found however many newer jobs came after it."""
-    everything = store.key("tenant", tenant) if tenant else store.key("jobs")
-    if status is not None and not await _status_indexed(store, status):
-        return await _scan_for_status(store, everything, tenant, status, limit, newest_first)
-    if status is None:
-        index = everything
-    else:
-        index = store.key("tbystatus", tenant, status) if tenant else store.key("bystatus", status)
-    ids = await _index_range(store, index, 0, limit - 1, newest_first)
-    jobs = await get_jobs(store, ids)
-    # an index moves in the same script as the hash, so these filters only
-    # guard against a job read between two folds
-    return [j for j in jobs if (not tenant or j.tenant == tenant) and (not status or j.status == status)]
+    of one status or any: the first pages of :func:`trainyard.store.job_pages.page_jobs`
+    (which lists page by page, with more filters)."""
+    from trainyard.store import job_pages  # it reads jobs with get_jobs, here
 
-
-async def _index_range(store: Store, index: str, start: int, stop: int, newest_first: bool) -> list[str]:
-    if newest_first:
-        return await store.redis.zrevrange(index, start, stop)
-    return await store.redis.zrange(index, start, stop)
-
-
-async def _status_indexed(store: Store, status: str) -> bool:
-    """Whether the index of ``status`` holds every job of that status: not so
-    in a projection folded before the status indexes existed (until it is
-    rebuilt), which :func:`list_jobs` then reads the slow way."""
-    pipe = store.redis.pipeline(transaction=True)  # both in one moment: the fold moves them together
-    pipe.hget(store.key("counts"), status)
-    pipe.zcard(store.key("bystatus", status))
-    counted, indexed = await pipe.execute()
-    return int(counted or 0) == indexed
-
-
-_SCAN_PAGE = 2048  # jobs read per step of the slow way
-
-
-async def _scan_for_status(
-    store: Store, index: str, tenant: str | None, status: str, limit: int, newest_first: bool
-) -> list[JobRecord]:
-    """Every job of the index read for its status, page by page, until
-    ``limit`` of ``status`` are found or the index ends."""
-    found: list[str] = []
-    start = 0
-    while len(found) < limit:
-        ids = await _index_range(store, index, start, start + _SCAN_PAGE - 1, newest_first)
-        if not ids:
-            break
-        heads = await get_jobs(store, ids, ("status",))
-        found += [j.job_id for j in heads if j.status == status and (not tenant or j.tenant == tenant)]
-        start += _SCAN_PAGE
-    return [j for j in await get_jobs(store, found[:limit]) if j.status == status]
+    query = job_pages.JobQuery(tenant=tenant, status=status, newest_first=newest_first)
+    return await job_pages.list_jobs(store, query, limit)
 
 
 async def ids_in(store: Store, index: str, limit: int = -1) -> list[str]:

@@ -25,6 +25,7 @@ from trainyard.bus.audit import audit
 from trainyard.bus.permissions import STREAMS
 from trainyard.settings import Settings
 from trainyard.store import Store
+from trainyard_gateway import pages
 from trainyard_gateway.errors import error_response, json_response
 from trainyard_gateway.schema import DeadLetterList, ReplayBody
 from trainyard_gateway.security import allow, read_body
@@ -56,13 +57,21 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
     async def list_deadletters(
         limit: int = Query(50, ge=1, le=1000, description="At most this many"),
         stream: str | None = Query(None, description=f"Only those from this stream ({', '.join(STREAMS[:-1])})"),
-        before: int | None = Query(None, ge=1, description="Only those below this sequence (the next page)"),
+        before: int | None = Query(None, ge=1, description="Only those below this sequence (or use cursor)"),
+        cursor: str | None = Query(None, description="`next_cursor` of the previous page."),
         who: Principal = allow(Action.DLQ_READ),
     ) -> Response:
         if stream is not None and stream.upper() not in STREAMS:
             return error_response(422, "invalid_argument", f"stream: one of {', '.join(STREAMS)}, not {stream!r}")
-        letters = await dlq.listing(bus, limit, stream.upper() if stream else None, before)
-        return json_response(DeadLetterList(letters))
+        stream = stream.upper() if stream else None
+        query: pages.Query = {"stream": stream}
+        after = pages.position(cursor, "deadletters", query, (int,))
+        if after is not None and before is not None:
+            return error_response(422, "invalid_argument", "before: leave it out when you pass cursor")
+        before = int(after[0]) if after is not None else before  # type: ignore[arg-type]
+        letters, lowest = await dlq.listing_page(bus, limit, stream, before)
+        following = pages.next_cursor("deadletters", query, None if lowest is None else [lowest])
+        return json_response(DeadLetterList(letters, following))
 
     @router.get("/{seq}", summary="One dead letter with the data it kept")
     async def show_deadletter(seq: int, who: Principal = allow(Action.DLQ_READ)) -> Response:

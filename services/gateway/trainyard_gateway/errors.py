@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException
 from trainyard.auth import KeysUnavailable, PermissionDenied, Unauthenticated, challenge
 from trainyard.domain.job import ValidationError
 from trainyard.store.caught_up import ProjectionRebuilding
-from trainyard_gateway.jobs import Conflict, InvalidRequest, NotFound
+from trainyard_gateway.jobs import BadCursor, Conflict, InvalidRequest, NotFound
 from trainyard_gateway.schema import ErrorBody, FieldError
 
 #: Infrastructure failures: the caller should retry.
@@ -66,6 +66,8 @@ def unavailable_response(err: Exception) -> Response:
 def install_error_handlers(app: FastAPI) -> None:
     async def invalid(_: Request, err: Exception) -> Response:
         assert isinstance(err, InvalidRequest)
+        if isinstance(err, BadCursor):
+            return error_response(400, "invalid_cursor", f"the cursor is not usable here: {err}", err.errors)
         return error_response(422, "invalid_argument", "the request is invalid; nothing was changed", err.errors)
 
     async def unauthenticated(request: Request, err: Exception) -> Response:

@@ -28,6 +28,7 @@ from trainyard._pb.trainyard.v1 import jobs_pb2 as pb
 from trainyard._pb.trainyard.v1 import jobs_pb2_grpc as pb_grpc
 from trainyard.auth import Action, Authenticator, PermissionDenied, Principal, Unauthenticated, authorize, tenant_filter
 from trainyard.domain.job import JobSpec, Role, TopologyConstraint, ValidationError
+from trainyard_gateway import pages
 from trainyard_gateway.decoding import convert
 from trainyard_gateway.errors import UNAVAILABLE
 from trainyard_gateway.jobs import (
@@ -43,7 +44,7 @@ from trainyard_gateway.jobs import (
     require_valid,
 )
 from trainyard_gateway.logs_api import MAX_CHUNK, read_logs
-from trainyard_gateway.metrics import JOB_STATUSES, GatewayMetrics
+from trainyard_gateway.metrics import GatewayMetrics
 from trainyard_gateway.schema import JobView
 
 log = logging.getLogger(__name__)
@@ -254,16 +255,20 @@ class JobService(pb_grpc.JobServiceServicer):
     async def ListJobs(self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext) -> pb.ListJobsResponse:
         async def work() -> pb.ListJobsResponse:
             who = await self._caller(context, Action.JOB_LIST)
-            errors = check_tenant_name(request.tenant or None)
-            if request.status and request.status not in JOB_STATUSES:
-                errors.append(ValidationError("status", f"{request.status!r} is not one of {', '.join(JOB_STATUSES)}"))
             if not 0 <= request.limit <= MAX_LIST_LIMIT:
-                errors.append(ValidationError("limit", f"must be between 1 and {MAX_LIST_LIMIT} (0 means 100)"))
-            if errors:
-                raise InvalidRequest(errors)
-            tenant = tenant_filter(who, Action.JOB_LIST, request.tenant or None)
-            jobs = await self.ops.list(tenant=tenant, status=request.status or None, limit=request.limit or 100)
-            return pb.ListJobsResponse(jobs=[job_to_proto(j) for j in jobs])
+                raise InvalidRequest(
+                    [ValidationError("limit", f"must be between 1 and {MAX_LIST_LIMIT} (0 means 100)")]
+                )
+            query, after = pages.job_request(
+                who,
+                request.tenant or None,
+                request.status or None,
+                request.submitted_after if request.HasField("submitted_after") else None,
+                request.submitted_before if request.HasField("submitted_before") else None,
+                request.cursor or None,
+            )
+            page = await pages.job_page(self.ops, query, request.limit or 100, after)
+            return pb.ListJobsResponse(jobs=[job_to_proto(j) for j in page.jobs], next_cursor=page.next_cursor or "")
 
         return await self._serve("ListJobs", context, work)
 

@@ -33,8 +33,9 @@ from trainyard.core.lifecycle import JobRecord
 from trainyard.domain.job import JobSpec, ValidationError, validate_job_spec
 from trainyard.events import CancelJob, SubmitJob, subjects
 from trainyard.ledger.archive import JobArchive
-from trainyard.store import Store, views, waiting
+from trainyard.store import Store, job_hash, job_pages, views, waiting
 from trainyard.store.caught_up import CaughtUpReads
+from trainyard.store.job_pages import JobQuery, Position
 from trainyard.store.views import TERMINAL
 from trainyard_gateway.schema import JobView
 
@@ -43,12 +44,19 @@ JOB_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # always fullmatch: "$" would le
 MAX_SUBMIT_BYTES = 256 * 1024
 MAX_LIST_LIMIT = 1000
 MAX_REASON_CHARS = 256
+#: What a list shows of each job: all but its spec.
+LISTED = tuple(f for f in job_hash.FIELDS if f != "spec")
 
 
 class InvalidRequest(Exception):
     def __init__(self, errors: list[ValidationError]) -> None:
         super().__init__("; ".join(str(e) for e in errors))
         self.errors = errors
+
+
+class BadCursor(InvalidRequest):
+    """A ``cursor`` that is not one the gateway gave out for this list and
+    these filters (:mod:`trainyard_gateway.pages`): 400, gRPC INVALID_ARGUMENT."""
 
 
 class NotFound(Exception):
@@ -175,12 +183,20 @@ class JobOperations:
         return view
 
     async def list(self, tenant: str | None = None, status: str | None = None, limit: int = 100) -> list[JobView]:
-        """Jobs, newest first, without their specs."""
+        """The first ``limit`` jobs, newest first, without their specs."""
+        jobs, _ = await self.page(JobQuery(tenant=tenant, status=status), limit)
+        return jobs
 
-        async def read() -> list[JobView]:
-            jobs = await views.list_jobs(self.store, tenant=tenant, status=status, limit=limit)
-            why = await waiting.read(self.store, jobs)
-            return [JobView.of(j, why.get(j.job_id), with_spec=False) for j in jobs]
+    async def page(
+        self, query: JobQuery, limit: int = 100, after: Position | None = None
+    ) -> tuple[list[JobView], Position | None]:
+        """A page of jobs without their specs, and where the next page starts
+        after (None: the list has ended); see :mod:`trainyard.store.job_pages`."""
+
+        async def read() -> tuple[list[JobView], Position | None]:
+            page = await job_pages.page_jobs(self.store, query, limit, after, LISTED)
+            why = await waiting.read(self.store, page.jobs)
+            return [JobView.of(j, why.get(j.job_id), with_spec=False) for j in page.jobs], page.next
 
         return await self.caught_up.read(read)
 

@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from trainyard.auth import Action, Authenticator, Principal, authorize, tenant_filter
 from trainyard.domain.job import ValidationError
 from trainyard.store import Store, views
-from trainyard_gateway import finance_api, openapi, tokens_api
+from trainyard_gateway import finance_api, openapi, pages, tokens_api
 from trainyard_gateway.console import assets
 from trainyard_gateway.decoding import decode_submission
 from trainyard_gateway.errors import error_response, install_error_handlers, json_response
@@ -87,6 +87,7 @@ class RequestCounter:
 _INVALID = answer(422, "Bad input: one entry per bad field; nothing changed", ErrorBody)
 _FORBIDDEN = answer(403, "The caller's role may not do this, or it names another tenant", ErrorBody)
 _NOT_FOUND = answer(404, "No such job (or not visible to this caller)", ErrorBody)
+_BAD_CURSOR = answer(400, "The cursor is damaged, or was given for other filters; nothing changed", ErrorBody)
 
 
 def create_app(
@@ -212,21 +213,26 @@ def job_router(
 
     @router.get(
         "/v1/jobs",
-        summary="List jobs, newest first",
-        responses={**answer(200, "The jobs", JobList), **_INVALID, **_FORBIDDEN},
+        summary="List jobs, newest first, a page at a time",
+        description="Pass `next_cursor` back as `cursor` (with the same filters) for the next page; it is null "
+        "after the last page. Jobs submitted during a walk do not shift it: nothing is returned twice or skipped. "
+        "`submitted_after` (inclusive) and `submitted_before` (exclusive) take a date (00:00 UTC), an ISO 8601 "
+        "time or Unix seconds. A page filtered by time may hold fewer than `limit` jobs and still have a next page.",
+        responses={**answer(200, "A page of jobs", JobList), **_INVALID, **_BAD_CURSOR, **_FORBIDDEN},
     )
     async def list_jobs(
         who: Principal = allow(Action.JOB_LIST),
         tenant: str | None = None,
         status: str | None = Query(None, description="One of: " + ", ".join(JOB_STATUSES)),
+        submitted_after: str | None = Query(None, description="Only jobs submitted at or after this time."),
+        submitted_before: str | None = Query(None, description="Only jobs submitted before this time."),
         limit: int = Query(100, ge=1, le=MAX_LIST_LIMIT),
+        cursor: str | None = Query(None, description="`next_cursor` of the previous page."),
     ) -> Response:
-        problems = check_tenant_name(tenant)
-        if status is not None and status not in JOB_STATUSES:
-            problems.append(ValidationError("status", f"{status!r} is not one of {', '.join(JOB_STATUSES)}"))
-        require_valid(problems)
-        tenant = tenant_filter(who, Action.JOB_LIST, tenant)
-        return json_response(JobList(await ops.list(tenant=tenant, status=status, limit=limit)))
+        after_s = finance_api.window_bound("submitted_after", submitted_after)
+        before_s = finance_api.window_bound("submitted_before", submitted_before)
+        query, after = pages.job_request(who, tenant, status, after_s, before_s, cursor)
+        return json_response(await pages.job_page(ops, query, limit, after))
 
     @router.delete(
         "/v1/jobs/{job_id}",
@@ -251,8 +257,14 @@ def job_router(
     @router.get(
         "/v1/nodes", summary="List nodes with state and free GPUs", responses=answer(200, "The nodes", NodeList)
     )
-    async def list_nodes(who: Principal = allow(Action.NODE_LIST)) -> Response:
-        return json_response(NodeList(await ops.nodes_caught_up.read(lambda: views.list_nodes(store))))
+    async def list_nodes(
+        who: Principal = allow(Action.NODE_LIST),
+        limit: int = Query(MAX_LIST_LIMIT, ge=1, le=MAX_LIST_LIMIT),
+        cursor: str | None = Query(None, description="`next_cursor` of the previous page."),
+    ) -> Response:
+        nodes = await ops.nodes_caught_up.read(lambda: views.list_nodes(store))
+        shown, following = pages.page_of(nodes, lambda n: n.node_id, "nodes", {}, limit, cursor)
+        return json_response(NodeList(shown, following))
 
     @router.get(
         "/v1/usage",

@@ -112,10 +112,12 @@ class Cancelling(msgspec.Struct):
 
 class JobList(msgspec.Struct):
     jobs: list[JobView]
+    next_cursor: str | None = None  # the next page's cursor; None: the list has ended
 
 
 class NodeList(msgspec.Struct):
     nodes: list[NodeRecord]
+    next_cursor: str | None = None  # the next page's cursor; None: the list has ended
 
 
 class Health(msgspec.Struct):
@@ -169,6 +171,7 @@ class CreatedToken(msgspec.Struct):
 
 class TokenList(msgspec.Struct):
     tokens: list[TokenInfo]
+    next_cursor: str | None = None  # the next page's cursor; None: the list has ended
 
 
 # --- nodes ----------------------------------------------------------------------------
@@ -204,6 +207,7 @@ class NodeHistory(msgspec.Struct):
 
 class DeadLetterList(msgspec.Struct):
     deadletters: list[DeadLetter]
+    next_cursor: str | None = None  # the next page's cursor; None: the list has ended
 
 
 class ReplayBody(msgspec.Struct, frozen=True):

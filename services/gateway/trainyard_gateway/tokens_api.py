@@ -6,7 +6,7 @@ under the verified caller."""
 from __future__ import annotations
 
 import msgspec
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from trainyard.auth import Action, BadTokenRequest, Principal, TokenRecord, TokenStore, check_grant, may_see
@@ -15,8 +15,9 @@ from trainyard.auth.tokens import is_token_id
 from trainyard.bus import Bus
 from trainyard.bus.audit import audit
 from trainyard.domain.job import ValidationError
+from trainyard_gateway import pages
 from trainyard_gateway.errors import error_response, json_response
-from trainyard_gateway.jobs import InvalidRequest
+from trainyard_gateway.jobs import MAX_LIST_LIMIT, InvalidRequest
 from trainyard_gateway.openapi import answer, request_body
 from trainyard_gateway.schema import CreatedToken, CreateTokenBody, ErrorBody, TokenInfo, TokenList
 from trainyard_gateway.security import allow, read_body
@@ -110,11 +111,16 @@ def token_router(bus: Bus, tokens: TokenStore | None) -> APIRouter:
         return json_response(CreatedToken(token=token, info=info(record)), 201)
 
     @router.get("", summary="List API tokens (never their secrets)", responses=answer(200, "The tokens", TokenList))
-    async def list_tokens(who: Principal = allow(Action.TOKEN_ADMIN)) -> Response:
+    async def list_tokens(
+        who: Principal = allow(Action.TOKEN_ADMIN),
+        limit: int = Query(MAX_LIST_LIMIT, ge=1, le=MAX_LIST_LIMIT),
+        cursor: str | None = Query(None, description="`next_cursor` of the previous page."),
+    ) -> Response:
         if tokens is None:
             return _no_store()
         visible = [info(r) for r in await tokens.list() if may_see(who, Action.TOKEN_ADMIN, r.tenant or "")]
-        return json_response(TokenList(tokens=visible))
+        shown, following = pages.page_of(visible, lambda t: t.id, "tokens", {}, limit, cursor)
+        return json_response(TokenList(tokens=shown, next_cursor=following))
 
     @router.delete(
         "/{token_id}",
