@@ -41,7 +41,7 @@ from nats.js.api import PubAck
 from trainyard.bus import reread
 from trainyard.bus.client import PublishDenied, header_value
 from trainyard.bus.connection import Bus, WrongLastSequence
-from trainyard.bus.pull import ConsumerChanged, message_meta
+from trainyard.bus.pull import BatchPull, ConsumerChanged, message_meta
 from trainyard.bus.subscription import (
     POISON_ERRORS,
     Delivery,
@@ -339,8 +339,10 @@ async def run_consumer(bus: Broker, spec: ConsumerSpec, subscription: Subscripti
         if generation != bus.generation:  # the connection was opened anew: subscriptions are gone
             try:
                 generation = bus.generation
-                sub = await bus.pull(spec)
+                old, sub = sub, await bus.pull(spec)
                 unsure_from = _changed(spec, sub, unsure_from)
+                if isinstance(old, BatchPull):  # what it still holds goes to the new one
+                    await old.release()
             except ConsumerChanged as err:
                 log.error("%s: %s; its settings could not be put back, not consuming", spec.durable, err)
                 generation = -1
