@@ -40,7 +40,8 @@ async def stored(bus: Bus) -> list[ProcessExited]:
 async def test_a_report_waits_for_nats_and_is_published_once_it_is_back(
     nats_server: Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    bus = await Bus.connect(nats_server.url, name="agent-outbox-test")
+    # A publish waits 1 s for its ack (not the default 10 s), so the two retries while NATS is away come quickly.
+    bus = await Bus.connect(nats_server.url, name="agent-outbox-test", publish_timeout=1.0)
     await ensure_streams(bus.js)
     outbox = Outbox(bus, SUBJECT, first_delay_s=0.05, max_delay_s=0.2)
     stop = asyncio.Event()

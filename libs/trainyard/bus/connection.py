@@ -130,15 +130,18 @@ class Bus:
         ``url`` may list several servers of a cluster, comma-separated: the
         client connects to one and moves to another when it is lost.
         ``group_commit`` (default on): publishes that wait together share one
-        durable write (see trainyard.bus.batching).  The other ``options`` go
+        durable write (see trainyard.bus.batching).  ``publish_timeout`` (default
+        10 s): how long a publish waits for the server's ack, also while the
+        connection is down, before it raises.  The other ``options`` go
         to the client as they are: ``user``, ``password``, ``inbox_prefix``
         and ``tls`` (see ``trainyard.runtime.nats_options``)."""
         nc = ResilientClient()
         password = options.get("password")
         key = id_key(str(options.get("user") or ""), str(password)) if password else None
         group_commit = bool(options.pop("group_commit", True))
+        publish_timeout = float(options.pop("publish_timeout", 10.0))
         js = nc.jetstream(timeout=10.0, publish_async_max_pending=20_000)
-        bus = cls(nc, js, id_key=key, group_commit=group_commit)
+        bus = cls(nc, js, publish_timeout=publish_timeout, id_key=key, group_commit=group_commit)
         bus._options = dict(
             options,
             servers=server_urls(url),
