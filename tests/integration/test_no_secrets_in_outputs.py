@@ -120,6 +120,7 @@ def test_reports_exports_and_errors_hold_no_credential(
     outputs["report capacity with Redis down (error)"] = said
     ledger = f"postgresql://ledger:{secrets[0]}@127.0.0.1:{free_port()}/ledger"
     code, said = run("export", "chargeback", "--period", "2026-11", "--ledger-url", ledger, "--data-dir", str(data_dir))
+    assert code == 1 and b"cannot read the ledger at postgresql://ledger:***@127.0.0.1:" in said, said
     outputs["chargeback with an unreachable ledger (error)"] = said
 
     found = {name: leaks(text, secrets) for name, text in outputs.items() if leaks(text, secrets)}

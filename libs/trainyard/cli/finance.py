@@ -48,6 +48,15 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
+def _unreachable(url: str, err: Exception) -> typer.Exit:
+    """The error for a ledger that cannot be read (``_fail`` hides the URL's password)."""
+    reason = (str(getattr(err, "orig", None) or err).strip().splitlines() or ["no reason given"])[0]
+    return _fail(
+        f"cannot read the ledger at {url}: {reason}; check --ledger-url (or TRAINYARD_LEDGER_URL) "
+        "and that its database is running"
+    )
+
+
 def _ledger_url(ledger_url: str | None, data_dir: str) -> str:
     from trainyard.local.state import read_state
 
@@ -147,12 +156,17 @@ def export_chargeback(
         response = _get(api_url, data_dir, "/v1/exports/chargeback", params)
         body, rows, total = response.content, response.headers.get("X-Trainyard-Rows", "?"), _api_total(response)
     else:
-        ledger = Ledger(_ledger_url(ledger_url, data_dir))
+        import sqlalchemy.exc
+
+        url = _ledger_url(ledger_url, data_dir)
+        ledger = Ledger(url)
         try:
             card = read_rate_card(rate_card)
             result = chargeback_rows(ledger, period, card, cost_centres=read_cost_centres(cost_centres), now=as_of)
         except RateCardError as err:
             raise _fail(str(err)) from err
+        except sqlalchemy.exc.OperationalError as err:
+            raise _unreachable(url, err) from err
         finally:
             ledger.close()
         body, rows = encode_rows(result, fmt), str(len(result))  # type: ignore[arg-type]
@@ -251,6 +265,8 @@ def report_capacity(
     data_dir: str = DataDir,
 ) -> None:
     """Allocation vs capacity per GPU type, pending demand, queue waits, lost work and a demand forecast."""
+    import sqlalchemy.exc
+
     from trainyard.ledger import Ledger
     from trainyard.reports import capacity_report, parse_instant, report_files, window_problem
 
@@ -278,10 +294,13 @@ def report_capacity(
     if problem := window_problem(lo, hi, 86_400.0 if bucket == "day" else 3_600.0, horizon):
         raise _fail(f"--from/--to/--horizon: {problem}")
     gpus, source = _capacity(capacity, data_dir)
-    ledger = Ledger(_ledger_url(ledger_url, data_dir))
+    url = _ledger_url(ledger_url, data_dir)
+    ledger = Ledger(url)
     try:
         jobs = ledger.jobs(end=hi)
         runs = [r for r in ledger.runs() if (r.placed_at if r.placed_at is not None else r.started_at or hi) < hi]
+    except sqlalchemy.exc.OperationalError as err:
+        raise _unreachable(url, err) from err
     finally:
         ledger.close()
     now = time.time() if as_of is None else as_of
