@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from trainyard.cli.client import ApiError, Client
+from trainyard.cli.jobs import calling
 from trainyard.cli.output import AsJson, Column, NoHeaders, Output, OutputOpt, chosen, print_items
 
 auth_app = typer.Typer(help="API tokens: create, list, revoke; the first admin token.", no_args_is_help=True)
@@ -130,7 +131,7 @@ def list_tokens(
     data_dir: str = DataDir,
 ) -> None:
     """List API tokens (never their secrets); -o wide|json|yaml|name, --no-headers."""
-    tokens = _call(api_url, data_dir, "GET", "/v1/auth/tokens")["tokens"]
+    tokens, _ = calling(api_url, data_dir, lambda client: client.walk("/v1/auth/tokens", "tokens", {}, None))
     now = time.time()
     columns = [
         Column("id", lambda t: t["id"]),

@@ -93,11 +93,10 @@ def check_fleet(cfg, api_url: str | None, data_dir: str) -> None:  # type: ignor
         if limits.nominal > 0
     }
     try:
-        answer = Client.for_cli(api_url, data_dir, timeout=5.0).request("GET", "/v1/nodes")
+        nodes, _ = Client.for_cli(api_url, data_dir, timeout=5.0).walk("/v1/nodes", "nodes", {}, None)
     except ApiError as err:
         err_console.print(f"note: the fleet was not checked: {err}", soft_wrap=True, highlight=False, markup=False)
         return
-    nodes = answer["nodes"] if isinstance(answer, dict) else answer
     have: dict[str, int] = {}
     for node in nodes:
         gpu_type = (node.get("info") or {}).get("gpu_type")

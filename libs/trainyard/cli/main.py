@@ -15,7 +15,7 @@ from trainyard.cli.config import config_app
 from trainyard.cli.dlq import dlq_app
 from trainyard.cli.finance import export_app, report_app
 from trainyard.cli.hints import HintingCommand, HintingGroup
-from trainyard.cli.jobs import ApiUrl, DataDir, cancel, job, jobs, request, why
+from trainyard.cli.jobs import ApiUrl, DataDir, calling, cancel, job, jobs, request, why
 from trainyard.cli.logs import logs
 from trainyard.cli.nodes import agent_command, emulate_inject, node_app
 from trainyard.cli.output import AsJson, Column, NoHeaders, Output, OutputOpt, chosen, print_items
@@ -89,8 +89,7 @@ def nodes(
     data_dir: str = DataDir,
 ) -> None:
     """List GPU nodes with their state and free GPUs (-o wide|json|yaml|name, --no-headers)."""
-    rows = request(api_url, data_dir, "GET", "/v1/nodes")
-    items = rows["nodes"] if isinstance(rows, dict) else rows
+    items, _ = calling(api_url, data_dir, lambda client: client.walk("/v1/nodes", "nodes", {}, None))  # every page
     print_items(items, NODE_COLUMNS, chosen(output, as_json), no_headers)
 
 
