@@ -56,7 +56,7 @@ async def test_nodes_page_by_node_id(api: httpx.AsyncClient, bus: Bus, store: St
     whole = (await api.get("/v1/nodes", headers=callers.headers("admin"))).json()
 
     assert [n["node_id"] for n in nodes] == names
-    assert len(whole["nodes"]) == 7 and whole["next_cursor"] is None  # the default page holds a fleet this size
+    assert len(whole["nodes"]) == 7 and whole["next_cursor"] is None  # without limit: every node, as before
 
 
 async def test_tokens_page_and_a_tenant_admin_sees_only_its_tenant_s_on_every_page(

@@ -52,16 +52,17 @@ def next_cursor(list_name: str, query: Query, after: Sequence[paging.Scalar] | N
 
 
 def page_of(
-    items: Sequence[T], key: Callable[[T], str], list_name: str, query: Query, limit: int, cursor: str | None
+    items: Sequence[T], key: Callable[[T], str], list_name: str, query: Query, limit: int | None, cursor: str | None
 ) -> tuple[list[T], str | None]:
     """A page of a list the gateway holds whole (nodes, tokens), in order of
-    ``key`` (unique): up to ``limit`` items whose key follows the cursor's."""
+    ``key`` (unique): up to ``limit`` items (every one when None, as these
+    lists answered before they paged) whose key follows the cursor's."""
     after = position(cursor, list_name, query, (str,))
     ordered = sorted(items, key=key)
     if after is not None:
         ordered = [item for item in ordered if key(item) > str(after[0])]
-    page = ordered[:limit]
-    return page, next_cursor(list_name, query, [key(page[-1])] if len(ordered) > limit else None)
+    page = ordered if limit is None else ordered[:limit]
+    return page, next_cursor(list_name, query, [key(page[-1])] if len(ordered) > len(page) else None)
 
 
 # --- jobs -------------------------------------------------------------------------------

@@ -259,7 +259,7 @@ def job_router(
     )
     async def list_nodes(
         who: Principal = allow(Action.NODE_LIST),
-        limit: int = Query(MAX_LIST_LIMIT, ge=1, le=MAX_LIST_LIMIT),
+        limit: int | None = Query(None, ge=1, le=MAX_LIST_LIMIT, description="At most this many; default all."),
         cursor: str | None = Query(None, description="`next_cursor` of the previous page."),
     ) -> Response:
         nodes = await ops.nodes_caught_up.read(lambda: views.list_nodes(store))

@@ -113,7 +113,7 @@ def token_router(bus: Bus, tokens: TokenStore | None) -> APIRouter:
     @router.get("", summary="List API tokens (never their secrets)", responses=answer(200, "The tokens", TokenList))
     async def list_tokens(
         who: Principal = allow(Action.TOKEN_ADMIN),
-        limit: int = Query(MAX_LIST_LIMIT, ge=1, le=MAX_LIST_LIMIT),
+        limit: int | None = Query(None, ge=1, le=MAX_LIST_LIMIT, description="At most this many; default all."),
         cursor: str | None = Query(None, description="`next_cursor` of the previous page."),
     ) -> Response:
         if tokens is None:
