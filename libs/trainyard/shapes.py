@@ -66,6 +66,22 @@ def shape_problems(value: Any, shape: Any, path: str = "", strict: bool = True) 
     return _leaf(value, shape, path, strict)
 
 
+def known_only(value: Any, shape: Any) -> Any:
+    """``value`` without the keys ``shape`` does not declare, at every level: what the rest of a document
+    says can then be checked too, while its unknown keys are reported."""
+    read_as = _read_as(shape, value)
+    if isinstance(read_as, type) and issubclass(read_as, msgspec.Struct):
+        fields = {f.encode_name: f for f in msgspec.structs.fields(read_as)}
+        return {k: known_only(v, fields[k].type) for k, v in value.items() if k in fields}
+    if get_origin(read_as) in _ARRAYS:
+        args = get_args(read_as)
+        item_shape = args[0] if args and (get_origin(read_as) is not tuple or args[-1] is Ellipsis) else Any
+        return [known_only(item, item_shape) for item in value]
+    if get_origin(read_as) is dict:
+        return {k: known_only(v, get_args(read_as)[1]) for k, v in value.items()}
+    return value
+
+
 def _struct_problems(
     value: dict[str, Any], struct: type[msgspec.Struct], path: str, strict: bool
 ) -> list[tuple[str, str]]:

@@ -35,8 +35,14 @@ class ConfigVersion(msgspec.Struct, frozen=True):
 
 
 def parse_and_validate(text: str) -> TenancyConfig:
-    """Load and validate; raises TenancyConfigError listing every problem with its path."""
-    cfg = load_tenancy(text)
+    """Load and validate; raises TenancyConfigError listing every problem with its path: the keys and
+    values that do not fit, and what the rest means (checked with the unknown keys left out)."""
+    try:
+        cfg = load_tenancy(text)
+    except TenancyConfigError as err:
+        if err.without_unknown is None:
+            raise
+        raise TenancyConfigError(err.errors + validate_tenancy(err.without_unknown)) from err
     errors = validate_tenancy(cfg)
     if errors:
         raise TenancyConfigError(errors)

@@ -40,7 +40,7 @@ from trainyard.core.admission.tree import (
     Tenancy,
 )
 from trainyard.domain.job import JobSpec, ValidationError, error_location
-from trainyard.shapes import shape_problems
+from trainyard.shapes import known_only, shape_problems
 from trainyard.yaml_input import YamlTooLarge, check_yaml
 
 
@@ -149,9 +149,12 @@ class ConfigError(msgspec.Struct, frozen=True):
 class TenancyConfigError(ValueError):
     """The text could not be read as a tenancy configuration."""
 
-    def __init__(self, errors: list[ConfigError]) -> None:
+    def __init__(self, errors: list[ConfigError], without_unknown: TenancyConfig | None = None) -> None:
         super().__init__("; ".join(str(e) for e in errors))
         self.errors = errors
+        # the configuration the text makes once its unknown keys are left out, when that reads:
+        # what it means can then be checked in the same pass
+        self.without_unknown = without_unknown
 
 
 def load_tenancy(text: str) -> TenancyConfig:
@@ -172,7 +175,11 @@ def load_tenancy(text: str) -> TenancyConfig:
         return msgspec.convert(data, TenancyConfig, strict=True)
     except msgspec.ValidationError as exc:
         problems = shape_problems(data, TenancyConfig) or [error_location(exc)[::-1]]
-        raise TenancyConfigError([ConfigError(path, message) for path, message in problems]) from exc
+        try:
+            rest: TenancyConfig | None = msgspec.convert(known_only(data, TenancyConfig), TenancyConfig, strict=True)
+        except msgspec.ValidationError:
+            rest = None
+        raise TenancyConfigError([ConfigError(path, message) for path, message in problems], rest) from exc
 
 
 def _quota(limits: dict[str, QuotaLimits]) -> dict[str, FlavorQuota]:

@@ -8,6 +8,7 @@ import pytest
 from test_tenancy_config import SMALL, small
 
 from trainyard.config import ConfigError, TenancyConfig, TenancyConfigError, load_tenancy, validate_tenancy
+from trainyard.config.store import parse_and_validate
 
 
 def test_every_misspelt_key_is_reported_at_once_with_its_path_and_the_key_meant():
@@ -61,3 +62,25 @@ def test_an_unknown_name_is_answered_with_the_nearest_known_one(edits, path, sai
     problems = validate_tenancy(msgspec.convert(small(**edits), type=TenancyConfig))
 
     assert ConfigError(path, said) in problems
+
+
+def test_what_the_rest_of_the_file_means_is_checked_in_the_same_pass_as_its_misspelt_keys():
+    text = SMALL.replace("  - name: org\n", "  - name: org\n    wieght: 2\n").replace(
+        "quota: {H100: {nominal: 16}}", "quota: {h100: {nominal: 16}}", 1
+    )
+    with pytest.raises(TenancyConfigError) as caught:
+        parse_and_validate(text)
+
+    problems = [str(e) for e in caught.value.errors]
+    assert problems[0] == "organisations[0].wieght: unknown field 'wieght'; did you mean 'weight'?"
+    assert (
+        "organisations[0].teams[0].quota.h100: unknown flavor 'h100'; did you mean 'H100'? known: A100, H100"
+        in problems
+    )
+
+
+def test_a_value_that_does_not_fit_leaves_the_meaning_for_the_next_pass():
+    with pytest.raises(TenancyConfigError) as caught:
+        parse_and_validate(SMALL.replace("priority: 10", "priority: high"))
+
+    assert [e.path for e in caught.value.errors] == ["priority_classes[0].priority"]
