@@ -194,6 +194,7 @@ async def main(n_jobs: int, n_nodes: int, repeat: int) -> None:
                 ("admin", f"/jobs/j{n_jobs - n_jobs // 10 - 1:05d}"),
                 ("acme", "/jobs/j00000"),
                 ("operator", "/cluster"),
+                ("operator", "/nodes"),
                 ("operator", "/nodes/n0001"),
                 ("finance", "/usage"),
                 ("finance", f"/finance/chargeback?period={time.strftime('%Y-%m', time.gmtime())}"),
