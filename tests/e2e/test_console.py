@@ -314,6 +314,8 @@ def test_an_admin_sees_every_page_and_logging_out_ends_the_session(console_stack
         "Usage",
         "Capacity",
         "Tenancy",
+        "Tokens",
+        "Dead letters",
     ]
     cookie = next(c for c in site.cookies() if c["name"] == "trainyard_session")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"

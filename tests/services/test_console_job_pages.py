@@ -213,6 +213,8 @@ async def test_the_submit_form_has_pickers_from_the_tenancy_and_submits_the_chos
     form = (await researcher.get("/jobs/new")).text
     assert '<select name="queue" id="queue-pick"' in form and 'value="acme/big"' in form
     assert "globex" not in form, "a researcher is offered its own tenant's queues only"
+    assert ">acme / big</option>" in form, "without scripts the queue picker names each queue's tenant"
+    assert '<label class="js-only" hidden>Tenant' in form, "the tenant picker is for scripts to show"
     assert 'name="command"' in form and 'name="time_limit"' in form and 'name="env"' in form
 
     fields = {
