@@ -4,7 +4,6 @@ navigation each role sees (only what its role may do)."""
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import re
 import time
 from pathlib import Path
@@ -119,14 +118,6 @@ def reason_text(reason: str | None) -> str:
         return reason
 
 
-def tenant_colour(tenant: str | None) -> str:
-    """A stable colour per tenant (the same on every page and every gateway)."""
-    if not tenant:
-        return "#9aa5b1"
-    hue = int(hashlib.sha256(tenant.encode()).hexdigest()[:4], 16) % 360
-    return f"hsl({hue} 65% 52%)"
-
-
 environment = jinja2.Environment(
     loader=jinja2.FileSystemLoader(TEMPLATES),
     autoescape=jinja2.select_autoescape(default=True, default_for_string=True),
@@ -137,7 +128,6 @@ environment = jinja2.Environment(
 environment.filters.update(
     clock=clock, when=when, actor=actor, person=person, ago=ago, span=span, reason_text=reason_text
 )
-environment.filters.update(tenant_colour=tenant_colour)
 environment.globals.update(may=may, Action=Action, elapsed=elapsed, nodes_of=nodes_of, now=time.time)
 
 
