@@ -48,7 +48,7 @@ class Settings(msgspec.Struct, frozen=True):
     # job archive in the ledger database (docs/design.md, state and retention).
     job_retention_s: float = 7 * 86400.0
     retention_sweep_interval_s: float = 60.0  # admission sweeps finished jobs out this often
-    jobs_snapshot_interval_s: float = 300.0  # and keeps a snapshot of the JOBS projection this often
+    jobs_snapshot_interval_s: float = 3600.0  # and keeps a snapshot of the JOBS projection this often
     gateway_host: str = "127.0.0.1"
     gateway_http_port: int = 8080
     gateway_grpc_port: int = 50051

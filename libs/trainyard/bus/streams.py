@@ -35,7 +35,7 @@ STREAMS: tuple[StreamSpec, ...] = (
         "INTAKE", [subjects.INTAKE_ALL], 30 * DAY, description="SubmitJob / CancelJob from portals and the gateway"
     ),
     # JOBS keeps 90 days: a projection rebuilt after Redis is lost starts from
-    # its newest snapshot, taken every few minutes (trainyard.store.snapshot),
+    # its newest snapshot, taken hourly (trainyard.store.snapshot),
     # and accounting applies each event within seconds.
     StreamSpec("JOBS", [subjects.JOBS_ALL], JOBS_MAX_AGE_S, description="job and run lifecycle: the source of truth"),
     StreamSpec("NODES", [subjects.NODES_ALL], 365 * DAY, description="node registration and state changes"),

@@ -5,13 +5,14 @@ The JOBS stream keeps its messages for ``JOBS_MAX_AGE_S``
 (:mod:`trainyard.bus.streams`); finished jobs leave the projection after
 their retention (:mod:`trainyard.store.retention`).  What a rebuild needs of
 the older messages is the projection they folded into, so admission takes a
-snapshot every ``TRAINYARD_JOBS_SNAPSHOT_INTERVAL_S``:
+snapshot every ``TRAINYARD_JOBS_SNAPSHOT_INTERVAL_S`` (an hour):
 
-- :data:`TAKE` reads, in one script (so at one moment, between two folds),
+- :data:`COPY` copies, in one script (so at one moment, between two folds),
   every key the JOBS fold writes (:data:`EXACT` and the families of
   :data:`FAMILIES`), ``proj:jobs`` included: the state through its
-  ``last_seq``.  The snapshot is that state, packed with MessagePack, and
-  ``last_seq``; it is kept in the ledger database
+  ``last_seq``; the copy is read out a chunk at a time and deleted.  The
+  snapshot is that state, packed with MessagePack, and ``last_seq``; it is
+  kept in the ledger database
   (:class:`~trainyard.ledger.snapshots.SnapshotStore`), the newest only.
 - A projector that finds no JOBS projection in Redis (wiped, restarted
   empty, flushed for a rebuild) first runs :data:`RESTORE` with the newest
@@ -68,13 +69,13 @@ def _lua_set(names: tuple[str, ...]) -> str:
     return "{" + ", ".join(f"[{n!r}] = true" for n in names) + "}"
 
 
-#: KEYS[1] = the key prefix.  Returns {name, type, values} for every key of
-#: the JOBS fold (hash: field, value, ...; zset: member, score, ...; set and
-#: list: members; string: {value}).
-TAKE = f"""
-local p = KEYS[1]
+#: KEYS[1] = the key prefix; ARGV[1] = the prefix of a copy, ARGV[2] its
+#: time to live in seconds.  Copies every key of the JOBS fold under the copy's
+#: prefix (its name after it), all at one moment; returns how many.
+COPY = f"""
+local p, copy, ttl = KEYS[1], ARGV[1], ARGV[2]
 local exact, families = {_lua_set(EXACT)}, {_lua_set(FAMILIES)}
-local out, cursor = {{}}, '0'
+local copied, cursor = 0, '0'
 repeat
   local r = redis.call('SCAN', cursor, 'MATCH', p .. '*', 'COUNT', 1000)
   cursor = r[1]
@@ -82,19 +83,17 @@ repeat
     local name = string.sub(key, #p + 1)
     local family = string.match(name, '^([^:]+):')
     if exact[name] or (family and families[family]) then
-      local t = redis.call('TYPE', key)['ok']
-      local v
-      if t == 'hash' then v = redis.call('HGETALL', key)
-      elseif t == 'zset' then v = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-      elseif t == 'set' then v = redis.call('SMEMBERS', key)
-      elseif t == 'list' then v = redis.call('LRANGE', key, 0, -1)
-      elseif t == 'string' then v = {{redis.call('GET', key)}} end
-      if v then out[#out + 1] = {{name, t, v}} end
+      redis.call('COPY', key, copy .. name, 'REPLACE')
+      redis.call('EXPIRE', copy .. name, ttl)
+      copied = copied + 1
     end
   end
 until cursor == '0'
-return out
+return copied
 """
+#: A copy left behind by a snapshot that stopped half-way goes away by itself after this long.
+COPY_TTL_S = 3600
+_READ_CHUNK = 500  # keys of the copy read per round trip
 
 #: KEYS[1] = the key prefix; ARGV[1] = a snapshot's packed keys, ARGV[2] = a
 #: new epoch.  Writes the snapshot back unless Redis holds a JOBS projection
@@ -149,9 +148,24 @@ def snapshot_store(settings: Settings) -> SnapshotStore | None:
 
 
 async def take(store: Store, clock: Callable[[], float] = time.time) -> Snapshot | None:
-    """The JOBS projection as Redis holds it now; None when it holds none."""
-    entries = await store.run_script(store.redis.register_script(TAKE), [[]])
-    keys = {name: (kind, values) for name, kind, values in entries[0]}  # SCAN may name a key twice
+    """The JOBS projection as Redis holds it now; None when it holds none.
+
+    One script copies every key of the JOBS fold at one moment, between two
+    folds (``COPY`` inside Redis, far cheaper than reading them out), under a
+    prefix of this snapshot's own; the copy, which nothing else writes, is
+    then read a chunk at a time and deleted, so Redis is held only while it
+    copies."""
+    copy = store.key("snapshot", uuid.uuid4().hex) + ":"
+    at = clock()
+    await store.run_script(store.redis.register_script(COPY), [[copy, str(COPY_TTL_S)]])
+    names = [key async for key in store.redis.scan_iter(match=copy + "*", count=1000)]
+    try:
+        keys: dict[str, tuple[str, list[str]]] = {}
+        for start in range(0, len(names), _READ_CHUNK):
+            keys.update(await _read(store, names[start : start + _READ_CHUNK], len(copy)))
+    finally:
+        for start in range(0, len(names), _READ_CHUNK):
+            await store.redis.unlink(*names[start : start + _READ_CHUNK])
     proj = keys.get("proj:jobs")
     if proj is None:
         return None
@@ -159,7 +173,33 @@ async def take(store: Store, clock: Callable[[], float] = time.time) -> Snapshot
     if not fields.get("epoch"):
         return None
     packed = _pack([[name, kind, values] for name, (kind, values) in sorted(keys.items())])
-    return Snapshot(int(fields.get("last_seq") or 0), clock(), packed)
+    return Snapshot(int(fields.get("last_seq") or 0), at, packed)
+
+
+#: KEYS = keys of a copy.  Returns {type, values} for each, as RESTORE takes
+#: them (hash: field, value, ...; zset: member, score, ...; set and list:
+#: members; string: {value}; a key gone: {'none', {}}).
+_READ = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  local t = redis.call('TYPE', key)['ok']
+  local v = {}
+  if t == 'hash' then v = redis.call('HGETALL', key)
+  elseif t == 'zset' then v = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  elseif t == 'set' then v = redis.call('SMEMBERS', key)
+  elseif t == 'list' then v = redis.call('LRANGE', key, 0, -1)
+  elseif t == 'string' then v = {redis.call('GET', key)} end
+  out[i] = {t, v}
+end
+return out
+"""
+
+
+async def _read(store: Store, names: list[str], cut: int) -> dict[str, tuple[str, list[str]]]:
+    """Each key of ``names`` (copies: nothing writes them) by its name after
+    ``cut`` characters: its type and its values as :data:`RESTORE` takes them."""
+    (rows,) = await store.run_script(store.redis.register_script(_READ), [[]], keys=names)
+    return {name[cut:]: (kind, values) for name, (kind, values) in zip(names, rows, strict=True) if kind != "none"}
 
 
 async def restore(store: Store, snapshots: SnapshotStore) -> int | None:

@@ -14,8 +14,8 @@ from trainyard.cycles import decision_loop
 from trainyard.events import subjects
 from trainyard.ledger.archive import JobArchive
 from trainyard.observability.metrics import AdmissionMetrics, ProjectionMetrics, refresh_every, serve_metrics
-from trainyard.runtime import Runtime, run_tasks, serve
-from trainyard.store import Projector
+from trainyard.runtime import Runtime, redis_options, run_tasks, serve
+from trainyard.store import Projector, Store
 from trainyard.store.projections import RedisProjections
 from trainyard.store.retention import run_sweeper
 from trainyard.store.snapshot import run_snapshotter, snapshot_store
@@ -41,8 +41,12 @@ async def main(rt: Runtime) -> None:
         else rt.stop.wait()
     )
     # and the JOBS projection is kept as a snapshot there, for a rebuild once the stream dropped old events
+    # (on a client of its own that waits as long as the copy takes: it holds Redis for all of it)
+    copier = Store.from_url(
+        rt.settings.redis_url, rt.settings.redis_prefix, socket_timeout=600, **redis_options(rt.settings)
+    )
     snapshotter = (
-        run_snapshotter(rt.stop, rt.store, snapshots, rt.settings.jobs_snapshot_interval_s)
+        run_snapshotter(rt.stop, copier, snapshots, rt.settings.jobs_snapshot_interval_s)
         if snapshots is not None
         else rt.stop.wait()
     )
@@ -86,6 +90,7 @@ async def main(rt: Runtime) -> None:
         for database in (archive, snapshots):
             if database is not None:
                 database.close()
+        await copier.close()
 
 
 def run() -> None:
