@@ -12,7 +12,7 @@ import pytest
 from trainyard.auth import Action, Principal, Role
 from trainyard.core.health import NodeHealthRecord
 from trainyard.domain.node import NodeInfo, NodeState
-from trainyard_gateway.console.cluster import Gpu, NodeTile, palette_for, summary
+from trainyard_gateway.console.cluster import PALETTE, Gpu, NodeTile, palette_for, summary, view_of
 from trainyard_gateway.console.nodes import refused_because, valid_ops
 from trainyard_gateway.console.palette import COLOURS, PATTERNS, Palette
 from trainyard_gateway.console.render import TEMPLATES, fragment, may
@@ -51,6 +51,18 @@ def test_beyond_the_palette_tenants_differ_by_pattern_until_every_pair_is_used()
     assert len(set(swatches)) == len(names), "no two of the first 28 tenants look alike"
     assert swatches[len(COLOURS)].colour == swatches[0].colour and swatches[len(COLOURS)].pattern != "solid"
     assert {s.pattern for s in swatches} == set(PATTERNS)
+
+
+def test_a_live_map_is_redrawn_whole_when_a_new_tenant_recolours_the_others() -> None:
+    before = [tile("n1", "healthy", ["zed", None]), tile("n2", "healthy", [None, None])]
+    after = [before[0], tile("n2", "healthy", ["adhoc", None])]  # sorts before zed; neither is in the tenancy
+
+    shown, now = view_of(before, palette_for([], before)), view_of(after, palette_for([], after))
+    kept = view_of(after, palette_for(["adhoc", "zed"], after))
+
+    assert palette_for([], before)("zed") != palette_for([], after)("zed")
+    assert shown[PALETTE] != now[PALETTE] and shown["n1"] == now["n1"], "n1 is unchanged but its colour is not"
+    assert view_of(before, palette_for(["adhoc", "zed"], before))[PALETTE] == kept[PALETTE], "a tenancy holds them"
 
 
 def test_health_uses_no_colour_a_tenant_may_get() -> None:

@@ -153,6 +153,18 @@ def palette_for(order: Iterable[str], tiles: Iterable[NodeTile]) -> Palette:
     return Palette(order, (g.tenant for t in tiles for g in t.gpus if g.tenant))
 
 
+#: The key of a map's view under which its palette is kept (no node id is empty).
+PALETTE = ""
+
+
+def view_of(tiles: Iterable[NodeTile], palette: Palette) -> dict[str, str]:
+    """What a map shows: each node's signature, and the palette it is drawn
+    with (a tenant outside the tenancy that sorts first recolours the others)."""
+    view = {t.info.node_id: t.signature() for t in tiles}
+    view[PALETTE] = ",".join(f"{name}={sw.colour}/{sw.pattern}" for name, sw in palette.swatches.items())
+    return view
+
+
 def build_router(bus: Bus, store: Store) -> APIRouter:
     router = APIRouter(include_in_schema=False)
     baselines = Baselines()
@@ -165,9 +177,9 @@ def build_router(bus: Bus, store: Store) -> APIRouter:
         if (refused := refusal(request, who, Action.NODE_LIST)) is not None:
             return refused
         tiles = await FleetReader(store, caught_up).tiles()
-        view = baselines.keep({t.info.node_id: t.signature() for t in tiles})
-        counts = summary(tiles)
         palette = palette_for(await tenancy_tenants(bus), tiles)
+        view = baselines.keep(view_of(tiles, palette))
+        counts = summary(tiles)
         return page(
             request,
             "cluster.html",
@@ -190,21 +202,19 @@ def build_router(bus: Bus, store: Store) -> APIRouter:
         reader = FleetReader(store, caught_up)
         order = await tenancy_tenants(bus)
         link = may(who, Action.NODE_HISTORY)
-        swatches: dict[str, Any] | None = None  # the palette of the map on screen
 
         async def poll() -> Events:
-            nonlocal shown, swatches
+            nonlocal shown
             tiles = await reader.tiles()
-            now = {t.info.node_id: t.signature() for t in tiles}
-            before, shown = shown, now
             palette = palette_for(order, tiles)
-            recoloured, swatches = swatches is not None and swatches != palette.swatches, palette.swatches
+            now = view_of(tiles, palette)
+            before, shown = shown, now
             numbers = summary(tiles)
             counts = [
                 ("cluster-summary", fragment("_cluster_summary.html", summary=numbers)),
                 ("tenant-legend", fragment("_tenant_legend.html", summary=numbers, palette=palette)),
             ]
-            if before is None or before.keys() != now.keys() or recoloured:
+            if before is None or before.keys() != now.keys() or before[PALETTE] != now[PALETTE]:
                 whole = fragment("_cluster_map.html", tree=topology(tiles), palette=palette, link=link)
                 return [("cluster-map", whole), *counts]
             changed = [t for t in tiles if before[t.info.node_id] != now[t.info.node_id]]
