@@ -125,7 +125,11 @@ def jobs(
     limit: int | None = typer.Option(
         None, help=f"List this many (newest first), reading as many pages as that takes [default: {FIRST_PAGE}]."
     ),
-    every: bool = typer.Option(False, "--all", help="List every job, reading every page."),
+    every: bool = typer.Option(
+        False,
+        "--all",
+        help="List every job, reading every page, the archived ones too (finished past their retention).",
+    ),
     cursor: str | None = typer.Option(None, help="Start after the jobs already listed (the cursor a list printed)."),
     output: Output = OutputOpt,
     as_json: bool = AsJson,
@@ -136,7 +140,9 @@ def jobs(
     """List jobs, newest first: status, elapsed time, nodes and why each waits.
 
     Shows the newest 50 and says how to see more: `--limit N` or `--all` read
-    page after page (`-o json` then prints every job as one list), `--cursor`
+    page after page (`-o json` then prints every job as one list; `--all` also
+    lists jobs that finished longer ago than their retention, from the job
+    archive), `--cursor`
     goes on from where a list stopped.  `-o wide` adds columns, `-o json|yaml`
     prints everything, `-o name` only ids; piped (`trainyard jobs | grep
     running`) the table is printed whole."""
@@ -146,6 +152,7 @@ def jobs(
         "submitted_after": submitted_after,
         "submitted_before": submitted_before,
         "cursor": cursor,
+        "archived": "true" if every else None,
     }
     if limit is not None and limit < 1:
         raise typer.BadParameter(f"{limit} jobs: give 1 or more (or --all)", param_hint="--limit")

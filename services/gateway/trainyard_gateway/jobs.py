@@ -37,6 +37,7 @@ from trainyard.store import Store, job_hash, job_pages, views, waiting
 from trainyard.store.caught_up import CaughtUpReads
 from trainyard.store.job_pages import JobQuery, Position
 from trainyard.store.views import TERMINAL
+from trainyard_gateway.archived_lists import with_archived
 from trainyard_gateway.schema import JobView
 
 JOB_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # always fullmatch: "$" would let a final newline through
@@ -188,13 +189,17 @@ class JobOperations:
         return jobs
 
     async def page(
-        self, query: JobQuery, limit: int = 100, after: Position | None = None
+        self, query: JobQuery, limit: int = 100, after: Position | None = None, archived: bool = False
     ) -> tuple[list[JobView], Position | None]:
         """A page of jobs without their specs, and where the next page starts
-        after (None: the list has ended); see :mod:`trainyard.store.job_pages`."""
+        after (None: the list has ended); see :mod:`trainyard.store.job_pages`.
+        ``archived``: with the jobs of the job archive, in the same order
+        (:mod:`trainyard_gateway.archived_lists`)."""
 
         async def read() -> tuple[list[JobView], Position | None]:
             page = await job_pages.page_jobs(self.store, query, limit, after, LISTED)
+            if archived and self.archive is not None:
+                page = await with_archived(self.store, self.archive, query, limit, after, page)
             why = await waiting.read(self.store, page.jobs)
             return [JobView.of(j, why.get(j.job_id), with_spec=False) for j in page.jobs], page.next
 

@@ -90,6 +90,9 @@ def job_request(
     return query, None if after is None else (float(after[0]), str(after[1]))  # type: ignore[arg-type]
 
 
-async def job_page(ops: JobOperations, query: JobQuery, limit: int, after: Position | None) -> JobList:
-    jobs, following = await ops.page(query, limit, after)
+async def job_page(
+    ops: JobOperations, query: JobQuery, limit: int, after: Position | None, archived: bool = False
+) -> JobList:
+    """A page of jobs; ``archived``: the job archive's too, after the projection's."""
+    jobs, following = await ops.page(query, limit, after, archived)
     return JobList(jobs=jobs, next_cursor=next_cursor("jobs", msgspec.structs.asdict(query), following))

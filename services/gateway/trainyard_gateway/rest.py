@@ -228,11 +228,16 @@ def job_router(
         submitted_before: str | None = Query(None, description="Only jobs submitted before this time."),
         limit: int = Query(100, ge=1, le=MAX_LIST_LIMIT),
         cursor: str | None = Query(None, description="`next_cursor` of the previous page."),
+        archived: bool = Query(
+            False,
+            description="Also the jobs that left the projection (finished longer ago than their retention), "
+            "read from the job archive in the same order.",
+        ),
     ) -> Response:
         after_s = finance_api.window_bound("submitted_after", submitted_after)
         before_s = finance_api.window_bound("submitted_before", submitted_before)
         query, after = pages.job_request(who, tenant, status, after_s, before_s, cursor)
-        return json_response(await pages.job_page(ops, query, limit, after))
+        return json_response(await pages.job_page(ops, query, limit, after, archived))
 
     @router.delete(
         "/v1/jobs/{job_id}",
