@@ -1,29 +1,35 @@
 # Trainyard: `make up` starts the whole system locally, `make test` runs the whole suite.
-# Both create a virtualenv in .venv unless one is already active.
+# Both create a virtualenv in .venv unless one is already active.  `make up` installs
+# only what the stack runs on; `make install` (and test, lint, bench) adds the dev tools.
+# .ci/install does the installing, with uv when it can (see README.md, "Install").
 
 SHELL := /bin/bash
 VENV ?= .venv
 ifdef VIRTUAL_ENV
 PYTHON := python
-STAMP := $(VIRTUAL_ENV)/.trainyard-installed
+STAMPS := $(VIRTUAL_ENV)
 else
 PYTHON := $(VENV)/bin/python
-STAMP := $(VENV)/.trainyard-installed
+STAMPS := $(VENV)
 endif
+# What is installed, and from which pyproject.toml: the dev install includes the runtime one.
+STAMP := $(STAMPS)/.trainyard-installed
+RUNTIME_STAMP := $(STAMPS)/.trainyard-runtime-installed
 PYTEST_ARGS ?=
 
 .PHONY: install chromium up test test-fast bench proto lint clean
 
 $(VENV)/bin/python:
-	@echo "Creating a virtualenv in $(VENV)..."
-	python3 -m venv $(VENV)
+	@echo "==> Creating a virtualenv in $(VENV)..."
+	@python3 -m venv --without-pip $(VENV)  # .ci/install adds pip (ensurepip alone takes seconds)
 
 $(STAMP): pyproject.toml $(if $(VIRTUAL_ENV),,$(VENV)/bin/python)
-	@echo "Installing Trainyard and its dependencies into $(if $(VIRTUAL_ENV),$(VIRTUAL_ENV),$(VENV)) (first run: 1-2 minutes)..."
-	$(PYTHON) -m pip install --quiet --upgrade pip
-	$(PYTHON) -m pip install --progress-bar on -e '.[dev]'
-	@touch $(STAMP)
-	@echo "Installed."
+	@./.ci/install $(PYTHON) dev
+	@touch $(STAMP) $(RUNTIME_STAMP)
+
+$(RUNTIME_STAMP): pyproject.toml $(if $(VIRTUAL_ENV),,$(VENV)/bin/python)
+	@if [ $(STAMP) -nt pyproject.toml ]; then :; else ./.ci/install $(PYTHON) runtime; fi
+	@touch $(RUNTIME_STAMP)
 
 install: $(STAMP) chromium
 
@@ -34,8 +40,9 @@ chromium:
 	    apt-get install -y chromium || { apt-get update && apt-get install -y chromium; }; \
 	  else echo "chromium is missing: the console's browser tests will fail until you run 'sudo apt-get install -y chromium'"; fi; }
 
-up: install
-	$(PYTHON) -m trainyard.cli.main up $(UP_ARGS)
+up: $(RUNTIME_STAMP)
+	@echo "==> Starting the stack: NATS, Redis, the services, node agents and the gateway..."
+	@$(PYTHON) -m trainyard.cli.main up $(UP_ARGS)
 
 test: install
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
@@ -61,7 +68,7 @@ proto: install
 
 # ruff also reports syntax errors, so every Python file is at least parsed.  mypy checks
 # the packages its [tool.mypy] section in pyproject.toml names, in strict mode.
-lint: install
+lint: $(STAMP)
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy
