@@ -120,6 +120,26 @@ def test_unset_settings_keep_their_documented_defaults() -> None:
             "TRAINYARD_EVENT_LOOP: 'trio' is not an event loop; use one of uvloop, asyncio",
             id="an unknown event loop names the ones there are",
         ),
+        pytest.param(
+            {"TRAINYARD_JOB_RETENTION_S": "0"},
+            r"TRAINYARD_JOB_RETENTION_S must be a number of seconds above 0 \(default 604800: 7 days\)",
+            id="a retention of no time would forget a job as it finishes",
+        ),
+        pytest.param(
+            {"TRAINYARD_JOB_RETENTION_S": "inf"},
+            "TRAINYARD_JOB_RETENTION_S must be a number of seconds above 0",
+            id="an endless retention is not a retention",
+        ),
+        pytest.param(
+            {"TRAINYARD_RETENTION_SWEEP_INTERVAL_S": "-5"},
+            "TRAINYARD_RETENTION_SWEEP_INTERVAL_S must be a number of seconds above 0",
+            id="a sweep interval below zero",
+        ),
+        pytest.param(
+            {"TRAINYARD_JOBS_SNAPSHOT_INTERVAL_S": "0"},
+            "TRAINYARD_JOBS_SNAPSHOT_INTERVAL_S must be a number of seconds above 0",
+            id="a snapshot interval of zero",
+        ),
     ],
 )
 def test_a_bad_value_stops_the_process_naming_the_variable(environ: dict[str, str], message: str) -> None:
