@@ -63,6 +63,13 @@ def on_the_bus(stack: LocalStack, work: Callable[[Bus], Awaitable[Any]]) -> Any:
         return pool.submit(asyncio.run, run()).result()
 
 
+async def dead_submission(bus: Bus, job_id: str) -> int:
+    """A submission, dead-lettered as a consumer that gave up on it writes it; the dead letter's sequence."""
+    spec = JobSpec(tenant="acme", queue="default", roles=[Role(name="t", gpus_per_replica=1)], simulated_duration_s=1)
+    ack = await bus.publish(subjects.intake("acme"), SubmitJob(at=1.0, spec=spec, job_id=job_id), msg_id=job_id)
+    return await give_up_on(bus, "INTAKE", ack.seq, "cannot be handled: Redis is not answering")
+
+
 @pytest.fixture(scope="module")
 def prepared(console_stack) -> int:  # type: ignore[no-untyped-def]
     """The tenancy applied, and one dead letter (a submission admission gave up on); its sequence."""
@@ -70,12 +77,7 @@ def prepared(console_stack) -> int:  # type: ignore[no-untyped-def]
 
     async def prepare(bus: Bus) -> int:
         await (await ConfigStore.open(bus)).apply(TENANCY, actor="test:e2e", reason="console pickers")
-        spec = JobSpec(
-            tenant="acme", queue="default", roles=[Role(name="t", gpus_per_replica=1)], simulated_duration_s=1
-        )
-        # a copy of a real intake message, as a consumer that gave up on it writes it
-        ack = await bus.publish(subjects.intake("acme"), SubmitJob(at=1.0, spec=spec, job_id="dl-job"), msg_id="dl-1")
-        return await give_up_on(bus, "INTAKE", ack.seq, "cannot be handled: Redis is not answering")
+        return await dead_submission(bus, "dl-job")
 
     return on_the_bus(stack, prepare)
 
@@ -183,6 +185,12 @@ def test_an_operator_inspects_and_replays_a_dead_letter_after_a_confirmation(con
     page.click("#confirm button[type=submit]")
     expect(page.locator("#replayed")).to_contain_text("was replayed")
     wait_status(api(stack, callers.tokens["admin"]), "dl-job", {"succeeded"})  # admission took the replayed submission
+    page.click(f"#dl-{prepared} a.discard")  # dealt with: discard it, after a confirmation
+    expect(page.locator("#confirm")).to_contain_text(f"Discard dead letter {prepared}?")
+    shot(page, "operator-deadletter-discard-confirm")
+    page.click("#confirm button[type=submit]")
+    expect(page.locator("#discarded")).to_contain_text(f"Dead letter {prepared} was discarded")
+    expect(page.locator(f"#dl-{prepared}")).to_have_count(0)
     assert page.goto("/admin/tokens").status == 403
 
 
@@ -232,11 +240,12 @@ PAGES = {
     "deadletters": "/admin/deadletters",
     "deadletter": "/admin/deadletters/{dl}",
     "replay-confirm": "/admin/deadletters/{dl}/replay",
+    "discard-confirm": "/admin/deadletters/{dl}/discard",
 }
 #: The pages each role may open (every other one answers 403).
 ALLOWED = {
     "researcher": {"jobs", "job", "submit", "cancel-confirm"},
-    "operator": {"jobs", "job", "cancel-confirm", "deadletters", "deadletter", "replay-confirm"},
+    "operator": {"jobs", "job", "cancel-confirm", "deadletters", "deadletter", "replay-confirm", "discard-confirm"},
     "finance": set(),
     "admin": set(PAGES),
 }
@@ -248,10 +257,11 @@ def test_every_page_for_every_role_is_shown_or_refused_as_the_policy_says(consol
     admin = api(stack, callers.tokens["admin"])
     assert admin.post("/v1/jobs", json=spec | {"simulated_duration_s": 600, "max_runtime_s": 900}).status_code == 202
     wait_status(admin, "shots-1", {"running"})
+    dead = on_the_bus(stack, lambda bus: dead_submission(bus, "dl-shots"))  # the other test discarded the first
     for role in ROLES:
         page = log_in(site, callers.tokens[CALLER[role]])
         for name, path in PAGES.items():
-            answer = page.goto(path.format(dl=prepared))
+            answer = page.goto(path.format(dl=dead))
             assert answer is not None
             assert answer.status == (200 if name in ALLOWED[role] else 403), (role, name, answer.status)
             shot(page, f"pages-{role}-{name}")

@@ -132,3 +132,36 @@ async def test_a_dead_letter_is_listed_inspected_and_replayed_after_a_confirmati
         assert "was replayed" in (await browser.get(done.headers["location"])).text
         [record] = await audit_records(bus, "deadletter.replay")
         assert record.actor == callers.actor("operator") and record.reason == "Redis is back"
+
+
+async def test_a_dead_letter_is_discarded_after_a_confirmation_from_the_console_or_the_api(
+    browser_as: Browser, bus: Bus, callers: Callers, store: Store
+) -> None:
+    for n in (1, 2):
+        ack = await bus.publish(subjects.intake("acme"), SubmitJob(at=1.0, spec=SPEC, job_id=f"j{n}"), msg_id=f"s{n}")
+        await give_up_on(bus, "INTAKE", ack.seq, "cannot be decoded: nonsense")
+    async with browser_as("operator") as browser:
+        confirm = await browser.get("/admin/deadletters/1/discard")
+        assert confirm.status_code == 200 and "Discard dead letter 1?" in confirm.text
+        await browser.post("/admin/deadletters/1/discard", data={"csrf": csrf_of(confirm.text)})
+        assert (await bus.js.stream_info("DEADLETTER")).state.messages == 2, "nothing discarded unconfirmed"
+        done = await browser.post(
+            "/admin/deadletters/1/discard", data={"csrf": csrf_of(confirm.text), "confirm": "1", "reason": "handled"}
+        )
+        assert done.status_code == 303 and (await bus.js.stream_info("DEADLETTER")).state.messages == 1
+        assert 'id="dl-1"' not in (await browser.get(done.headers["location"])).text
+    api = client(gateway_app(bus, store, callers.authenticator, Settings()))
+    async with api:
+        refused = await api.request("DELETE", "/v1/deadletters/2", headers=callers.headers("finance"))
+        assert refused.status_code == 403
+        gone = await api.request(
+            "DELETE", "/v1/deadletters/2", json={"reason": "seen"}, headers=callers.headers("admin")
+        )
+        assert gone.status_code == 200 and gone.json()["seq"] == 2
+        again = await api.request("DELETE", "/v1/deadletters/2", headers=callers.headers("admin"))
+        assert again.status_code == 404
+    records = await audit_records(bus, "deadletter.discard")
+    assert [(r.target, r.actor, r.reason) for r in records] == [
+        ("1", callers.actor("operator"), "handled"),
+        ("2", callers.actor("admin"), "seen"),
+    ]

@@ -62,6 +62,9 @@ def publishers(subject: str) -> set[str]:
         pytest.param("$JS.API.STREAM.DELETE.JOBS", {"admin"}, id="only admin deletes a stream"),
         pytest.param("$JS.API.STREAM.PURGE.JOBS", {"admin"}, id="only admin purges a stream"),
         pytest.param("$JS.API.STREAM.MSG.DELETE.JOBS", {"admin"}, id="only admin deletes a message"),
+        pytest.param(
+            "$JS.API.STREAM.MSG.DELETE.DEADLETTER", {"gateway", "admin"}, id="the gateway discards a dead letter"
+        ),
         pytest.param("$JS.API.CONSUMER.MSG.NEXT.JOBS.accounting", {"accounting", "admin"}, id="accounting's consumer"),
         pytest.param("$JS.ACK.JOBS.accounting.1.2.3.4.5", {"accounting", "admin"}, id="acks on accounting's consumer"),
         pytest.param("$JS.API.CONSUMER.DELETE.JOBS.accounting", {"admin"}, id="only admin deletes a consumer"),

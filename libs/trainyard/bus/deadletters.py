@@ -21,6 +21,9 @@ longer applies).  A JOBS event is a fact of the source of truth, still in the
 JOBS stream and written only by its producer: a second copy would record the
 fact twice, so it is refused, as is telemetry (samples are only worth
 anything when fresh).
+
+Discarding removes a dead letter from the DEADLETTER stream once someone has
+dealt with it (or decided it needs nothing); nothing is published.
 """
 
 from __future__ import annotations
@@ -216,6 +219,18 @@ async def replay(bus: Bus, seq: int, actor: str = "") -> Replayed:
     ack = await bus.publish_raw(subject, original.data or b"", headers)
     sent = bus.message_id(subject, msg_id)
     return Replayed(seq=seq, stream=letter.stream, subject=subject, replayed_seq=ack.seq, msg_id=sent)
+
+
+async def discard(bus: Bus, seq: int) -> DeadLetter:
+    """Remove dead letter ``seq`` from the stream, its message not replayed (the
+    original stays in its own stream until that one's retention ends); the dead
+    letter as it was.  :class:`DeadLetterNotFound` when there is none."""
+    letter = await read(bus, seq)
+    try:
+        await bus.js.delete_msg(STREAM, seq)
+    except nats.js.errors.NotFoundError:
+        raise DeadLetterNotFound(f"no dead letter {seq} (it was discarded or aged out meanwhile)") from None
+    return letter
 
 
 async def counts(bus: Bus) -> dict[str, int]:

@@ -189,10 +189,11 @@ def _service(role: str, cluster: str) -> tuple[list[str], list[str], bool]:
         # API tokens: created and revoked through the gateway, followed with a watch.
         auth = _kv(AUTH_BUCKET)
         # Dead letters: read, and replayed on intake and node subjects (trainyard.bus.deadletters),
-        # checked against the original message, looked up in its stream by sequence.
+        # checked against the original message, looked up in its stream by sequence; or discarded.
         publish = [
             f"{_J}.intake.*",
             "$JS.API.STREAM.MSG.GET.INTAKE",
+            "$JS.API.STREAM.MSG.DELETE.DEADLETTER",
             f"{_J}.agent.*.*.logs",  # a job's output, asked of the agent that ran it (logs requests only)
             subjects.NODES_ALL,
             subjects.AUDIT_ALL,

@@ -1,4 +1,4 @@
-"""REST routes for dead letters: list, show, replay.
+"""REST routes for dead letters: list, show, replay, discard.
 
 ``GET /v1/deadletters`` lists them newest first (reason, original stream,
 subject and sequence, time, size); ``GET /v1/deadletters/{seq}`` shows one
@@ -7,7 +7,9 @@ message again on the original subject with a new message id (409 with the
 reason when the copy was cut short, the stream's messages are not replayed,
 or the dead letter's subject or data are not those of the original message
 its stream still holds, see :mod:`trainyard.bus.deadletters`) and records
-the replay in the audit stream under the verified caller.
+the replay in the audit stream under the verified caller;
+``DELETE /v1/deadletters/{seq}`` discards one (nothing is published; audited
+as ``deadletter.discard``).
 
 For the operator and admin roles (403 for the others).
 """
@@ -34,6 +36,17 @@ MAX_BODY_BYTES = 4096
 MAX_REASON_CHARS = 256
 
 
+async def reason_of(request: Request) -> tuple[str, Response | None]:
+    """The reason a replay or discard gives in its body, or the 422 that says what is wrong with the body."""
+    try:
+        body = msgspec.json.decode(await read_body(request, MAX_BODY_BYTES) or b"{}", type=ReplayBody)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as err:
+        return "", error_response(422, "invalid_argument", f"the body is not a JSON object with a reason: {err}")
+    if len(body.reason) > MAX_REASON_CHARS:
+        return "", error_response(422, "invalid_argument", f"reason: at most {MAX_REASON_CHARS} characters")
+    return body.reason, None
+
+
 async def replay_audited(bus: Bus, seq: int, who: Principal, reason: str) -> dlq.Replayed:
     """Replay dead letter ``seq`` for ``who`` and record it in the audit stream
     (the REST API and the console do the same); raises as :func:`dlq.replay`."""
@@ -48,6 +61,16 @@ async def replay_audited(bus: Bus, seq: int, who: Principal, reason: str) -> dlq
         bus, who.actor, "deadletter.replay", str(seq), reason.strip(), details=details, record_id=f"audit:{done.msg_id}"
     )
     return done
+
+
+async def discard_audited(bus: Bus, seq: int, who: Principal, reason: str) -> dlq.DeadLetter:
+    """Discard dead letter ``seq`` for ``who`` and record it in the audit stream
+    (the REST API and the console do the same); raises as :func:`dlq.discard`."""
+    letter = await dlq.discard(bus, seq)
+    details = {"stream": letter.stream, "subject": letter.subject, "reason": letter.reason}
+    record_id = f"audit:deadletter:discard:{seq}"
+    await audit(bus, who.actor, "deadletter.discard", str(seq), reason.strip(), details=details, record_id=record_id)
+    return letter
 
 
 def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
@@ -82,18 +105,25 @@ def build_router(bus: Bus, store: Store, settings: Settings) -> APIRouter:
 
     @router.post("/{seq}/replay", status_code=202, summary="Publish a dead letter's message again")
     async def replay_deadletter(seq: int, request: Request, who: Principal = allow(Action.DLQ_REPLAY)) -> Response:
+        reason, refused = await reason_of(request)
+        if refused is not None:
+            return refused
         try:
-            body = msgspec.json.decode(await read_body(request, MAX_BODY_BYTES) or b"{}", type=ReplayBody)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as err:
-            return error_response(422, "invalid_argument", f"the body is not a JSON object with a reason: {err}")
-        if len(body.reason) > MAX_REASON_CHARS:
-            return error_response(422, "invalid_argument", f"reason: at most {MAX_REASON_CHARS} characters")
-        try:
-            done = await replay_audited(bus, seq, who, body.reason)
+            done = await replay_audited(bus, seq, who, reason)
         except dlq.DeadLetterNotFound as err:
             return error_response(404, "not_found", str(err))
         except dlq.NotReplayable as err:
             return error_response(409, "conflict", str(err))
         return json_response(done, 202)
+
+    @router.delete("/{seq}", summary="Discard a dead letter (nothing is published)")
+    async def discard_deadletter(seq: int, request: Request, who: Principal = allow(Action.DLQ_REPLAY)) -> Response:
+        reason, refused = await reason_of(request)
+        if refused is not None:
+            return refused
+        try:
+            return json_response(await discard_audited(bus, seq, who, reason))
+        except dlq.DeadLetterNotFound as err:
+            return error_response(404, "not_found", str(err))
 
     return router

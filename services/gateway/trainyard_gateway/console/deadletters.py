@@ -1,6 +1,6 @@
 """The console's dead-letter pages: the dead letters, newest first (filter by
-the stream they came from), one with the data it kept, and replaying one after
-a confirmation.  The same operations and audit record as ``/v1/deadletters``
+the stream they came from), one with the data it kept, and replaying or
+discarding one after a confirmation.  The same operations and audit record as ``/v1/deadletters``
 (:mod:`trainyard_gateway.dlq_api`), for the roles that may read (operator,
 admin) and replay them."""
 
@@ -14,7 +14,7 @@ from trainyard.bus import Bus
 from trainyard.bus import deadletters as dlq
 from trainyard_gateway.console.render import page
 from trainyard_gateway.console.session import form_for, principal, refusal
-from trainyard_gateway.dlq_api import MAX_REASON_CHARS, replay_audited
+from trainyard_gateway.dlq_api import MAX_REASON_CHARS, discard_audited, replay_audited
 
 LIST_LIMIT = 100
 
@@ -23,7 +23,9 @@ def build_router(bus: Bus) -> APIRouter:
     router = APIRouter(prefix="/admin/deadletters", include_in_schema=False)
 
     @router.get("")
-    async def deadletters_page(request: Request, stream: str = "", replayed: int = 0, seq: int = 0) -> Response:
+    async def deadletters_page(
+        request: Request, stream: str = "", replayed: int = 0, seq: int = 0, discarded: int = 0
+    ) -> Response:
         who = principal(request)
         refused = refusal(request, who, Action.DLQ_READ)
         if refused:
@@ -40,6 +42,7 @@ def build_router(bus: Bus) -> APIRouter:
             counts=await dlq.counts(bus),
             replayed=replayed,
             replayed_of=seq,
+            discarded=discarded,
         )
 
     async def letter_page(
@@ -79,5 +82,23 @@ def build_router(bus: Bus) -> APIRouter:
         except dlq.NotReplayable as err:
             return await letter_page(request, seq, "deadletter.html", status_code=409, problem=str(err))
         return RedirectResponse(f"/admin/deadletters?replayed={done.replayed_seq}&seq={seq}", status_code=303)
+
+    @router.get("/{seq}/discard")
+    async def confirm_discard(request: Request, seq: int) -> Response:
+        who = principal(request)
+        return refusal(request, who, Action.DLQ_REPLAY) or await letter_page(request, seq, "deadletter_discard.html")
+
+    @router.post("/{seq}/discard")
+    async def discard(request: Request, seq: int) -> Response:
+        who, fields, refused = await form_for(request, Action.DLQ_REPLAY)
+        if refused:
+            return refused
+        if fields.get("confirm") != str(seq):
+            return await letter_page(request, seq, "deadletter_discard.html")
+        try:
+            await discard_audited(bus, seq, who, (fields.get("reason") or "")[:MAX_REASON_CHARS])
+        except dlq.DeadLetterNotFound as err:
+            return page(request, "error.html", who, status_code=404, message=str(err))
+        return RedirectResponse(f"/admin/deadletters?discarded={seq}", status_code=303)
 
     return router
