@@ -156,32 +156,32 @@ def emulate_run(
 @admin_app.command("rebuild")
 def admin_rebuild(data_dir: str = DataDir) -> None:
     """Throw away the Redis projections and rebuild them by replaying the streams, JOBS from its newest snapshot in
-    the ledger database on: those of the installation TRAINYARD_NATS_URL and TRAINYARD_REDIS_URL name, else of the
-    running `trainyard up`."""
+    the ledger database on (TRAINYARD_LEDGER_URL, else the stack's): those of the installation TRAINYARD_NATS_URL and
+    TRAINYARD_REDIS_URL name, else of the running `trainyard up`."""
     import asyncio
 
     import msgspec
 
     from trainyard.cli.config import stack_state
     from trainyard.cli.settings import cli_settings
+    from trainyard.ledger.snapshots import SnapshotStore
     from trainyard.runtime import close_runtime, open_runtime
     from trainyard.store import Projector
-    from trainyard.store.snapshot import snapshot_store
 
     settings = cli_settings()
+    ledger_url = settings.given("ledger_url")  # where the JOBS snapshot is; none given: the stack's, if any
     if not (settings.given("nats_url") and settings.given("redis_url")):
         state = stack_state(data_dir, "TRAINYARD_NATS_URL and TRAINYARD_REDIS_URL")
-        ledger_url = settings.given("ledger_url") or state.ledger_url
-        settings = msgspec.structs.replace(
-            settings, nats_url=state.nats_url, redis_url=state.redis_url, ledger_url=ledger_url
-        )
+        ledger_url = ledger_url or state.ledger_url
+        settings = msgspec.structs.replace(settings, nats_url=state.nats_url, redis_url=state.redis_url)
 
     async def rebuild() -> None:
         rt = await open_runtime("admin", settings)
         try:
             await rt.store.flush()
             for stream in ("NODES", "JOBS"):
-                projector = Projector(rt.bus, rt.store, stream, snapshot_store(settings) if stream == "JOBS" else None)
+                snapshots = SnapshotStore(ledger_url) if stream == "JOBS" and ledger_url else None
+                projector = Projector(rt.bus, rt.store, stream, snapshots)
                 stop = asyncio.Event()
                 task = asyncio.create_task(projector.run(stop))
                 last = (await rt.bus.js.stream_info(stream)).state.last_seq
