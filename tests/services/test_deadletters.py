@@ -179,6 +179,9 @@ async def test_a_truncated_copy_and_a_jobs_event_are_not_replayed_and_say_why(
             "GET", "/v1/deadletters/999999999999999999999", "operator", 404, id="a sequence past any stream's"
         ),
         pytest.param("POST", f"/v1/deadletters/{2**64}/replay", "admin", 404, id="nor replayed"),
+        pytest.param("DELETE", "/v1/deadletters/1", "acme-admin", 403, id="a tenant-admin may not discard"),
+        pytest.param("DELETE", "/v1/deadletters/99", "operator", 404, id="nor can an unknown one be discarded"),
+        pytest.param("DELETE", f"/v1/deadletters/{2**64}", "admin", 404, id="nor one past any sequence"),
         pytest.param("GET", "/v1/deadletters?stream=QUEUE", "operator", 422, id="an unknown stream is named"),
         pytest.param("GET", "/v1/deadletters?limit=0", "operator", 422, id="a limit below 1"),
     ],
@@ -190,7 +193,7 @@ async def test_who_may_read_and_replay_dead_letters(
     assert response.status_code == status, response.text
 
 
-async def test_the_cli_lists_shows_and_replays_dead_letters(bus: Bus, store: Store, callers: Callers) -> None:
+async def test_the_cli_lists_shows_replays_and_discards_dead_letters(bus: Bus, store: Store, callers: Callers) -> None:
     await bus.publish(subjects.intake("acme"), SubmitJob(at=1.0, spec=SPEC, job_id="cli-1"), msg_id="c1")
 
     async def one_dead() -> bool:
@@ -221,6 +224,12 @@ async def test_the_cli_lists_shows_and_replays_dead_letters(bus: Bus, store: Sto
         assert code == 0 and "replayed dead letter 1 on trainyard.intake.acme as INTAKE seq 2" in out
         code, out = await run("replay", "1", caller="acme")
         assert code == 1 and "403" in out and "operator, admin" in out
+        code, out = await run("discard", "1", caller="acme")
+        assert code == 1 and "403" in out
+        code, out = await run("discard", "1", "--reason", "replayed")
+        assert code == 0 and "discarded dead letter 1 (INTAKE, trainyard.intake.acme)" in out
+        code, out = await run("show", "1")
+        assert code == 1 and "404" in out
     finally:
         server.should_exit = True
         with contextlib.suppress(Exception):

@@ -1,4 +1,4 @@
-"""``trainyard dlq list|show|replay``: the dead letters, through the gateway
+"""``trainyard dlq list|show|replay|discard``: the dead letters, through the gateway
 (``/v1/deadletters``), as the caller's token (operator or admin)."""
 
 from __future__ import annotations
@@ -114,3 +114,15 @@ def replay_command(
     """Publish a dead letter's message again on its original subject (with a new message id)."""
     r = _request(api_url, data_dir, "POST", f"/v1/deadletters/{seq}/replay", json={"reason": reason})
     console.print(f"replayed dead letter {r['seq']} on {escape(r['subject'])} as {r['stream']} seq {r['replayed_seq']}")
+
+
+@dlq_app.command("discard")
+def discard_command(
+    seq: int,
+    reason: str = typer.Option("", "--reason", help="Why (recorded in the audit stream)."),
+    api_url: str | None = ApiUrl,
+    data_dir: str = DataDir,
+) -> None:
+    """Remove a dead letter once it has been dealt with (nothing is published)."""
+    r = _request(api_url, data_dir, "DELETE", f"/v1/deadletters/{seq}", json={"reason": reason})
+    console.print(f"discarded dead letter {r['seq']} ({r['stream']}, {escape(r['subject'])})")
