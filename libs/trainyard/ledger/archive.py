@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from trainyard.core.lifecycle import TERMINAL, JobRecord
 from trainyard.ledger.ledger import Ledger
-from trainyard.ledger.schema import ID
+from trainyard.ledger.schema import ID, create_tables
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(JobRecord).decode
@@ -59,7 +59,7 @@ class JobArchive:
         self.table = archive_table(self.metadata, prefix)
 
     def create_schema(self) -> None:
-        self.metadata.create_all(self.engine)
+        create_tables(self.metadata, self.engine)
 
     def drop_schema(self) -> None:
         self.metadata.drop_all(self.engine)

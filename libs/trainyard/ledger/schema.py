@@ -38,6 +38,17 @@ def add_missing_columns(conn: sa.Connection, tables: LedgerTables) -> None:
                 conn.execute(sa.text(f"ALTER TABLE {table_name} ADD COLUMN {guard}{name} {kind}"))
 
 
+def create_tables(metadata: sa.MetaData, engine: sa.Engine) -> None:
+    """Create the tables of ``metadata`` that are missing.  Processes that
+    start together (admission, placement and the gateway) may each find a
+    table missing and create it at once: the one that loses is told the table
+    exists, and looks again."""
+    try:
+        metadata.create_all(engine)
+    except sa.exc.DBAPIError:
+        metadata.create_all(engine)  # made meanwhile by another process: now found, or a real error again
+
+
 def build_tables(prefix: str = "") -> LedgerTables:
     if prefix and not prefix.replace("_", "").isalnum():
         raise ValueError(f"table prefix {prefix!r} may hold only letters, digits and '_'")

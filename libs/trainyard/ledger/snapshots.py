@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from trainyard.ledger.ledger import Ledger
+from trainyard.ledger.schema import create_tables
 
 
 class Snapshot(NamedTuple):
@@ -46,7 +47,7 @@ class SnapshotStore:
         )
 
     def create_schema(self) -> None:
-        self.metadata.create_all(self.engine)
+        create_tables(self.metadata, self.engine)
         self._created = True
 
     def _ensure_schema(self) -> None:

@@ -164,11 +164,11 @@ async def run_sweeper(
     """Sweep every ``interval_s`` until ``stop``, forgetting jobs finished
     more than ``retention_s`` ago.  Redis or the database failing is logged
     and the next sweep tries again."""
-    await asyncio.to_thread(archive.create_schema)
     indexed = False
     while not stop.is_set():
         try:
             if not indexed:
+                await asyncio.to_thread(archive.create_schema)
                 if added := await backfill(store):
                     log.info("retention: indexed %d finished jobs by when they finished", added)
                 indexed = True

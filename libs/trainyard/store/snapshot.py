@@ -228,7 +228,6 @@ async def run_snapshotter(
 ) -> None:
     """Take a snapshot every ``interval_s`` until ``stop``; Redis or the
     database failing is logged and the next one tries again."""
-    await asyncio.to_thread(snapshots.create_schema)
     while True:
         try:
             await asyncio.wait_for(stop.wait(), interval_s)
