@@ -36,7 +36,7 @@ from trainyard.store import Projector, Store, views
 from trainyard.store.projection_check import jobs_missing
 from trainyard.store.projections import RedisProjections
 from trainyard.store.retention import backfill, run_sweeper, sweep
-from trainyard.store.snapshot import EXACT, FAMILIES, take
+from trainyard.store.snapshot import EXACT, FAMILIES, restore, take
 from trainyard.testing.publish import publish_event
 from trainyard.testing.streams import project, read_raw
 from trainyard.testing.waiting import eventually
@@ -348,3 +348,7 @@ async def test_a_rebuild_after_the_stream_and_projection_were_trimmed_reproduces
     await store.redis.flushall()
     await _rebuild(bus, store, None)  # without the snapshot, the trimmed events are missing
     assert set(await _projection(store)) < set(before)
+
+    await store.redis.flushall()  # a snapshot past the stream's end is another stream's: not written back
+    assert await restore(store, snapshots, stream_last=snapshot.seq - 1) is None
+    assert await _dump(store) == {}

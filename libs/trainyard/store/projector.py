@@ -127,7 +127,8 @@ class Projector:
         the newest snapshot, or a new one at 0, where Redis has none."""
         if self.snapshots is not None:
             try:
-                await restore(self.store, self.snapshots)
+                last_seq = (await self.bus.js.stream_info(self.stream)).state.last_seq
+                await restore(self.store, self.snapshots, last_seq)
             except SQLAlchemyError as err:  # wait for it: a rebuild without it may lack what the stream no longer has
                 raise ConnectionError(f"the JOBS snapshot cannot be read: {err!r}") from err
         key = self.store.key("proj", self.projection)

@@ -202,14 +202,23 @@ async def _read(store: Store, names: list[str], cut: int) -> dict[str, tuple[str
     return {name[cut:]: (kind, values) for name, (kind, values) in zip(names, rows, strict=True) if kind != "none"}
 
 
-async def restore(store: Store, snapshots: SnapshotStore) -> int | None:
+async def restore(store: Store, snapshots: SnapshotStore, stream_last: int) -> int | None:
     """Write the newest snapshot back into a Redis that holds no JOBS
     projection; returns the sequence it holds through, or None when nothing
-    was restored (Redis holds a projection, or there is no snapshot)."""
+    was restored (Redis holds a projection, or there is no snapshot).  A
+    snapshot past the stream's last sequence ``stream_last`` is of another
+    stream (NATS started over with an empty one): it is not used."""
     if await store.redis.exists(store.key("proj", PROJECTION)):
         return None
     snapshot = await asyncio.to_thread(snapshots.get, PROJECTION)
     if snapshot is None:
+        return None
+    if snapshot.seq > stream_last:
+        log.error(
+            "the JOBS snapshot holds through sequence %d, past the stream's last (%d): another stream's, not used",
+            snapshot.seq,
+            stream_last,
+        )
         return None
     script = store.redis.register_script(RESTORE)
     (restored,) = await store.run_script(script, [[snapshot.data, uuid.uuid4().hex]])
