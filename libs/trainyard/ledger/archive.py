@@ -13,7 +13,9 @@ usage: the ledger's runs and jobs (what finance exports read) are not touched.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import msgspec
 import sqlalchemy as sa
@@ -27,7 +29,7 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(JobRecord).decode
 
 
-def _record(row: sa.Row) -> JobRecord:
+def _record(row: Any) -> JobRecord:
     record = _decode(row.record)
     return record if row.spec is None else msgspec.structs.replace(record, spec=msgspec.Raw(row.spec.encode()))
 
@@ -129,7 +131,7 @@ class JobArchive:
         limit: int = 100,
         newest_first: bool = True,
         after: tuple[float, str] | None = None,
-    ) -> list[JobRecord]:
+    ) -> builtins.list[JobRecord]:
         """Up to ``limit`` archived jobs, newest first (or oldest), of one
         tenant or all, of one status or any: :meth:`placed` without the places."""
         return [record for _, record in self.placed(tenant, status, limit, newest_first, after)]
@@ -141,7 +143,7 @@ class JobArchive:
         limit: int = 100,
         newest_first: bool = True,
         after: tuple[float, str] | None = None,
-    ) -> list[tuple[tuple[float, str], JobRecord]]:
+    ) -> builtins.list[tuple[tuple[float, str], JobRecord]]:
         """Up to ``limit`` archived jobs with their places ``(score, job id)``
         in the projection's lists, in that order (newest first, or oldest);
         ``after``: only jobs past this place, as a page of those lists goes on."""

@@ -37,6 +37,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import cast
 
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
@@ -121,7 +122,7 @@ async def backfill(store: Store) -> int:
     added = 0
     for status in sorted(TERMINAL):
         start = 0
-        while ids := await store.redis.zrange(store.key("bystatus", status), start, start + _PAGE - 1):
+        while ids := cast(list[str], await store.redis.zrange(store.key("bystatus", status), start, start + _PAGE - 1)):
             (n,) = await store.run_script(script, [ids])
             added += int(n)
             start += _PAGE
@@ -136,7 +137,9 @@ async def sweep(store: Store, archive: JobArchive, cutoff: float, batch: int = B
     script = store.redis.register_script(FORGET)
     total = 0
     while True:
-        ids = await store.redis.zrangebyscore(store.key("finished"), "-inf", repr(cutoff), start=0, num=batch)
+        ids = cast(
+            list[str], await store.redis.zrangebyscore(store.key("finished"), "-inf", repr(cutoff), start=0, num=batch)
+        )
         if not ids:
             return total
         records = [r for r in await views.get_jobs(store, ids) if r.status in TERMINAL]
