@@ -7,19 +7,24 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 
+from trainyard._pb.trainyard.v1 import jobs_pb2 as pb
+from trainyard._pb.trainyard.v1 import jobs_pb2_grpc as pb_grpc
 from trainyard.bus import Bus, PublishRequest
 from trainyard.domain import JobSpec, Role
 from trainyard.events import JobAccepted, JobCancelled, JobRejected, job_subject
 from trainyard.ledger.archive import JobArchive
+from trainyard.local.servers import free_port
 from trainyard.store import Store
 from trainyard.store.job_pages import JobQuery, Position, page_jobs
 from trainyard.store.retention import sweep
 from trainyard.testing.auth import Callers
 from trainyard.testing.streams import project
 from trainyard_gateway.archived_lists import with_archived
+from trainyard_gateway.grpc_server import start_grpc
 from trainyard_gateway.jobs import JobOperations
 from trainyard_gateway.rest import create_app
 
@@ -101,10 +106,11 @@ async def test_a_list_with_archived_jobs_is_the_list_before_retention(
     assert len(left) < len(before)  # without the archive, the old ones are gone
 
 
-async def test_the_api_lists_archived_jobs_when_asked_and_the_cli_asks_with_all(
+async def test_rest_and_grpc_list_archived_jobs_when_asked(
     bus: Bus, store: Store, archive: JobArchive, callers: Callers
 ) -> None:
-    """What ``GET /v1/jobs?archived=true`` and ``trainyard jobs --all`` read, a page at a time."""
+    """What ``GET /v1/jobs?archived=true``, ``trainyard jobs --all`` and gRPC ``ListJobs``
+    with ``archived`` read, a page at a time."""
     await _jobs(bus)
     await project(bus, store, "JOBS")
     before = await _walk(store, JobQuery(tenant="acme"), 1000, None)
@@ -125,3 +131,19 @@ async def test_the_api_lists_archived_jobs_when_asked_and_the_cli_asks_with_all(
 
     assert await listed(archived="true") == before
     assert len(await listed()) < len(before)  # by default, the projection's jobs only
+
+    port = free_port()  # gRPC ListJobs asks the same with archived
+    server = await start_grpc(JobOperations(bus, store, archive=archive), callers.authenticator, "127.0.0.1", port)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.JobServiceStub(channel)
+            ids, cursor = [], ""
+            while True:
+                request = pb.ListJobsRequest(tenant="acme", limit=4, cursor=cursor, archived=True)
+                answer = await stub.ListJobs(request, metadata=callers.metadata("acme"), timeout=10)
+                ids += [j.job_id for j in answer.jobs]
+                if not (cursor := answer.next_cursor):
+                    break
+    finally:
+        await server.stop(0)
+    assert ids == before

@@ -267,7 +267,7 @@ class JobService(pb_grpc.JobServiceServicer):
                 request.submitted_before if request.HasField("submitted_before") else None,
                 request.cursor or None,
             )
-            page = await pages.job_page(self.ops, query, request.limit or 100, after)
+            page = await pages.job_page(self.ops, query, request.limit or 100, after, request.archived)
             return pb.ListJobsResponse(jobs=[job_to_proto(j) for j in page.jobs], next_cursor=page.next_cursor or "")
 
         return await self._serve("ListJobs", context, work)

@@ -201,20 +201,22 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("tenant", "status", "limit", "cursor", "submitted_after", "submitted_before")
+    __slots__ = ("tenant", "status", "limit", "cursor", "submitted_after", "submitted_before", "archived")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
     SUBMITTED_AFTER_FIELD_NUMBER: _ClassVar[int]
     SUBMITTED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    ARCHIVED_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     status: str
     limit: int
     cursor: str
     submitted_after: float
     submitted_before: float
-    def __init__(self, tenant: _Optional[str] = ..., status: _Optional[str] = ..., limit: _Optional[int] = ..., cursor: _Optional[str] = ..., submitted_after: _Optional[float] = ..., submitted_before: _Optional[float] = ...) -> None: ...
+    archived: bool
+    def __init__(self, tenant: _Optional[str] = ..., status: _Optional[str] = ..., limit: _Optional[int] = ..., cursor: _Optional[str] = ..., submitted_after: _Optional[float] = ..., submitted_before: _Optional[float] = ..., archived: _Optional[bool] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_cursor")
