@@ -1,5 +1,5 @@
 """Static assets shipped inside the package: the console's own stylesheet and
-script, and the vendored htmx, its SSE extension, uPlot and Swagger UI
+script, and the vendored htmx, its SSE extension and Swagger UI
 (versions and licences in ``static/vendor/README.md``).  Served at
 ``/static/`` without credentials, so the login page and ``/docs`` work on a
 machine with no internet."""

@@ -1,32 +1,9 @@
-// Trainyard console: draws the usage chart from the JSON the page embeds (uPlot, vendored);
-// shows times in the browser's time zone; counts running jobs' elapsed time and GPU-hours up;
-// narrows the submit form's queues and priority classes to the chosen tenant and queue.
+// Trainyard console: shows times in the browser's time zone; counts running jobs' elapsed time
+// and GPU-hours up; narrows the submit form's queues and priority classes to the chosen tenant and queue.
 (function () {
   "use strict";
   if (window.__trainyardConsole) return;  // loaded by the layout and by a page: once is enough
   window.__trainyardConsole = true;
-  function colour(name) {
-    // The same stable colour the server gives a tenant (render.tenant_colour) is sent with the data.
-    return (window.__trainyardColours || {})[name] || "#2f6fdf";
-  }
-  function drawUsage() {
-    var holder = document.getElementById("usage-chart");
-    var source = document.getElementById("usage-data");
-    if (!holder || !source || typeof uPlot === "undefined") return;
-    var data = JSON.parse(source.textContent);
-    window.__trainyardColours = data.colours || {};
-    var names = Object.keys(data.series);
-    if (!names.length) { holder.textContent = "No usage in this window."; return; }
-    var series = [{}].concat(names.map(function (n) {
-      return { label: n, stroke: colour(n), fill: colour(n).replace(")", " / 0.15)"), width: 2,
-               points: { show: data.x.length < 60 }, value: function (u, v) { return v == null ? "" : v.toFixed(2) + " GPU-h"; } };
-    }));
-    var opts = { width: Math.max(320, holder.clientWidth), height: 320, series: series,
-                 axes: [{}, { label: "GPU-hours", size: 60 }], scales: { x: { time: true } } };
-    var chart = new uPlot(opts, [data.x].concat(names.map(function (n) { return data.series[n]; })), holder);
-    window.addEventListener("resize", function () { chart.setSize({ width: Math.max(320, holder.clientWidth), height: 320 }); });
-    holder.dataset.drawn = "1";
-  }
   function pad(n) { return (n < 10 ? "0" : "") + n; }
   function localTimes(root) {
     // <time datetime="...Z" title="UTC">: the local time shown, the UTC time kept on hover.
@@ -100,7 +77,6 @@
     queue.dataset.enhanced = "1";
   }
   document.addEventListener("DOMContentLoaded", function () {
-    drawUsage();
     localTimes(document);
     submitForm();
     tick();
