@@ -1,7 +1,8 @@
 """The console's job pages and submit form: what they compute (a run's real
 state and live GPU-hours, a job's elapsed time and nodes, local times, people's
-names, the form's tenancy pickers and fields) and what they serve, in the
-gateway's app against real NATS and Redis."""
+names, the form's tenancy pickers and fields, the expected start placement's
+reservation gives) and what they serve, in the gateway's app against real NATS
+and Redis."""
 
 from __future__ import annotations
 
@@ -20,10 +21,14 @@ from trainyard.auth.principal import Principal
 from trainyard.bus import Bus
 from trainyard.config.store import ConfigStore
 from trainyard.config.tenancy import load_tenancy
-from trainyard.events import JobCancelled, SubmitJob
+from trainyard.core.placement import ClusterSnapshot, NodeView, PlacementRequest, RunningAlloc, place
+from trainyard.domain import JobSpec, NodeInfo
+from trainyard.domain import Role as JobRole
+from trainyard.events import JobAccepted, JobAdmitted, JobCancelled, SubmitJob
+from trainyard.events.jobs import ReplicaPlacement
 from trainyard.ledger.records import LedgerRun
 from trainyard.settings import Settings
-from trainyard.store import Store
+from trainyard.store import Store, waiting
 from trainyard.testing.auth import Callers
 from trainyard.testing.publish import publish_event
 from trainyard.testing.streams import project, read_raw
@@ -106,6 +111,7 @@ def test_times_are_time_elements_with_the_utc_time_on_hover_and_actors_are_names
     )
     assert person("token:0123456789abcdef:alice") == "alice" == person("operator:token:0123456789abcdef:alice")
     assert person("jwt:bob@example.com") == "bob@example.com" and person("something-else") == "something-else"
+    assert person("operator:jwt:bob@example.com") == "bob@example.com" == person("operator:bob@example.com")
     assert str(actor("token:0123456789abcdef:<op>")) == (
         '<span class="actor" title="token:0123456789abcdef:&lt;op&gt;">token:0123456789abcdef:&lt;op&gt;</span>'
     )
@@ -232,3 +238,29 @@ async def test_the_submit_form_has_pickers_from_the_tenancy_and_submits_the_chos
 
     other = await researcher.post("/jobs/new", data=fields | {"queue": "globex/batch", "job_id": "form-2"})
     assert other.status_code == 403 and "acts only for tenant" in other.text
+
+
+async def test_an_admitted_gang_placement_cannot_place_yet_shows_when_its_reservation_starts(
+    researcher: httpx.AsyncClient, bus: Bus, store: Store
+) -> None:
+    # Placement's cycle: run-1 holds GPUs 0-3 of n1 with a 2-hour limit, so an 8-GPU gang
+    # admitted now fits only once run-1 ends, and reserves n1 from then.
+    held = [ReplicaPlacement(role="trainer", replica=0, rank=0, node_id="n1", gpus=[0, 1, 2, 3])]
+    running = RunningAlloc(job_id="run-1", run_id="run-1-r1", replicas=held, started_at=4.0, max_runtime_s=7200)
+    n1 = NodeView(info=NodeInfo(node_id="n1", cluster="c1", gpu_type="H100", gpus=8), free_gpus=(4, 5, 6, 7))
+    spec = JobSpec(tenant="acme", queue="default", roles=[JobRole(name="trainer", replicas=1, gpus_per_replica=8)])
+    request = PlacementRequest(job_id="wait-1", run_id="wait-1-r1", spec=spec, order=0)
+    [unplaced] = place(ClusterSnapshot(nodes=[n1], running=[running]), [request], now=10.0).unplaced
+    assert unplaced.expected_start == 4.0 + 7200
+
+    await publish_event(bus, JobAccepted(at=5.0, job_id="wait-1", spec=spec, submitted_at=5.0), msg_id="w:0")
+    await publish_event(
+        bus, JobAdmitted(at=6.0, job_id="wait-1", tenant="acme", run_id="wait-1-r1", attempt=1), msg_id="w:1"
+    )
+    await project(bus, store, "JOBS")
+    # what the placement service records of the gangs it leaves waiting
+    outlook = waiting.Waiting(unplaced.reason.value, expected_start=unplaced.expected_start)
+    await waiting.write(store, "admitted", {"wait-1": outlook})
+
+    page = (await researcher.get("/jobs/wait-1")).text
+    assert f"Expected to start around <strong>{when(4.0 + 7200)}</strong>" in page

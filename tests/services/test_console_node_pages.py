@@ -2,7 +2,8 @@
 only the commands a node's state allows are offered; a command goes through
 its confirmation page and is published only once confirmed with the CSRF
 token; one the state refuses goes back saying why; the nodes list filters by
-state and links nodes only for roles that may open them."""
+state and links nodes only for roles that may open them; a node's page names
+the people who acted on it, with their ids on hover."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 from gateway_fixtures import client, csrf_of, gateway_app, log_in
 
 from trainyard.bus import Bus
+from trainyard.core.health import Cordon, NodeHealthRecord, Uncordon, transition
 from trainyard.domain import NodeInfo
 from trainyard.events import NodeRegistered, subjects
 from trainyard.settings import Settings
@@ -102,3 +105,29 @@ async def test_the_nodes_list_links_nodes_only_for_roles_that_may_open_them(
     assert cordoned.text.count('<tr data-node="') == 0 and "No node is cordoned." in cordoned.text
     assert healthy.text.count('<tr data-node="') == 2
     assert bogus.status_code == 422 and "&#39;asleep&#39; is not a node state; use one of: healthy" in bogus.text
+
+
+async def test_a_node_page_names_the_people_who_acted_on_it_with_their_ids_on_hover(
+    app: Any, store: Store, callers: Callers
+) -> None:
+    cordoner, uncordoner = f"operator:{callers.actor('operator')}", f"operator:{callers.actor('admin')}"
+    record = NodeHealthRecord(node_id="n1")
+    for at, command in enumerate(
+        (
+            Cordon(node_id="n1", by=cordoner, reason="fan noise"),
+            Uncordon(node_id="n1", by=uncordoner, reason="fan fixed"),
+            Cordon(node_id="n1", by=cordoner, reason="fan noise again"),
+        ),
+        start=1,
+    ):
+        record, _ = transition(record, command, float(at))
+    # as the health service keeps it
+    await store.redis.hset(store.key("health", "rec"), "n1", msgspec.json.encode(record))
+
+    async with browser_as(app, callers, "operator") as browser:
+        shown = (await browser.get("/nodes/n1")).text
+
+    assert record.cordoned_by == cordoner
+    assert f'<dt>Cordoned by</dt><dd><span class="actor" title="{cordoner}">operator</span></dd>' in shown
+    assert f'uncordoned by <span class="actor" title="{uncordoner}">admin</span>: fan fixed' in shown
+    assert f">{cordoner}<" not in shown and f">{uncordoner}" not in shown, "no raw id is shown as text"

@@ -74,9 +74,9 @@ def person(actor: str | None) -> str:
     found = _TOKEN_ACTOR.search(actor)
     if found:
         return found.group(1)
-    for prefix in ("jwt:", "service:", "operator:"):
+    for prefix in ("operator:", "jwt:", "service:"):  # "operator:jwt:<sub>" is the subject too
         if actor.startswith(prefix) and len(actor) > len(prefix):
-            return actor[len(prefix) :]
+            actor = actor[len(prefix) :]
     return actor
 
 
@@ -85,6 +85,23 @@ def actor(value: str | None) -> markupsafe.Markup:
     if not value:
         return markupsafe.Markup("")
     return markupsafe.Markup('<span class="actor" title="{}">{}</span>').format(value, person(value))
+
+
+#: An actor inside free text, as health writes one into a node's reason and
+#: history ("uncordoned by operator:token:…:op1: fan fixed").
+_ACTOR_IN_TEXT = re.compile(r"(?:operator:)?(?:token:[0-9a-f]{16}:[A-Za-z0-9_-]{1,64}|jwt:[^\s:]+)")
+
+
+def actors_in(text: str | None) -> markupsafe.Markup:
+    """``text`` with each actor id in it shown as :func:`actor` shows one."""
+    text = text or ""
+    parts: list[markupsafe.Markup] = []
+    start = 0
+    for found in _ACTOR_IN_TEXT.finditer(text):
+        parts += [markupsafe.escape(text[start : found.start()]), actor(found.group())]
+        start = found.end()
+    parts.append(markupsafe.escape(text[start:]))
+    return markupsafe.Markup("").join(parts)
 
 
 def ago(at: float | None) -> str:
@@ -126,7 +143,7 @@ environment = jinja2.Environment(
     undefined=jinja2.StrictUndefined,
 )
 environment.filters.update(
-    clock=clock, when=when, actor=actor, person=person, ago=ago, span=span, reason_text=reason_text
+    clock=clock, when=when, actor=actor, actors_in=actors_in, person=person, ago=ago, span=span, reason_text=reason_text
 )
 environment.globals.update(may=may, Action=Action, elapsed=elapsed, nodes_of=nodes_of, now=time.time)
 
