@@ -88,6 +88,10 @@ class JobAdmitted(_Message, tag="JobAdmitted", frozen=True):
     attempt: int
     # The run restarts from this checkpoint of an earlier run, if there is one.
     resume_from_step: int | None = None
+    # The job's queue and its gang's GPUs by type: what the run holds, so fair
+    # share is folded from the log alone ("" and {}: written before these were).
+    queue: str = ""
+    gpus_by_type: dict[str, int] = {}
 
 
 class ReplicaPlacement(msgspec.Struct, frozen=True):

@@ -5,8 +5,10 @@ period is over (``RunFailed(preempted)``: requeued keeping their place), stops
 runs at their run-time limit (``RunFailed(timeout)``: the job's own failure,
 retried after a backoff), gives back the quota of gangs placement could not
 place in time (``RunFailed(placement_timeout)``: requeued after a backoff), and
-keeps the decayed usage behind fair share.  Every decision about a job is
-fenced by the job's last subject sequence.
+reads the fair-share standing folded from the JOBS stream
+(:mod:`trainyard.store.fairshare`: each ``JobAdmitted`` names the queue and
+the GPUs the run holds, so the log alone says who used what, and when).
+Every decision about a job is fenced by the job's last subject sequence.
 
 The core gets what it decides on: each pending job's run-time limit,
 submission time and the GPU-seconds its earlier runs held (backfill, aging,
@@ -18,7 +20,6 @@ chosen where the waiting gang can use their GPUs.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -35,8 +36,6 @@ from trainyard.core.admission import (
     RunningJob,
     Waiting,
     admit,
-    decay_usage_table,
-    queue_key,
 )
 from trainyard.core.admission.deadlines import HeldRun, overdue
 from trainyard.core.lifecycle import JobRecord
@@ -47,6 +46,7 @@ from trainyard.events import JobAdmitted, PreemptionNotice, RunFailed, subjects
 from trainyard.observability.logs import kv
 from trainyard.observability.metrics import AdmissionMetrics
 from trainyard.store import Projector, Store, views, waiting
+from trainyard.store.fairshare import FairShareLog, FairShareStandings
 from trainyard_admission.backlog import Backlog
 from trainyard_admission.tenancy import TenancyHolder
 
@@ -103,6 +103,8 @@ class AdmissionCycle:
         self._changed: set[str] = set()  # jobs with events since their reason was written
         self.metrics = metrics  # None: not exported (tests that do not look)
         self._active: list[str] = []  # the active jobs of the last snapshot
+        self.fair_share_log = FairShareLog(bus, store)
+        self.standings = FairShareStandings(store)
 
     async def snapshot(self) -> tuple[AdmissionSnapshot, dict[str, JobRecord]]:
         """The core's snapshot, and the records of the jobs in it (pending and active)."""
@@ -112,7 +114,7 @@ class AdmissionCycle:
         self._active = active_ids
         capacity = await views.gpus_by_type(self.store, "capacity")
         in_use = await views.gpus_by_type(self.store, "inuse")
-        history, recent = await self._fair_share_state(running)
+        history, recent = await self._fair_share_state()
         cluster, specs = await self._cluster(pending, running, active_ids)
         snapshot = AdmissionSnapshot(pending, capacity, in_use, running, history, recent, cluster, specs)
         return snapshot, self.backlog.records
@@ -151,30 +153,15 @@ class AdmissionCycle:
         cluster, _ = await self.cluster.read(active_ids)
         return cluster, {j.job_id: self.backlog.spec(j.job_id) for j in pending}
 
-    async def _fair_share_state(self, running: list[RunningJob]) -> tuple[dict[str, dict[str, float]], list[float]]:
-        """Decay the usage table by the time since the last cycle, add what the
-        running jobs used meanwhile, and store it (admission is the only writer)."""
-        now = self.clock()
-        raw = await self.store.redis.hgetall(self.store.key("fairshare"))
-        updated = float(raw.get("updated_at", now))
-        history = json.loads(raw.get("usage", "{}"))
-        elapsed = max(0.0, now - updated)
-        used: dict[str, dict[str, float]] = {}
-        for job in running:
-            per_type = used.setdefault(queue_key(job.tenant, job.queue), {})
-            for gpu_type, gpus in job.gpus_by_type.items():
-                per_type[gpu_type] = per_type.get(gpu_type, 0.0) + gpus * elapsed
-        half_life = self.tenancy.compiled.half_life_s if self.tenancy.compiled else 7 * 24 * 3600.0
-        if elapsed > 0 or not raw:
-            history = decay_usage_table(history, used, elapsed, half_life)
-            await self.store.redis.hset(
-                self.store.key("fairshare"), mapping={"usage": json.dumps(history), "updated_at": repr(now)}
-            )
-        window = self.tenancy.compiled.preemption.fair_share_window_s if self.tenancy.compiled else 600.0
-        recent = [
-            float(t) for t in await self.store.redis.zrangebyscore(self.store.key("preemptions"), now - window, "+inf")
-        ]
-        return history, recent
+    async def _fair_share_state(self) -> tuple[dict[str, dict[str, float]], list[float]]:
+        """The decayed usage now and the recent fair-share preemptions, folded
+        from the JOBS stream through its head (admission is the only writer)."""
+        compiled = self.tenancy.compiled
+        half_life = compiled.half_life_s if compiled else 7 * 24 * 3600.0
+        window = compiled.preemption.fair_share_window_s if compiled else 600.0
+        await self.fair_share_log.catch_up(half_life)
+        standings = await self.standings.read(self.clock(), window)
+        return standings.usage, standings.preemptions
 
     async def run_once(self) -> int:
         """One cycle; returns how many decisions it published."""
@@ -193,7 +180,12 @@ class AdmissionCycle:
         result = admit(snapshot, policy, now) if snapshot.pending else AdmissionResult([], [])
         t.append(clock())
         # 3. Publish the decisions, each fenced by the job's last subject sequence.
-        requests = self._admissions(result, rows, now) + self._notices(result, rows, now) + await self._stops(rows, now)
+        demand = {p.job_id: p for p in snapshot.pending}
+        requests = (
+            self._admissions(result, rows, demand, now)
+            + self._notices(result, rows, now)
+            + await self._stops(rows, now)
+        )
         results = await self.bus.publish_many(requests)
         for req, r in zip(requests, results, strict=True):
             if isinstance(r, Exception):
@@ -201,9 +193,6 @@ class AdmissionCycle:
                     log.warning("admission publish failed: %r", r)
             elif not r.duplicate:
                 self._decided(req, rows, now)
-        fair_share = [p for p in result.preemptions if p.reason.value == "fair_share"]
-        if fair_share:
-            await self.store.redis.zadd(self.store.key("preemptions"), {f"{p.job_id}@{now}": now for p in fair_share})
         t.append(clock())
         # 4. Say why everyone else waits (only what changed since the last cycle), and
         #    forget the reasons of jobs no longer waiting here.
@@ -283,10 +272,12 @@ class AdmissionCycle:
         if self.metrics is not None:
             self.metrics.decided(decision)
 
-    def _admissions(self, result: AdmissionResult, rows: dict[str, JobRecord], now: float) -> list[PublishRequest]:
+    def _admissions(
+        self, result: AdmissionResult, rows: dict[str, JobRecord], demand: dict[str, PendingJob], now: float
+    ) -> list[PublishRequest]:
         out = []
         for decision in result.admitted:
-            r = rows[decision.job_id]
+            r, job = rows[decision.job_id], demand[decision.job_id]
             attempt = r.attempt + 1
             event = JobAdmitted(
                 at=now,
@@ -295,6 +286,8 @@ class AdmissionCycle:
                 run_id=run_id_for(decision.job_id, attempt),
                 attempt=attempt,
                 resume_from_step=r.last_checkpoint_step,
+                queue=job.queue,
+                gpus_by_type=job.gpus_by_type,
             )
             subject = subjects.job(r.tenant, decision.job_id, "admission")
             out.append(PublishRequest(subject, event, f"{decision.job_id}:admit:{attempt}", r.last_seq))

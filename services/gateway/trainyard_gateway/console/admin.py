@@ -5,7 +5,7 @@ with what each revision changed."""
 
 from __future__ import annotations
 
-import json
+import time
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -20,6 +20,7 @@ from trainyard.config.tenancy import QuotaLimits, TenancyConfig, TenancyConfigEr
 from trainyard.core.admission import queue_key
 from trainyard.store import Store, views
 from trainyard.store.caught_up import CaughtUpReads
+from trainyard.store.fairshare import FairShareStandings
 from trainyard_gateway.console.rebuilding import answers_rebuilding
 from trainyard_gateway.console.render import page
 from trainyard_gateway.console.session import principal, refusal
@@ -125,6 +126,7 @@ async def revisions(bus: Bus) -> list[dict[str, Any]]:
 def build_router(bus: Bus, store: Store) -> APIRouter:
     router = APIRouter(include_in_schema=False)
     jobs_caught_up = CaughtUpReads(bus, store, streams=("JOBS",))  # what each queue holds: never a half-rebuilt view
+    standings = FairShareStandings(store)
 
     @router.get("/admin/tenancy")
     @answers_rebuilding
@@ -138,8 +140,7 @@ def build_router(bus: Bus, store: Store) -> APIRouter:
         if current is None:
             return page(request, "tenancy.html", who, current=None, tree=[], shares=[], history=history)
         cfg = current["config"]
-        raw = await store.redis.hget(store.key("fairshare"), "usage")
-        usage = json.loads(raw) if raw else {}
+        usage = (await standings.read(time.time())).usage  # as admission last folded the JOBS stream
         return page(
             request,
             "tenancy.html",
