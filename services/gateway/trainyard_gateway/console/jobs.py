@@ -24,6 +24,7 @@ from trainyard.domain.job import ValidationError
 from trainyard.ledger import Ledger
 from trainyard.ledger.records import LedgerRun
 from trainyard.store import views
+from trainyard.store.job_pages import JobQuery
 from trainyard_gateway.console.job_rows import may_be_cancelled, run_rows, runs_signature
 from trainyard_gateway.console.live import Baselines, Events, stream
 from trainyard_gateway.console.rebuilding import answers_rebuilding
@@ -69,8 +70,12 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
     router = APIRouter(prefix="/jobs", include_in_schema=False)
     baselines = Baselines()
 
-    async def visible(who: Principal, tenant: str | None, status: str | None) -> list[JobView]:
+    async def visible(who: Principal, tenant: str | None, status: str | None, archived: bool = False) -> list[JobView]:
+        """The newest jobs the caller may see; ``archived``: the job archive's too (finished past their retention)."""
         scope = tenant_filter(who, Action.JOB_LIST, tenant or None)
+        if archived:
+            jobs, _ = await ops.page(JobQuery(tenant=scope, status=status or None), LIST_LIMIT, archived=True)
+            return jobs
         return await ops.list(tenant=scope, status=status or None, limit=LIST_LIMIT)
 
     async def runs_of(job_id: str) -> list[LedgerRun]:
@@ -117,13 +122,13 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
 
     @router.get("")
     @answers_rebuilding
-    async def jobs_page(request: Request, status: str = "", tenant: str = "") -> Response:
+    async def jobs_page(request: Request, status: str = "", tenant: str = "", archived: str = "") -> Response:
         who = principal(request)
         status = status if status in JOB_STATUSES else ""
         if check_tenant_name(tenant or None):
             tenant = ""
         try:
-            jobs = await visible(who, tenant, status)
+            jobs = await visible(who, tenant, status, archived == "1")
         except PermissionDenied as err:
             return page(request, "error.html", who, status_code=403, message=str(err))
         view = baselines.keep({j.job_id: row_signature(j) for j in jobs})
@@ -134,6 +139,7 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
             jobs=jobs,
             status=status,
             tenant=tenant,
+            archived=archived == "1",
             statuses=JOB_STATUSES,
             filtered=bool(status or tenant),
             view=view,
@@ -141,7 +147,9 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
         )
 
     @router.get("/stream")
-    async def jobs_stream(request: Request, view: str = "", status: str = "", tenant: str = "") -> Response:
+    async def jobs_stream(
+        request: Request, view: str = "", status: str = "", tenant: str = "", archived: str = ""
+    ) -> Response:
         who = principal(request)
         status = status if status in JOB_STATUSES else ""
         tenant = "" if check_tenant_name(tenant or None) else tenant
@@ -149,7 +157,7 @@ def build_router(ops: JobOperations, ledger: Callable[[], Ledger] | None) -> API
 
         async def poll() -> Events:
             nonlocal shown
-            jobs = await visible(who, tenant, status)
+            jobs = await visible(who, tenant, status, archived == "1")
             now = {j.job_id: row_signature(j) for j in jobs}
             before, shown = shown, now
             if before is None or list(before) != list(now):  # rows came or went: the whole table
