@@ -33,6 +33,7 @@ from trainyard.events import subjects
 from trainyard.events.nodes import CordonNode, DrainNode, UncordonNode
 from trainyard.settings import Settings
 from trainyard.store import Store
+from trainyard.store.node_records import NodeRecords
 from trainyard_gateway.errors import error_response, json_response
 from trainyard_gateway.jobs import InvalidRequest
 from trainyard_gateway.schema import NodeCommandAccepted, NodeCommandBody, NodeHistory
@@ -41,8 +42,6 @@ from trainyard_gateway.security import allow, read_body
 MAX_REASON_CHARS = 256
 MAX_BODY_BYTES = 4096
 NODE_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a subject token; fullmatch, so no final newline
-
-_record = msgspec.json.Decoder(NodeHealthRecord)
 
 #: op -> (command for the health core, event published for the health service)
 _OPS = {"cordon": (Cordon, CordonNode), "drain": (Drain, DrainNode), "uncordon": (Uncordon, UncordonNode)}
@@ -55,7 +54,7 @@ async def health_record(store: Store, node_id: str) -> NodeHealthRecord | None:
     if info is None:
         return None
     if raw:
-        return _record.decode(raw)
+        return NodeRecords.decode(raw)
     try:
         projected = NodeState(state) if state else NodeState.HEALTHY
     except ValueError:
@@ -65,7 +64,7 @@ async def health_record(store: Store, node_id: str) -> NodeHealthRecord | None:
 
 async def _reads(store: Store, node_id: str) -> tuple[str | None, str | None, str | None]:
     pipe = store.redis.pipeline(transaction=False)
-    pipe.hget(store.key("health", "rec"), node_id)
+    pipe.hget(NodeRecords(store).key, node_id)
     pipe.hget(store.key("nodestate"), node_id)
     pipe.hget(store.key("nodeinfo"), node_id)
     raw, state, info = await pipe.execute()

@@ -11,7 +11,8 @@
 - ``health:hb``: ``<node id>/<boot id>`` -> the newest heartbeat read from that
   boot, in stream time (when JetStream stored it); only ever moves forward.
 
-The gateway reads ``health:rec`` for ``GET /v1/nodes/{id}/history``.
+Records are read through :class:`trainyard.store.node_records.NodeRecords`,
+by health and by the gateway (``GET /v1/nodes/{id}/history``).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from trainyard.core.health import Finding, NodeHealthRecord
 from trainyard.domain.node import NodeState
 from trainyard.gpu.nvml import NodeSample
 from trainyard.store import Store
+from trainyard.store.node_records import NodeRecords
 
-_record = msgspec.json.Decoder(NodeHealthRecord)
 _sample = msgspec.json.Decoder(NodeSample)
 _finding = msgspec.json.Decoder(Finding)
 _json = msgspec.json.Encoder()
@@ -70,6 +71,7 @@ class RecordStore:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.redis = store.redis
+        self.records = NodeRecords(store)
         self._save = store.redis.register_script(_SAVE)
         self._heartbeats = store.redis.register_script(_HEARTBEATS)
 
@@ -78,16 +80,15 @@ class RecordStore:
 
     async def load_all(self, projection_states: dict[str, str] | None = None) -> dict[str, NodeHealthRecord]:
         """Every known node's record; a node without one starts from its projected state."""
-        raw = await self.redis.hgetall(self._k("rec"))
-        records = {node_id: _record.decode(data) for node_id, data in raw.items()}
+        records = await self.records.all()
         for node_id, state in (projection_states or {}).items():
             if node_id not in records:
                 records[node_id] = fresh(node_id, state)
         return records
 
     async def load(self, node_id: str, projected_state: str | None = None) -> NodeHealthRecord:
-        data = await self.redis.hget(self._k("rec"), node_id)
-        return _record.decode(data) if data else fresh(node_id, projected_state)
+        record = await self.records.get(node_id)
+        return record if record is not None else fresh(node_id, projected_state)
 
     async def save(self, before: NodeHealthRecord, after: NodeHealthRecord) -> None:
         if after is before or after == before:
