@@ -116,14 +116,6 @@ class JobArchive:
             row = conn.execute(sa.select(t.c.record, t.c.spec).where(t.c.job_id == job_id)).first()
         return None if row is None else _record(row)
 
-    def has(self, job_ids: Sequence[str]) -> set[str]:
-        """Those of ``job_ids`` the archive holds."""
-        if not job_ids:
-            return set()
-        with self.engine.connect() as conn:
-            stmt = sa.select(self.table.c.job_id).where(self.table.c.job_id.in_(list(job_ids)))
-            return set(conn.scalars(stmt))
-
     def list(
         self,
         tenant: str | None = None,
