@@ -262,7 +262,9 @@ def test_an_operator_reads_the_cluster_map_and_cordons_and_uncordons_a_node(cons
     expect(page.locator("#node-n03")).to_have_attribute("data-state", "healthy", timeout=WAIT_MS)  # live, no reload
     shot(page, "operator-cluster-by-health")
     page.goto("/nodes/n03")
-    expect(page.locator("table.grid")).to_contain_text("uncordon")
+    expect(page.locator("table.grid")).to_contain_text("uncordoned by operator: fan replaced")  # by name
+    raw = f"operator:{callers.actor('operator')}"
+    expect(page.locator("table.grid .actor").first).to_have_attribute("title", raw)  # the raw id on hover
 
 
 def test_finance_reads_usage_over_time_downloads_the_chargeback_and_the_capacity_report(console_stack, site) -> None:  # type: ignore[no-untyped-def]
