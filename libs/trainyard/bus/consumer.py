@@ -379,3 +379,5 @@ async def run_consumer(bus: Broker, spec: ConsumerSpec, subscription: Subscripti
             continue
         next_fetch = fetched_at + spec.linger_s
         await consume(bus, spec, subscription, msgs)
+    if isinstance(sub, BatchPull):  # stopped: a loop started again on this connection gets what comes next
+        await sub.release()

@@ -133,19 +133,19 @@ class BatchPull:
             self._sub = None
 
     async def release(self) -> None:
-        """Let go of this subscription once another took its place on the
-        connection: wait for the open request's end (the server goes on
-        delivering through it after the consumer was updated), give back what
-        came and was never taken, so the server delivers it again now rather
-        than after ``ack_wait``, and unsubscribe."""
-        await self._wait_open_request()
-        ready, self._ready = self._ready, []
+        """Let go of this subscription (another took its place, or its loop
+        stopped): unsubscribe, so the server delivers nothing more through
+        the open request (it drops a request nobody listens to), and give
+        back what came and was never taken, so the server delivers it again
+        now rather than after ``ack_wait``."""
+        self._open = 0
         try:
+            await self.unsubscribe()
+            ready, self._ready = self._ready, []
             for msg in ready:
                 await msg.nak()
-            await self.unsubscribe()
         except nats.errors.Error as err:  # a lost connection: what was not given back is redelivered after ack_wait
-            log.warning("%s: could not give back %d untaken message(s): %r", self.durable, len(ready), err)
+            log.warning("%s: could not let go of the subscription: %r", self.durable, err)
 
     async def _on_msg(self, msg: Msg) -> None:
         headers = msg.headers
@@ -180,26 +180,22 @@ class BatchPull:
             error, self._error = self._error, None
             raise ConsumerGone(f"pull request ended: {error}")
 
-    async def _wait_open_request(self) -> None:
-        """Until the open request ends (its last message, or its status), or its time is up."""
-        loop = asyncio.get_running_loop()
-        while self._open and loop.time() < self._open_until:
-            self._arrived.clear()
-            try:
-                await asyncio.wait_for(self._arrived.wait(), self._open_until - loop.time())
-            except TimeoutError:
-                break
-        self._open = 0  # done, or its end was lost with a connection
-
     async def _fetch_stored(self, batch: int) -> list[Msg]:
         """Up to ``batch`` messages the server holds now; ``TimeoutError`` when it holds none.
 
         With a request open, what the server holds is already on its way
         through it: take what has arrived.  Else ask with ``no_wait`` and wait
         for that request's end (its last message, or its status)."""
+        loop = asyncio.get_running_loop()
         if len(self._ready) < batch and not self._open:
             await self._request(batch - len(self._ready), no_wait=True)
-            await self._wait_open_request()
+            while self._open and loop.time() < self._open_until:
+                self._arrived.clear()
+                try:
+                    await asyncio.wait_for(self._arrived.wait(), self._open_until - loop.time())
+                except TimeoutError:
+                    break
+            self._open = 0  # done, or its end was lost with a connection
         self._raise_error()
         if not self._ready:
             raise nats.errors.TimeoutError
