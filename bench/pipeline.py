@@ -9,6 +9,11 @@ latency.
     python bench/pipeline.py                       # 250, 500, 1000 jobs/s for 10 s each
     python bench/pipeline.py --rates 500 --seconds 20
     python bench/pipeline.py --rates 100 --seconds 30  # CPU per job at a steady 100 jobs/s
+    python bench/pipeline.py --nats-cluster 3          # a 3-node NATS cluster, R3 streams
+
+It runs the stack's defaults (one NATS node that fsyncs before it
+acknowledges, group commit on) unless told otherwise, and prints the
+durability it measured first.
 
 After the rates it prints each process's CPU milliseconds per placed job at
 each rate (user + system, from /proc, over the rate's window).
@@ -30,6 +35,7 @@ from trainyard.bus import Bus
 from trainyard.domain import JobSpec, Role
 from trainyard.events import JobPlaced, SubmitJob, decode_job_event, encode, subjects
 from trainyard.local import LocalStack, StackConfig
+from trainyard.settings import load_settings
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -132,7 +138,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--nodes", type=int, default=128, help="emulated 8-GPU nodes (default 1,024 GPUs)")
     parser.add_argument("--nats-sync", default="", help="always, default or a duration (default: the stack's)")
+    parser.add_argument("--nats-cluster", type=int, default=1, help="NATS nodes: 1, or 3 (a cluster, R3 streams)")
     args = parser.parse_args()
+    group_commit = load_settings().nats_group_commit
     with tempfile.TemporaryDirectory(prefix="trainyard-bench-") as tmp:
         config = StackConfig(
             data_dir=tmp,
@@ -142,9 +150,15 @@ def main() -> None:
             heartbeat_interval_s=2.0,
             heartbeat_timeout_s=30.0,
             nats_sync=args.nats_sync,
+            nats_cluster=args.nats_cluster,
         )
         stack = LocalStack(config)
         stack.start()
+        print(
+            f"durability: {args.nats_cluster} NATS node(s), R{stack.nats_replicas} streams, "
+            f"sync_interval {stack.nats_sync} ({'fsync before each acknowledgement' if stack.nats_sync == 'always' else 'fsync every interval'}), "
+            f"group commit {'on' if group_commit else 'off (TRAINYARD_NATS_GROUP_COMMIT)'}"
+        )
         try:
             time.sleep(3.0)  # nodes register, leaders take their leases
             print(f"cluster: {args.nodes} nodes x 8 GPUs; jobs: 1 GPU, 0.5 s each; {args.seconds:.0f} s per rate")

@@ -110,17 +110,22 @@ class Projector:
                 epoch, last = await self._adopt()
         if epoch != self.epoch:
             log.info("%s projection: epoch %s at sequence %s", self.stream, epoch, last)
-            first = (await self.bus.js.stream_info(self.stream)).state.first_seq
-            if int(last) + 1 < first:
-                log.error(
-                    "%s projection holds through %s but the stream starts at %d: the events between are gone "
-                    "and no snapshot covers them",
-                    self.stream,
-                    last,
-                    first,
-                )
         self.epoch, self._through = epoch, int(last)
         return int(last)
+
+    async def _check_gap(self, last: int) -> None:
+        """Log an error where the stream no longer holds the events after
+        ``last`` (the projection's sequence): its limits removed them and no
+        snapshot covered them."""
+        first = (await self.bus.js.stream_info(self.stream)).state.first_seq
+        if last + 1 < first:
+            log.error(
+                "%s projection holds through %s but the stream starts at %d: the events between are gone "
+                "and no snapshot covers them",
+                self.stream,
+                last,
+                first,
+            )
 
     async def _adopt(self) -> tuple[str, str]:
         """The epoch and sequence of the projection in Redis: restored from
@@ -218,7 +223,9 @@ class Projector:
         while not stop.is_set():
             try:
                 if not joined:
-                    await self._reset(await self.join())
+                    last = await self.join()
+                    await self._check_gap(last)
+                    await self._reset(last)
                     joined = True
                 await self._follow(stop, filter_subject, batch_size)
             except ProjectionLost as err:
