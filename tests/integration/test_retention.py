@@ -323,7 +323,7 @@ async def _projection(store: Store) -> dict[str, object]:
 
 
 async def test_a_rebuild_after_the_stream_and_projection_were_trimmed_reproduces_the_projection_exactly(
-    bus: Bus, store: Store, archive: JobArchive, snapshots: SnapshotStore
+    bus: Bus, store: Store, archive: JobArchive, snapshots: SnapshotStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     await _publish_and_project(bus, store)
     assert await sweep(store, archive, cutoff=DEC15 - 7 * DAY) == 3
@@ -344,10 +344,12 @@ async def test_a_rebuild_after_the_stream_and_projection_were_trimmed_reproduces
     await store.redis.flushall()
     await _rebuild(bus, store, snapshots)
     assert await _projection(store) == before
+    assert "no snapshot covers them" not in caplog.text
 
     await store.redis.flushall()
     await _rebuild(bus, store, None)  # without the snapshot, the trimmed events are missing
     assert set(await _projection(store)) < set(before)
+    assert f"JOBS projection holds through 0 but the stream starts at {snapshot.seq + 1}" in caplog.text
 
     await store.redis.flushall()  # a snapshot past the stream's end is another stream's: not written back
     assert await restore(store, snapshots, stream_last=snapshot.seq - 1) is None
