@@ -16,7 +16,8 @@ CLOSED = "http://127.0.0.1:9"
 
 
 def run(*args: str):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(app, list(args))
+    # wide enough that no message is folded inside a temporary path, however long its folder's name
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "400"})
 
 
 @pytest.mark.parametrize(
