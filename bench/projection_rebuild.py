@@ -39,17 +39,19 @@ from trainyard.store.projector import wait_until_projected
 NODES = 1000
 
 
-def lifecycle(j: int) -> list[PublishRequest]:
+def lifecycle(j: int, at: float | None = None, run_s: float = 60.0) -> list[PublishRequest]:
+    """Job ``j``'s events from acceptance to success, accepted at ``at``
+    (default: a time of its own long ago) and running for ``run_s``."""
     job_id, run_id, tenant = f"j{j:06d}", f"j{j:06d}-r1", f"t{j % 8}"
     spec = JobSpec(tenant=tenant, queue="default", roles=[Role(name="trainer", replicas=1, gpus_per_replica=1)])
     placed = [ReplicaPlacement(role="trainer", replica=0, rank=0, node_id=f"n{j % NODES:04d}", gpus=[j // NODES % 8])]
-    at = 1_700_000_000.0 + j
+    at = 1_700_000_000.0 + j if at is None else at
     events = [
         JobAccepted(at=at, job_id=job_id, spec=spec, submitted_at=at),
         JobAdmitted(at=at + 1, job_id=job_id, tenant=tenant, run_id=run_id, attempt=1),
         JobPlaced(at=at + 2, job_id=job_id, tenant=tenant, run_id=run_id, cluster="c1", replicas=placed),
         RunStarted(at=at + 3, job_id=job_id, tenant=tenant, run_id=run_id),
-        RunSucceeded(at=at + 60, job_id=job_id, tenant=tenant, run_id=run_id),
+        RunSucceeded(at=at + run_s, job_id=job_id, tenant=tenant, run_id=run_id),
     ]
     return [PublishRequest(job_subject(e), e, f"{run_id}:{i}") for i, e in enumerate(events)]
 
